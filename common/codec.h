@@ -1,0 +1,34 @@
+// Packed little-endian codecs for keys (uint64) and values (float32) in KeyBlock bytes.
+#ifndef PS_COMMON_CODEC_H_
+#define PS_COMMON_CODEC_H_
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+
+namespace ps {
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "the wire format is little-endian; add byte swapping for this host");
+
+// Views `bytes` as packed keys. INVALID_ARGUMENT if its length is not a multiple of 8.
+absl::Status DecodeKeys(const std::string& bytes, absl::Span<const uint64_t>* keys);
+// Views `bytes` as packed floats. INVALID_ARGUMENT if its length is not a multiple of 4.
+absl::Status DecodeValues(const std::string& bytes, absl::Span<const float>* values);
+
+inline void AppendKeys(absl::Span<const uint64_t> keys, std::string* out) {
+  out->append(reinterpret_cast<const char*>(keys.data()), keys.size() * sizeof(uint64_t));
+}
+inline void AppendValues(const float* values, size_t n, std::string* out) {
+  out->append(reinterpret_cast<const char*>(values), n * sizeof(float));
+}
+
+// True if every value is finite (no NaN, no Inf).
+bool AllFinite(absl::Span<const float> values);
+
+}  // namespace ps
+
+#endif  // PS_COMMON_CODEC_H_

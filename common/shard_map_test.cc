@@ -1,0 +1,51 @@
+#include "common/shard_map.h"
+
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace ps {
+namespace {
+
+TEST(ShardMapTest, SlotsSpreadEvenlyOverDenseKeys) {
+  std::vector<int> count(kNumSlots, 0);
+  for (uint64_t k = 0; k < 102400; ++k) ++count[SlotOf(3, k)];
+  for (int c : count) {
+    EXPECT_GT(c, 50);
+    EXPECT_LT(c, 150);
+  }
+  EXPECT_NE(SlotOf(1, 5), SlotOf(2, 5));  // tables do not share placement
+}
+
+TEST(ShardMapTest, RoundRobinBalances) {
+  ShardMap m = ShardMap::RoundRobin({"a", "b", "c"});
+  int per[3] = {0, 0, 0};
+  for (uint32_t s = 0; s < kNumSlots; ++s) ++per[m.OwnerOfSlot(s)];
+  EXPECT_EQ(per[0], 342);
+  EXPECT_EQ(per[1], 341);
+  EXPECT_EQ(per[2], 341);
+  EXPECT_EQ(m.SlotsOf(1)[1], true);
+  EXPECT_EQ(m.SlotsOf(1)[2], false);
+}
+
+TEST(ShardMapTest, ParsesFile) {
+  auto m = ShardMap::Parse("# two servers\nhost1:7100 0-511\nhost2:7100 512-1000 1001-1023\n");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->servers().size(), 2u);
+  EXPECT_EQ(m->OwnerOfSlot(511), 0);
+  EXPECT_EQ(m->OwnerOfSlot(1023), 1);
+}
+
+TEST(ShardMapTest, RejectsGapsOverlapsAndJunk) {
+  EXPECT_NE(ShardMap::Parse("h:1 0-1022\n").status().message().find("slot 1023 has no owner"),
+            std::string::npos);
+  EXPECT_NE(ShardMap::Parse("h:1 0-1023\ng:1 5-5\n").status().message().find("owned twice"),
+            std::string::npos);
+  EXPECT_FALSE(ShardMap::Parse("h:1 0-2000\n").ok());
+  EXPECT_FALSE(ShardMap::Parse("h:1 x-y\n").ok());
+  EXPECT_FALSE(ShardMap::Parse("h:1\n").ok());
+  EXPECT_EQ(ShardMap::FromFile("/nonexistent/map").status().code(), absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace ps

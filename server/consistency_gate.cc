@@ -1,0 +1,250 @@
+#include "server/consistency_gate.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace ps {
+
+using v1::ConsistencySpec;
+
+struct ConsistencyGate::Job {
+  const std::string id;
+  explicit Job(std::string id) : id(std::move(id)) {}
+
+  // Serializes sync applies so clocks are applied once each and in order.
+  absl::Mutex apply_mu;
+
+  absl::Mutex mu;
+  absl::CondVar cv;  // signalled when min clock or applied clock moves
+  ConsistencySpec spec ABSL_GUARDED_BY(mu);
+  uint64_t membership_epoch ABSL_GUARDED_BY(mu) = 0;
+  std::map<uint32_t, int64_t> clocks ABSL_GUARDED_BY(mu);  // live workers only
+  // Parts seen of multi-part PushPulls, by (worker, clock).
+  std::map<std::pair<uint32_t, int64_t>, uint32_t> parts ABSL_GUARDED_BY(mu);
+  // sync: every clock below this has been applied.
+  int64_t applied_clock ABSL_GUARDED_BY(mu) = 0;
+
+  int64_t MinClock() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (clocks.empty()) return std::numeric_limits<int64_t>::max();
+    int64_t m = std::numeric_limits<int64_t>::max();
+    for (const auto& [w, c] : clocks) m = std::min(m, c);
+    return m;
+  }
+  std::string Slowest() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    const int64_t m = MinClock();
+    std::vector<uint32_t> slow;
+    for (const auto& [w, c] : clocks)
+      if (c == m) slow.push_back(w);
+    return absl::StrCat("worker(s) ", absl::StrJoin(slow, ","), " at clock ", m);
+  }
+};
+
+ConsistencyGate::ConsistencyGate(ApplyClockFn apply_clock) : apply_clock_(std::move(apply_clock)) {}
+ConsistencyGate::~ConsistencyGate() = default;
+
+absl::Status ConsistencyGate::Configure(const std::string& job_id, const ConsistencySpec& spec,
+                                        const std::vector<uint32_t>& worker_ids,
+                                        uint64_t membership_epoch) {
+  if (job_id.empty()) return absl::InvalidArgumentError("job_id is empty");
+  if (spec.mode() == ConsistencySpec::SSP && spec.staleness() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("consistency.staleness is ", spec.staleness(), "; must be >= 0"));
+  }
+  if (!ConsistencySpec::Mode_IsValid(spec.mode())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("consistency.mode ", spec.mode(), " is unknown"));
+  }
+  std::map<uint32_t, int64_t> wanted;
+  for (uint32_t w : worker_ids) {
+    if (!wanted.emplace(w, 0).second) {
+      return absl::InvalidArgumentError(absl::StrCat("worker id ", w, " is listed twice"));
+    }
+  }
+  Job* job;
+  {
+    absl::MutexLock l(&mu_);
+    auto& slot = jobs_[job_id];
+    if (slot == nullptr) slot = std::make_unique<Job>(job_id);
+    job = slot.get();
+  }
+  {
+    absl::MutexLock l(&job->mu);
+    const bool fresh = job->membership_epoch == 0 && job->clocks.empty();
+    if (!fresh) {
+      if (job->spec.mode() != spec.mode() || job->spec.staleness() != spec.staleness()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "job ", job_id, " is already configured with another consistency mode"));
+      }
+      if (membership_epoch < job->membership_epoch) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("membership epoch ", membership_epoch, " is older than the job's ",
+                         job->membership_epoch));
+      }
+      if (membership_epoch == job->membership_epoch) {
+        bool same = wanted.size() == job->clocks.size();
+        for (const auto& [w, c] : wanted) same = same && job->clocks.count(w) == 1;
+        if (!same) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "job ", job_id, " membership epoch ", membership_epoch,
+              " was configured with another worker set; use a larger epoch to change it"));
+        }
+        return absl::OkStatus();
+      }
+    }
+    const int64_t start = fresh ? 0
+                                : (job->spec.mode() == ConsistencySpec::SYNC
+                                       ? job->applied_clock
+                                       : std::min(job->MinClock(), job->applied_clock));
+    for (auto& [w, c] : wanted) {
+      auto it = job->clocks.find(w);
+      c = it != job->clocks.end() ? it->second : start;
+    }
+    job->spec = spec;
+    job->membership_epoch = membership_epoch;
+    job->clocks = std::move(wanted);
+    job->cv.SignalAll();
+  }
+  ApplyFinishedClocks(job);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ConsistencyGate::Job*> ConsistencyGate::Find(const std::string& job_id) const {
+  absl::ReaderMutexLock l(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job '", job_id, "' is not configured on this server (ConfigureJob first)"));
+  }
+  return it->second.get();
+}
+
+bool ConsistencyGate::HasJob(const std::string& job_id) const { return Find(job_id).ok(); }
+
+absl::StatusOr<ConsistencySpec::Mode> ConsistencyGate::ModeOf(const std::string& job_id) const {
+  auto job = Find(job_id);
+  if (!job.ok()) return job.status();
+  absl::MutexLock l(&(*job)->mu);
+  return (*job)->spec.mode();
+}
+
+absl::Status ConsistencyGate::CheckPush(const std::string& job_id, uint32_t worker_id,
+                                        int64_t clock) const {
+  auto found = Find(job_id);
+  if (!found.ok()) return found.status();
+  Job* job = *found;
+  absl::MutexLock l(&job->mu);
+  auto it = job->clocks.find(worker_id);
+  if (it == job->clocks.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker ", worker_id, " is not a live worker of job ", job_id));
+  }
+  if (clock > it->second) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("push for clock ", clock, " is ahead of worker ", worker_id, "'s clock ",
+                     it->second, " (advance the clock first)"));
+  }
+  if (job->spec.mode() == ConsistencySpec::SYNC && clock < it->second) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("sync push for clock ", clock, " is late: worker ", worker_id,
+                     " already advanced to clock ", it->second));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> ConsistencyGate::AdvanceClock(const std::string& job_id,
+                                                      uint32_t worker_id, int64_t new_clock) {
+  auto found = Find(job_id);
+  if (!found.ok()) return found.status();
+  Job* job = *found;
+  int64_t min_clock;
+  {
+    absl::MutexLock l(&job->mu);
+    auto it = job->clocks.find(worker_id);
+    if (it == job->clocks.end()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("worker ", worker_id, " is not a live worker of job ", job_id));
+    }
+    if (new_clock > it->second + 1) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("clock ", new_clock, " is more than one ahead of worker ", worker_id,
+                       "'s clock ", it->second));
+    }
+    if (new_clock <= it->second) return job->MinClock();
+    it->second = new_clock;
+    job->parts.erase(
+        job->parts.lower_bound({worker_id, std::numeric_limits<int64_t>::min()}),
+        job->parts.lower_bound({worker_id, new_clock}));
+    min_clock = job->MinClock();
+    job->cv.SignalAll();
+  }
+  ApplyFinishedClocks(job);
+  return min_clock;
+}
+
+absl::StatusOr<bool> ConsistencyGate::CountClockPart(const std::string& job_id,
+                                                     uint32_t worker_id, int64_t clock,
+                                                     uint32_t parts) {
+  auto found = Find(job_id);
+  if (!found.ok()) return found.status();
+  Job* job = *found;
+  absl::MutexLock l(&job->mu);
+  if (parts <= 1) return true;
+  uint32_t& seen = job->parts[{worker_id, clock}];
+  if (++seen < parts) return false;
+  job->parts.erase({worker_id, clock});
+  return true;
+}
+
+void ConsistencyGate::ApplyFinishedClocks(Job* job) {
+  absl::MutexLock apply_lock(&job->apply_mu);
+  while (true) {
+    int64_t clock;
+    {
+      absl::MutexLock l(&job->mu);
+      if (job->spec.mode() != ConsistencySpec::SYNC) return;
+      if (job->clocks.empty() || job->applied_clock >= job->MinClock()) return;
+      clock = job->applied_clock;
+    }
+    apply_clock_(job->id, clock);
+    absl::MutexLock l(&job->mu);
+    job->applied_clock = clock + 1;
+    job->cv.SignalAll();
+  }
+}
+
+absl::StatusOr<ConsistencyGate::PullTicket> ConsistencyGate::WaitForPull(
+    const std::string& job_id, int64_t clock, absl::Time deadline) {
+  auto found = Find(job_id);
+  if (!found.ok()) return found.status();
+  Job* job = *found;
+  const absl::Time start = absl::Now();
+  absl::MutexLock l(&job->mu);
+  while (true) {
+    bool ready = false;
+    switch (job->spec.mode()) {
+      case ConsistencySpec::SYNC:
+        ready = job->applied_clock >= clock;
+        break;
+      case ConsistencySpec::SSP:
+        ready = job->MinClock() >= clock - job->spec.staleness();
+        break;
+      default:
+        ready = true;
+    }
+    if (ready) break;
+    if (job->cv.WaitWithDeadline(&job->mu, deadline) && absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "pull at clock ", clock, " of job ", job_id, " waited ",
+          absl::FormatDuration(absl::Now() - start), " for ", job->Slowest()));
+    }
+  }
+  PullTicket t;
+  t.min_clock = job->clocks.empty() ? clock : job->MinClock();
+  t.waited = absl::Now() - start;
+  return t;
+}
+
+}  // namespace ps

@@ -1,0 +1,79 @@
+// Worker clocks and the consistency rules (sync / ssp / async) of each job.
+#ifndef PS_SERVER_CONSISTENCY_GATE_H_
+#define PS_SERVER_CONSISTENCY_GATE_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "ps/v1/types.pb.h"
+
+namespace ps {
+
+// Tracks, per job, the live workers and their clocks, and decides when a pull may be served.
+//   sync: gradients of clock c are accumulated; once every live worker has advanced past c,
+//         `apply_clock(job, c)` is called (once per clock, in order) and pulls at c+1 are released.
+//   ssp(s): a pull at clock c waits until the slowest live worker is at clock >= c - s.
+//   async: pulls never wait.
+// Thread-safe. Jobs do not share locks.
+class ConsistencyGate {
+ public:
+  // Called without any gate lock held; for sync jobs, applies the gradients of `clock`.
+  using ApplyClockFn = std::function<void(const std::string& job_id, int64_t clock)>;
+
+  explicit ConsistencyGate(ApplyClockFn apply_clock);
+  ~ConsistencyGate();
+
+  // Creates the job or, with a larger membership epoch, replaces its worker set (new workers
+  // start at the job's current minimum clock). Same epoch: the spec and workers must match.
+  absl::Status Configure(const std::string& job_id, const v1::ConsistencySpec& spec,
+                         const std::vector<uint32_t>& worker_ids, uint64_t membership_epoch);
+
+  bool HasJob(const std::string& job_id) const;
+  absl::StatusOr<v1::ConsistencySpec::Mode> ModeOf(const std::string& job_id) const;
+
+  // Checks that `worker_id` may push gradients for `clock` now: it must be a live worker, and
+  // the clock must not be ahead of its own (nor, in sync mode, behind it).
+  absl::Status CheckPush(const std::string& job_id, uint32_t worker_id, int64_t clock) const;
+
+  // Moves the worker's clock to `new_clock`, which may be at most one ahead of its current clock
+  // (older clocks are a no-op). Returns the job's minimum clock afterwards.
+  absl::StatusOr<int64_t> AdvanceClock(const std::string& job_id, uint32_t worker_id,
+                                       int64_t new_clock);
+
+  // Counts one part of a multi-part PushPull for (worker, clock); true once `parts` were seen.
+  absl::StatusOr<bool> CountClockPart(const std::string& job_id, uint32_t worker_id, int64_t clock,
+                                      uint32_t parts);
+
+  struct PullTicket {
+    int64_t min_clock = 0;
+    absl::Duration waited;
+  };
+  // Blocks until a pull by a worker at `clock` may be served, or until `deadline`
+  // (DEADLINE_EXCEEDED naming the slowest worker).
+  absl::StatusOr<PullTicket> WaitForPull(const std::string& job_id, int64_t clock,
+                                         absl::Time deadline);
+
+ private:
+  struct Job;
+  absl::StatusOr<Job*> Find(const std::string& job_id) const;
+  // Applies every finished sync clock. Called with no lock held.
+  void ApplyFinishedClocks(Job* job);
+
+  const ApplyClockFn apply_clock_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::unique_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace ps
+
+#endif  // PS_SERVER_CONSISTENCY_GATE_H_

@@ -1,0 +1,202 @@
+#include "server/optimizer.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace ps {
+namespace {
+
+using v1::OptimizerSpec;
+
+// Adds the L2 weight-decay term to the gradient of one value.
+inline float Decayed(float g, float w, float weight_decay) { return g + weight_decay * w; }
+
+class Sgd : public Optimizer {
+ public:
+  Sgd(float lr, float wd) : lr_(lr), wd_(wd) {}
+  int state_per_value() const override { return 0; }
+  void InitState(const float*, float*, int) const override {}
+  void Apply(const float* grad, int dim, int64_t, float* w, float*) const override {
+    for (int i = 0; i < dim; ++i) w[i] -= lr_ * Decayed(grad[i], w[i], wd_);
+  }
+
+ private:
+  const float lr_, wd_;
+};
+
+// v = momentum * v + g; w -= lr * v (the heavy-ball form PyTorch uses).
+class Momentum : public Optimizer {
+ public:
+  Momentum(float lr, float mu, float wd) : lr_(lr), mu_(mu), wd_(wd) {}
+  int state_per_value() const override { return 1; }
+  void InitState(const float*, float* state, int dim) const override {
+    for (int i = 0; i < dim; ++i) state[i] = 0.0f;
+  }
+  void Apply(const float* grad, int dim, int64_t, float* w, float* v) const override {
+    for (int i = 0; i < dim; ++i) {
+      v[i] = mu_ * v[i] + Decayed(grad[i], w[i], wd_);
+      w[i] -= lr_ * v[i];
+    }
+  }
+
+ private:
+  const float lr_, mu_, wd_;
+};
+
+// acc += g^2; w -= lr * g / (sqrt(acc) + eps).
+class Adagrad : public Optimizer {
+ public:
+  Adagrad(float lr, float eps, float init_acc, float wd)
+      : lr_(lr), eps_(eps), init_acc_(init_acc), wd_(wd) {}
+  int state_per_value() const override { return 1; }
+  void InitState(const float*, float* state, int dim) const override {
+    for (int i = 0; i < dim; ++i) state[i] = init_acc_;
+  }
+  void Apply(const float* grad, int dim, int64_t, float* w, float* acc) const override {
+    for (int i = 0; i < dim; ++i) {
+      const float g = Decayed(grad[i], w[i], wd_);
+      acc[i] += g * g;
+      w[i] -= lr_ * g / (std::sqrt(acc[i]) + eps_);
+    }
+  }
+
+ private:
+  const float lr_, eps_, init_acc_, wd_;
+};
+
+// Kingma & Ba (2015), with bias correction by the row's own update count.
+class Adam : public Optimizer {
+ public:
+  Adam(float lr, float b1, float b2, float eps, float wd)
+      : lr_(lr), b1_(b1), b2_(b2), eps_(eps), wd_(wd) {}
+  int state_per_value() const override { return 2; }
+  void InitState(const float*, float* state, int dim) const override {
+    for (int i = 0; i < 2 * dim; ++i) state[i] = 0.0f;
+  }
+  void Apply(const float* grad, int dim, int64_t step, float* w, float* state) const override {
+    float* m = state;
+    float* v = state + dim;
+    const double t = static_cast<double>(step);
+    const float c1 = static_cast<float>(1.0 - std::pow(static_cast<double>(b1_), t));
+    const float c2 = static_cast<float>(1.0 - std::pow(static_cast<double>(b2_), t));
+    for (int i = 0; i < dim; ++i) {
+      const float g = Decayed(grad[i], w[i], wd_);
+      m[i] = b1_ * m[i] + (1.0f - b1_) * g;
+      v[i] = b2_ * v[i] + (1.0f - b2_) * g * g;
+      w[i] -= lr_ * (m[i] / c1) / (std::sqrt(v[i] / c2) + eps_);
+    }
+  }
+
+ private:
+  const float lr_, b1_, b2_, eps_, wd_;
+};
+
+// FTRL-Proximal (McMahan et al. 2013, "Ad Click Prediction", algorithm 1), per coordinate.
+// State: z then n. The weight is a closed form of (z, n); InitState chooses z so that the closed
+// form reproduces the initialized value while n = 0.
+class Ftrl : public Optimizer {
+ public:
+  Ftrl(float alpha, float beta, float l1, float l2) : alpha_(alpha), beta_(beta), l1_(l1), l2_(l2) {}
+  int state_per_value() const override { return 2; }
+  void InitState(const float* w, float* state, int dim) const override {
+    float* z = state;
+    float* n = state + dim;
+    const float denom = beta_ / alpha_ + l2_;
+    for (int i = 0; i < dim; ++i) {
+      n[i] = 0.0f;
+      z[i] = w[i] == 0.0f ? 0.0f : -w[i] * denom - (w[i] > 0 ? l1_ : -l1_);
+    }
+  }
+  void Apply(const float* grad, int dim, int64_t, float* w, float* state) const override {
+    float* z = state;
+    float* n = state + dim;
+    for (int i = 0; i < dim; ++i) {
+      const float g = grad[i];
+      const float n_new = n[i] + g * g;
+      const float sigma = (std::sqrt(n_new) - std::sqrt(n[i])) / alpha_;
+      z[i] += g - sigma * w[i];
+      n[i] = n_new;
+      if (std::fabs(z[i]) <= l1_) {
+        w[i] = 0.0f;
+      } else {
+        const float sign = z[i] < 0 ? -1.0f : 1.0f;
+        w[i] = -(z[i] - sign * l1_) / ((beta_ + std::sqrt(n[i])) / alpha_ + l2_);
+      }
+    }
+  }
+
+ private:
+  const float alpha_, beta_, l1_, l2_;
+};
+
+absl::Status CheckRange(const char* field, float v, float lo, bool lo_open, float hi,
+                        bool hi_open) {
+  const bool ok = std::isfinite(v) && (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
+  if (ok) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("optimizer.", field, " is ", v, "; must be in ",
+                                                 lo_open ? "(" : "[", lo, ", ", hi,
+                                                 hi_open ? ")" : "]"));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(const OptimizerSpec& spec) {
+  constexpr float kInf = INFINITY;
+  const float lr = spec.has_learning_rate() ? spec.learning_rate() : 0.01f;
+  const float wd = spec.has_weight_decay() ? spec.weight_decay() : 0.0f;
+  absl::Status s = CheckRange("learning_rate", lr, 0, true, kInf, true);
+  if (s.ok()) s = CheckRange("weight_decay", wd, 0, false, kInf, true);
+  if (!s.ok()) return s;
+  switch (spec.kind()) {
+    case OptimizerSpec::SGD:
+      return std::unique_ptr<Optimizer>(new Sgd(lr, wd));
+    case OptimizerSpec::MOMENTUM: {
+      const float mu = spec.has_momentum() ? spec.momentum() : 0.9f;
+      s = CheckRange("momentum", mu, 0, false, 1, true);
+      if (!s.ok()) return s;
+      return std::unique_ptr<Optimizer>(new Momentum(lr, mu, wd));
+    }
+    case OptimizerSpec::ADAGRAD: {
+      const float eps = spec.has_epsilon() ? spec.epsilon() : 1e-10f;
+      const float acc = spec.has_initial_accumulator() ? spec.initial_accumulator() : 0.1f;
+      s = CheckRange("epsilon", eps, 0, false, kInf, true);
+      if (s.ok()) s = CheckRange("initial_accumulator", acc, 0, false, kInf, true);
+      if (s.ok() && eps == 0 && acc == 0) {
+        s = absl::InvalidArgumentError(
+            "optimizer: adagrad needs epsilon > 0 or initial_accumulator > 0 (division by zero)");
+      }
+      if (!s.ok()) return s;
+      return std::unique_ptr<Optimizer>(new Adagrad(lr, eps, acc, wd));
+    }
+    case OptimizerSpec::ADAM: {
+      const float b1 = spec.has_beta1() ? spec.beta1() : 0.9f;
+      const float b2 = spec.has_beta2() ? spec.beta2() : 0.999f;
+      const float eps = spec.has_epsilon() ? spec.epsilon() : 1e-8f;
+      s = CheckRange("beta1", b1, 0, false, 1, true);
+      if (s.ok()) s = CheckRange("beta2", b2, 0, false, 1, true);
+      if (s.ok()) s = CheckRange("epsilon", eps, 0, true, kInf, true);
+      if (!s.ok()) return s;
+      return std::unique_ptr<Optimizer>(new Adam(lr, b1, b2, eps, wd));
+    }
+    case OptimizerSpec::FTRL: {
+      const float l1 = spec.has_l1() ? spec.l1() : 0.0f;
+      const float l2 = spec.has_l2() ? spec.l2() : 0.0f;
+      const float beta = spec.has_ftrl_beta() ? spec.ftrl_beta() : 1.0f;
+      s = CheckRange("l1", l1, 0, false, kInf, true);
+      if (s.ok()) s = CheckRange("l2", l2, 0, false, kInf, true);
+      if (s.ok()) s = CheckRange("ftrl_beta", beta, 0, false, kInf, true);
+      if (s.ok() && beta == 0 && l2 == 0) {
+        s = absl::InvalidArgumentError(
+            "optimizer: ftrl needs ftrl_beta > 0 or l2 > 0 (division by zero on the first step)");
+      }
+      if (!s.ok()) return s;
+      return std::unique_ptr<Optimizer>(new Ftrl(lr, beta, l1, l2));
+    }
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("optimizer.kind ", static_cast<int>(spec.kind()), " is unknown"));
+  }
+}
+
+}  // namespace ps

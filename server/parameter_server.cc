@@ -1,0 +1,79 @@
+#include "server/parameter_server.h"
+
+#include <grpcpp/resource_quota.h>
+#include <grpcpp/server_builder.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace ps {
+
+absl::Status ParameterServerOptions::Validate() const {
+  if (listen.empty()) return absl::InvalidArgumentError("--listen is empty");
+  if (shard_map_file.empty() && (num_servers < 1 || server_index < 0 || server_index >= num_servers)) {
+    return absl::InvalidArgumentError(absl::StrCat("--server_index ", server_index,
+                                                   " must be in 0..--num_servers-1 (",
+                                                   num_servers, ")"));
+  }
+  if (max_pull_wait <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--max_pull_wait must be positive");
+  }
+  if (max_message_bytes < (1 << 20)) {
+    return absl::InvalidArgumentError("--max_message_bytes must be at least 1 MiB");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
+    ParameterServerOptions options) {
+  absl::Status valid = options.Validate();
+  if (!valid.ok()) return valid;
+  ShardMap map;
+  if (!options.shard_map_file.empty()) {
+    auto parsed = ShardMap::FromFile(options.shard_map_file);
+    if (!parsed.ok()) return parsed.status();
+    map = std::move(*parsed);
+    if (options.server_index < 0 || options.server_index >= static_cast<int>(map.servers().size())) {
+      return absl::InvalidArgumentError(absl::StrCat("--server_index ", options.server_index,
+                                                     " is not in the shard map's ",
+                                                     map.servers().size(), " servers"));
+    }
+  } else {
+    map = ShardMap::RoundRobin(std::vector<std::string>(options.num_servers));
+  }
+  TableStoreOptions store_options;
+  store_options.owned_slots = map.SlotsOf(options.server_index);
+  store_options.shard_epoch = map.epoch();
+  store_options.nonfinite = options.nonfinite;
+
+  std::unique_ptr<ParameterServer> ps(new ParameterServer);
+  ps->store_ = std::make_unique<TableStore>(std::move(store_options));
+  ps->service_ = std::make_unique<ParameterService>(ps->store_.get(), options.max_pull_wait);
+
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &ps->port_);
+  builder.RegisterService(ps->service_.get());
+  builder.SetMaxReceiveMessageSize(options.max_message_bytes);
+  builder.SetMaxSendMessageSize(options.max_message_bytes);
+  if (options.num_threads > 0) {
+    grpc::ResourceQuota quota("ps_server");
+    quota.SetMaxThreads(options.num_threads);
+    builder.SetResourceQuota(quota);
+  }
+  ps->server_ = builder.BuildAndStart();
+  if (ps->server_ == nullptr || ps->port_ == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
+  }
+  return ps;
+}
+
+ParameterServer::~ParameterServer() { Shutdown(); }
+
+void ParameterServer::Shutdown(absl::Duration grace) {
+  if (server_ != nullptr) server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoSeconds(grace));
+}
+
+void ParameterServer::Wait() {
+  if (server_ != nullptr) server_->Wait();
+}
+
+}  // namespace ps

@@ -1,0 +1,60 @@
+// A parameter server: a TableStore served over gRPC on one port.
+#ifndef PS_SERVER_PARAMETER_SERVER_H_
+#define PS_SERVER_PARAMETER_SERVER_H_
+
+#include <memory>
+#include <string>
+
+#include <grpcpp/server.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/shard_map.h"
+#include "server/parameter_service.h"
+#include "server/table_store.h"
+
+namespace ps {
+
+struct ParameterServerOptions {
+  // host:port to listen on; port 0 picks a free port (see ParameterServer::port()).
+  std::string listen = "0.0.0.0:7100";
+  // This server's index in the shard map, and the map itself (round robin over
+  // `num_servers` when no map file is given).
+  int server_index = 0;
+  int num_servers = 1;
+  std::string shard_map_file;
+  NonFinitePolicy nonfinite = NonFinitePolicy::kReject;
+  // Longest a pull waits on slow workers before DEADLINE_EXCEEDED.
+  absl::Duration max_pull_wait = absl::Seconds(120);
+  // Largest gRPC message accepted, bytes (clients send large tensors in parts below this).
+  int max_message_bytes = 256 << 20;
+  // gRPC server threads serving requests (0: gRPC's default).
+  int num_threads = 0;
+
+  absl::Status Validate() const;
+};
+
+// Owns the store, the service and the gRPC server. Thread-safe after Start().
+class ParameterServer {
+ public:
+  static absl::StatusOr<std::unique_ptr<ParameterServer>> Start(ParameterServerOptions options);
+  ~ParameterServer();
+
+  int port() const { return port_; }
+  TableStore* store() { return store_.get(); }
+  // Stops accepting requests and cancels waiting ones (within `grace`).
+  void Shutdown(absl::Duration grace = absl::Seconds(1));
+  void Wait();
+
+ private:
+  ParameterServer() = default;
+  std::unique_ptr<TableStore> store_;
+  std::unique_ptr<ParameterService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+};
+
+}  // namespace ps
+
+#endif  // PS_SERVER_PARAMETER_SERVER_H_

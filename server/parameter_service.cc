@@ -1,0 +1,132 @@
+#include "server/parameter_service.h"
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+#include "common/status_macros.h"
+
+namespace ps {
+
+ParameterService::ParameterService(TableStore* store, absl::Duration max_pull_wait)
+    : store_(store),
+      max_pull_wait_(max_pull_wait),
+      gate_([store](const std::string& job_id, int64_t clock) {
+        store->ApplyAccumulated(job_id, clock);
+      }) {}
+
+absl::Time ParameterService::PullDeadline(const grpc::ServerContext* ctx) const {
+  const absl::Time limit = absl::Now() + max_pull_wait_;
+  const absl::Time rpc = absl::FromChrono(ctx->deadline());
+  return std::min(limit, rpc);
+}
+
+grpc::Status ParameterService::ConfigureJob(grpc::ServerContext*,
+                                            const v1::ConfigureJobRequest* req,
+                                            v1::ConfigureJobResponse*) {
+  std::vector<uint32_t> workers(req->worker_ids().begin(), req->worker_ids().end());
+  return ToGrpcStatus(
+      gate_.Configure(req->job_id(), req->consistency(), workers, req->membership_epoch()));
+}
+
+grpc::Status ParameterService::CreateTable(grpc::ServerContext*,
+                                           const v1::CreateTableRequest* req,
+                                           v1::CreateTableResponse*) {
+  return ToGrpcStatus(store_->CreateTable(req->spec()));
+}
+
+grpc::Status ParameterService::DescribeTable(grpc::ServerContext*,
+                                             const v1::DescribeTableRequest* req,
+                                             v1::DescribeTableResponse* resp) {
+  auto r = store_->Describe(req->table_id());
+  if (!r.ok()) return ToGrpcStatus(r.status());
+  *resp = std::move(*r);
+  return grpc::Status::OK;
+}
+
+absl::Status ParameterService::DoPush(const v1::PushRequest& req, bool* duplicate) {
+  *duplicate = false;
+  PS_RETURN_IF_ERROR(gate_.CheckPush(req.job_id(), req.worker_id(), req.clock()));
+  std::vector<TableStore::BlockView> views(req.blocks_size());
+  for (int i = 0; i < req.blocks_size(); ++i) {
+    PS_RETURN_IF_ERROR(store_->Resolve(req.job_id(), req.blocks(i), /*with_values=*/true, &views[i]));
+  }
+  if (!deduper_.FirstTime(req.job_id(), req.worker_id(), req.request_id())) {
+    *duplicate = true;
+    return absl::OkStatus();
+  }
+  PS_ASSIGN_OR_RETURN(auto mode, gate_.ModeOf(req.job_id()));
+  for (const auto& view : views) {
+    if (mode == v1::ConsistencySpec::SYNC) {
+      store_->Accumulate(view, req.clock());
+    } else {
+      store_->Apply(view);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParameterService::DoPull(const std::string& job_id, int64_t clock,
+                                      const google::protobuf::RepeatedPtrField<v1::KeyBlock>& blocks,
+                                      absl::Time deadline, v1::PullResponse* resp) {
+  std::vector<TableStore::BlockView> views(blocks.size());
+  for (int i = 0; i < blocks.size(); ++i) {
+    PS_RETURN_IF_ERROR(store_->Resolve(job_id, blocks[i], /*with_values=*/false, &views[i]));
+  }
+  PS_ASSIGN_OR_RETURN(ConsistencyGate::PullTicket ticket,
+                      gate_.WaitForPull(job_id, clock, deadline));
+  for (int i = 0; i < blocks.size(); ++i) {
+    v1::KeyBlock* out = resp->add_blocks();
+    out->set_table_id(blocks[i].table_id());
+    store_->Pull(views[i], out->mutable_values());
+  }
+  resp->set_min_clock(ticket.min_clock);
+  resp->set_wait_micros(absl::ToInt64Microseconds(ticket.waited));
+  return absl::OkStatus();
+}
+
+grpc::Status ParameterService::Pull(grpc::ServerContext* ctx, const v1::PullRequest* req,
+                                    v1::PullResponse* resp) {
+  return ToGrpcStatus(DoPull(req->job_id(), req->clock(), req->blocks(), PullDeadline(ctx), resp));
+}
+
+grpc::Status ParameterService::Push(grpc::ServerContext*, const v1::PushRequest* req,
+                                    v1::PushResponse* resp) {
+  bool duplicate = false;
+  absl::Status s = DoPush(*req, &duplicate);
+  resp->set_duplicate(duplicate);
+  return ToGrpcStatus(s);
+}
+
+grpc::Status ParameterService::PushPull(grpc::ServerContext* ctx, const v1::PushPullRequest* req,
+                                        v1::PullResponse* resp) {
+  const v1::PushRequest& push = req->push();
+  bool duplicate = false;
+  absl::Status s = DoPush(push, &duplicate);
+  if (!s.ok()) return ToGrpcStatus(s);
+  int64_t pull_clock = push.clock();
+  if (req->advance_clock()) {
+    pull_clock = push.clock() + 1;
+    if (!duplicate) {
+      auto last = gate_.CountClockPart(push.job_id(), push.worker_id(), push.clock(),
+                                       req->clock_parts());
+      if (!last.ok()) return ToGrpcStatus(last.status());
+      if (*last) {
+        auto advanced = gate_.AdvanceClock(push.job_id(), push.worker_id(), pull_clock);
+        if (!advanced.ok()) return ToGrpcStatus(advanced.status());
+      }
+    }
+  }
+  return ToGrpcStatus(
+      DoPull(push.job_id(), pull_clock, req->pull_blocks(), PullDeadline(ctx), resp));
+}
+
+grpc::Status ParameterService::Clock(grpc::ServerContext*, const v1::ClockRequest* req,
+                                     v1::ClockResponse* resp) {
+  auto min_clock = gate_.AdvanceClock(req->job_id(), req->worker_id(), req->clock());
+  if (!min_clock.ok()) return ToGrpcStatus(min_clock.status());
+  resp->set_min_clock(*min_clock);
+  return grpc::Status::OK;
+}
+
+}  // namespace ps

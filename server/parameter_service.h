@@ -1,0 +1,55 @@
+// The gRPC ParameterServer service: thin handlers over TableStore and ConsistencyGate.
+#ifndef PS_SERVER_PARAMETER_SERVICE_H_
+#define PS_SERVER_PARAMETER_SERVICE_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "ps/v1/parameter_server.grpc.pb.h"
+#include "server/consistency_gate.h"
+#include "server/request_deduper.h"
+#include "server/table_store.h"
+
+namespace ps {
+
+// Thread-safe (gRPC calls handlers concurrently). Pulls may block on the consistency gate.
+class ParameterService final : public v1::ParameterServer::Service {
+ public:
+  // `store` must outlive this. `max_pull_wait` bounds how long a pull waits for slow workers.
+  ParameterService(TableStore* store, absl::Duration max_pull_wait);
+
+  grpc::Status ConfigureJob(grpc::ServerContext* ctx, const v1::ConfigureJobRequest* req,
+                            v1::ConfigureJobResponse* resp) override;
+  grpc::Status CreateTable(grpc::ServerContext* ctx, const v1::CreateTableRequest* req,
+                           v1::CreateTableResponse* resp) override;
+  grpc::Status DescribeTable(grpc::ServerContext* ctx, const v1::DescribeTableRequest* req,
+                             v1::DescribeTableResponse* resp) override;
+  grpc::Status Pull(grpc::ServerContext* ctx, const v1::PullRequest* req,
+                    v1::PullResponse* resp) override;
+  grpc::Status Push(grpc::ServerContext* ctx, const v1::PushRequest* req,
+                    v1::PushResponse* resp) override;
+  grpc::Status PushPull(grpc::ServerContext* ctx, const v1::PushPullRequest* req,
+                        v1::PullResponse* resp) override;
+  grpc::Status Clock(grpc::ServerContext* ctx, const v1::ClockRequest* req,
+                     v1::ClockResponse* resp) override;
+
+  // The library calls behind the handlers (usable without gRPC).
+  absl::Status DoPush(const v1::PushRequest& req, bool* duplicate);
+  absl::Status DoPull(const std::string& job_id, int64_t clock,
+                      const google::protobuf::RepeatedPtrField<v1::KeyBlock>& blocks,
+                      absl::Time deadline, v1::PullResponse* resp);
+
+ private:
+  absl::Time PullDeadline(const grpc::ServerContext* ctx) const;
+
+  TableStore* const store_;
+  const absl::Duration max_pull_wait_;
+  ConsistencyGate gate_;
+  RequestDeduper deduper_;
+};
+
+}  // namespace ps
+
+#endif  // PS_SERVER_PARAMETER_SERVICE_H_

@@ -1,0 +1,64 @@
+// Remembers recent (worker, request id) pairs so that a retried push is applied at most once.
+#ifndef PS_SERVER_REQUEST_DEDUPER_H_
+#define PS_SERVER_REQUEST_DEDUPER_H_
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/synchronization/mutex.h"
+
+namespace ps {
+
+// Thread-safe. Each worker has its own window of the last `window` request ids; workers do not
+// contend on one lock (the map lock is taken shared once the worker is known).
+class RequestDeduper {
+ public:
+  explicit RequestDeduper(size_t window = 1 << 16) : window_(window) {}
+
+  // True the first time (job, worker, request_id) is seen; false for a repeat.
+  bool FirstTime(const std::string& job_id, uint32_t worker_id, uint64_t request_id) {
+    Window* w = WindowFor(job_id, worker_id);
+    absl::MutexLock l(&w->mu);
+    if (!w->ids.insert(request_id).second) return false;
+    w->order.push_back(request_id);
+    if (w->order.size() > window_) {
+      w->ids.erase(w->order.front());
+      w->order.pop_front();
+    }
+    return true;
+  }
+
+ private:
+  struct Window {
+    absl::Mutex mu;
+    absl::flat_hash_set<uint64_t> ids ABSL_GUARDED_BY(mu);
+    std::deque<uint64_t> order ABSL_GUARDED_BY(mu);
+  };
+  Window* WindowFor(const std::string& job_id, uint32_t worker_id) {
+    const auto key = std::make_pair(job_id, worker_id);
+    {
+      absl::ReaderMutexLock l(&mu_);
+      auto it = windows_.find(key);
+      if (it != windows_.end()) return it->second.get();
+    }
+    absl::MutexLock l(&mu_);
+    auto& w = windows_[key];
+    if (w == nullptr) w = std::make_unique<Window>();
+    return w.get();
+  }
+
+  const size_t window_;
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::pair<std::string, uint32_t>, std::unique_ptr<Window>> windows_
+      ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace ps
+
+#endif  // PS_SERVER_REQUEST_DEDUPER_H_

@@ -1,0 +1,262 @@
+#include "server/table_store.h"
+
+#include <cstring>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "common/codec.h"
+#include "common/shard_map.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "server/initializer.h"
+
+namespace ps {
+
+using v1::TableSpec;
+
+TableStore::TableStore(TableStoreOptions options)
+    : options_(std::move(options)), slots_(new Slot[kNumSlots]) {}
+
+TableStore::~TableStore() = default;
+
+const TableStore::Table* TableStore::FindTable(uint32_t table_id) const {
+  absl::ReaderMutexLock l(&tables_mu_);
+  auto it = tables_.find(table_id);
+  return it == tables_.end() ? nullptr : it->second.get();
+}
+
+absl::Status TableStore::CreateTable(const TableSpec& spec) {
+  if (spec.job_id().empty()) return absl::InvalidArgumentError("table spec: job_id is empty");
+  if (spec.kind() != v1::DENSE && spec.kind() != v1::SPARSE) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("table ", spec.table_id(), ": kind must be DENSE or SPARSE"));
+  }
+  if (spec.dim() == 0 || spec.dim() > options_.max_dim) {
+    return absl::InvalidArgumentError(absl::StrCat("table ", spec.table_id(), ": dim ", spec.dim(),
+                                                   " is not in 1..", options_.max_dim));
+  }
+  absl::Status init = ValidateInitializer(spec.initializer());
+  if (!init.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("table ", spec.table_id(), ": initializer: ", init.message()));
+  }
+  auto optimizer = Optimizer::Create(spec.optimizer());
+  if (!optimizer.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("table ", spec.table_id(), ": optimizer: ", optimizer.status().message()));
+  }
+  auto table = std::make_unique<Table>();
+  table->spec = spec;
+  table->dim = static_cast<int>(spec.dim());
+  table->row_floats = table->dim * (1 + (*optimizer)->state_per_value());
+  table->optimizer = std::move(*optimizer);
+  if (spec.kind() == v1::DENSE) {
+    const uint64_t bytes = spec.num_rows() * table->row_floats * sizeof(float);
+    if (spec.num_rows() == 0 || spec.num_rows() > (uint64_t{1} << 40) ||
+        bytes > options_.max_dense_table_bytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("table ", spec.table_id(), ": dense num_rows ", spec.num_rows(),
+                       " must be in 1.. and the table at most ", options_.max_dense_table_bytes,
+                       " bytes with optimizer state"));
+    }
+  }
+  const Table* t = nullptr;
+  {
+    absl::MutexLock l(&tables_mu_);
+    auto it = tables_.find(spec.table_id());
+    if (it != tables_.end()) {
+      if (google::protobuf::util::MessageDifferencer::Equals(it->second->spec, spec)) {
+        return absl::OkStatus();
+      }
+      return absl::AlreadyExistsError(absl::StrCat(
+          "table ", spec.table_id(), " already exists with another spec (name '",
+          it->second->spec.name(), "', job '", it->second->spec.job_id(), "')"));
+    }
+    t = table.get();
+    tables_.emplace(spec.table_id(), std::move(table));
+  }
+  // Materialize owned dense rows now, so pulls never allocate. Done after tables_mu_ is released
+  // (the lock order is slot.mu -> tables_mu_); a request that touches the table meanwhile
+  // creates missing rows the same way (RowFor).
+  if (spec.kind() == v1::DENSE) {
+    for (uint64_t key = 0; key < spec.num_rows(); ++key) {
+      const uint32_t s = SlotOf(spec.table_id(), key);
+      if (!Owns(s)) continue;
+      absl::MutexLock sl(&slots_[s].mu);
+      RowFor(slots_[s], *t, key);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::DescribeTableResponse> TableStore::Describe(uint32_t table_id) const {
+  const Table* t = FindTable(table_id);
+  if (t == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown table id ", table_id));
+  }
+  v1::DescribeTableResponse r;
+  *r.mutable_spec() = t->spec;
+  r.set_rows_on_server(NumRows(table_id));
+  return r;
+}
+
+uint64_t TableStore::NumRows(uint32_t table_id) const {
+  uint64_t n = 0;
+  for (uint32_t s = 0; s < kNumSlots; ++s) {
+    absl::MutexLock l(&slots_[s].mu);
+    for (const auto& [k, row] : slots_[s].rows) n += k.first == table_id;
+  }
+  return n;
+}
+
+absl::Status TableStore::Resolve(const std::string& job_id, const v1::KeyBlock& block,
+                                 bool with_values, BlockView* view) const {
+  const Table* t = FindTable(block.table_id());
+  if (t == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown table id ", block.table_id()));
+  }
+  if (t->spec.job_id() != job_id) {
+    return absl::InvalidArgumentError(absl::StrCat("table ", block.table_id(),
+                                                   " belongs to job '", t->spec.job_id(),
+                                                   "', not '", job_id, "'"));
+  }
+  absl::Status s = DecodeKeys(block.keys(), &view->keys);
+  if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("table ", t->spec.table_id(), ": ", s.message()));
+  if (view->keys.size() > options_.max_keys_per_block) {
+    return absl::InvalidArgumentError(absl::StrCat("table ", t->spec.table_id(), ": ",
+                                                   view->keys.size(), " keys in one block; at most ",
+                                                   options_.max_keys_per_block));
+  }
+  absl::flat_hash_set<uint64_t> seen;
+  seen.reserve(view->keys.size());
+  const bool dense = t->spec.kind() == v1::DENSE;
+  for (uint64_t key : view->keys) {
+    if (dense && key >= t->spec.num_rows()) {
+      return absl::InvalidArgumentError(absl::StrCat("table ", t->spec.table_id(), ": key ", key,
+                                                     " is out of range for a dense table of ",
+                                                     t->spec.num_rows(), " rows"));
+    }
+    if (!seen.insert(key).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("table ", t->spec.table_id(), ": duplicate key ", key, " in one request"));
+    }
+    const uint32_t slot = SlotOf(t->spec.table_id(), key);
+    if (!Owns(slot)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "wrong shard: slot ", slot, " (table ", t->spec.table_id(), ", key ", key,
+          ") is not owned by this server; shard map epoch ", options_.shard_epoch));
+    }
+  }
+  view->values = {};
+  if (with_values) {
+    s = DecodeValues(block.values(), &view->values);
+    if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("table ", t->spec.table_id(), ": ", s.message()));
+    if (view->values.size() != view->keys.size() * t->dim) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table ", t->spec.table_id(), ": ", view->values.size(), " values for ",
+          view->keys.size(), " keys of dim ", t->dim, " (want ", view->keys.size() * t->dim, ")"));
+    }
+    if (options_.nonfinite == NonFinitePolicy::kReject && !AllFinite(view->values)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table ", t->spec.table_id(), ": gradient holds NaN or Inf; nothing was applied"));
+    }
+  } else if (!block.values().empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("table ", t->spec.table_id(), ": a pull block must not carry values"));
+  }
+  view->table = t;
+  return absl::OkStatus();
+}
+
+TableStore::Row TableStore::NewRow(const Table& table, uint64_t key) const {
+  Row row;
+  row.data.reset(new float[table.row_floats]);
+  InitializeRow(table.spec.initializer(), table.spec.table_id(), key, row.data.get(), table.dim);
+  table.optimizer->InitState(row.data.get(), row.data.get() + table.dim, table.dim);
+  return row;
+}
+
+TableStore::Row& TableStore::RowFor(Slot& slot, const Table& table, uint64_t key) {
+  const RowKey rk{table.spec.table_id(), key};
+  auto it = slot.rows.find(rk);
+  if (it != slot.rows.end()) return it->second;
+  return slot.rows.emplace(rk, NewRow(table, key)).first->second;
+}
+
+void TableStore::ApplyToRow(const Table& table, const float* grad, Row& row) const {
+  if (options_.nonfinite == NonFinitePolicy::kSkipRow &&
+      !AllFinite(absl::MakeConstSpan(grad, table.dim))) {
+    return;
+  }
+  ++row.updates;
+  table.optimizer->Apply(grad, table.dim, row.updates, row.data.get(), row.data.get() + table.dim);
+}
+
+void TableStore::Pull(const BlockView& view, std::string* out) {
+  const Table& t = *view.table;
+  const size_t row_bytes = t.dim * sizeof(float);
+  out->resize(view.keys.size() * row_bytes);
+  char* dst = out->data();
+  for (uint64_t key : view.keys) {
+    Slot& slot = slots_[SlotOf(t.spec.table_id(), key)];
+    absl::MutexLock l(&slot.mu);
+    std::memcpy(dst, RowFor(slot, t, key).data.get(), row_bytes);
+    dst += row_bytes;
+  }
+}
+
+void TableStore::Apply(const BlockView& view) {
+  const Table& t = *view.table;
+  const float* grad = view.values.data();
+  for (uint64_t key : view.keys) {
+    Slot& slot = slots_[SlotOf(t.spec.table_id(), key)];
+    absl::MutexLock l(&slot.mu);
+    ApplyToRow(t, grad, RowFor(slot, t, key));
+    grad += t.dim;
+  }
+}
+
+void TableStore::Accumulate(const BlockView& view, int64_t clock) {
+  const Table& t = *view.table;
+  const float* grad = view.values.data();
+  for (uint64_t key : view.keys) {
+    Slot& slot = slots_[SlotOf(t.spec.table_id(), key)];
+    absl::MutexLock l(&slot.mu);
+    std::vector<float>& sum = slot.pending[clock][RowKey{t.spec.table_id(), key}];
+    if (sum.empty()) {
+      sum.assign(grad, grad + t.dim);
+    } else {
+      for (int i = 0; i < t.dim; ++i) sum[i] += grad[i];
+    }
+    grad += t.dim;
+  }
+}
+
+void TableStore::ApplyAccumulated(const std::string& job_id, int64_t clock) {
+  // The job's tables, looked up once (not per row under the slot locks).
+  absl::flat_hash_map<uint32_t, const Table*> job_tables;
+  {
+    absl::ReaderMutexLock l(&tables_mu_);
+    for (const auto& [id, table] : tables_) {
+      if (table->spec.job_id() == job_id) job_tables[id] = table.get();
+    }
+  }
+  for (uint32_t s = 0; s < kNumSlots; ++s) {
+    Slot& slot = slots_[s];
+    absl::MutexLock l(&slot.mu);
+    auto pending = slot.pending.find(clock);
+    if (pending == slot.pending.end()) continue;
+    auto& sums = pending->second;
+    for (auto it = sums.begin(); it != sums.end();) {
+      auto table = job_tables.find(it->first.first);
+      if (table == job_tables.end()) {
+        ++it;
+        continue;
+      }
+      ApplyToRow(*table->second, it->second.data(), RowFor(slot, *table->second, it->first.second));
+      sums.erase(it++);
+    }
+    if (sums.empty()) slot.pending.erase(pending);
+  }
+}
+
+}  // namespace ps

@@ -1,0 +1,114 @@
+// The rows this server holds, sharded into virtual slots, and the updates applied to them.
+#ifndef PS_SERVER_TABLE_STORE_H_
+#define PS_SERVER_TABLE_STORE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "ps/v1/parameter_server.pb.h"
+#include "server/optimizer.h"
+
+namespace ps {
+
+// What to do with a pushed gradient that holds NaN or Inf.
+enum class NonFinitePolicy {
+  kReject,   // the whole request fails with INVALID_ARGUMENT; nothing is applied (default)
+  kSkipRow,  // rows whose gradient is not finite are left unchanged; the rest apply
+};
+
+struct TableStoreOptions {
+  // Slots this server owns (kNumSlots entries); empty means every slot.
+  std::vector<bool> owned_slots;
+  uint64_t shard_epoch = 1;
+  NonFinitePolicy nonfinite = NonFinitePolicy::kReject;
+  // Largest number of keys in one block of a request.
+  size_t max_keys_per_block = size_t{1} << 22;
+  // Largest row dimension a table may declare.
+  uint32_t max_dim = 1u << 20;
+  // Largest dense table (values + optimizer state, whole table, all servers), bytes.
+  uint64_t max_dense_table_bytes = uint64_t{64} << 30;
+};
+
+// Thread-safe. Each slot has its own lock: requests touching different slots never wait on each
+// other. Tables are never removed, so `Table` pointers stay valid for the store's lifetime.
+class TableStore {
+ public:
+  struct Table {
+    v1::TableSpec spec;
+    std::unique_ptr<Optimizer> optimizer;
+    int dim = 0;
+    int row_floats = 0;  // dim * (1 + optimizer state per value)
+  };
+  // A validated block of a request.
+  struct BlockView {
+    const Table* table = nullptr;
+    absl::Span<const uint64_t> keys;
+    absl::Span<const float> values;  // gradients (push); empty for pull
+  };
+
+  explicit TableStore(TableStoreOptions options);
+  ~TableStore();
+  TableStore(const TableStore&) = delete;
+  TableStore& operator=(const TableStore&) = delete;
+
+  // Creates a table; dense tables get their rows (in owned slots) at once. Creating the same
+  // spec again is OK; a different spec under the same id is ALREADY_EXISTS.
+  absl::Status CreateTable(const v1::TableSpec& spec);
+  absl::StatusOr<v1::DescribeTableResponse> Describe(uint32_t table_id) const;
+
+  // Checks a block before anything is touched: known table of `job_id`, packed keys with no
+  // duplicates, dense keys in range, keys in slots this server owns, and (if `with_values`)
+  // values of keys*dim floats, finite unless the policy skips bad rows.
+  absl::Status Resolve(const std::string& job_id, const v1::KeyBlock& block, bool with_values,
+                       BlockView* view) const;
+
+  // Writes the keys' values (dim floats each, in key order) to `out`; creates missing sparse rows.
+  void Pull(const BlockView& view, std::string* out);
+  // Applies the gradients now (async / ssp).
+  void Apply(const BlockView& view);
+  // Adds the gradients to the sums of `clock` (sync); ApplyAccumulated applies them.
+  void Accumulate(const BlockView& view, int64_t clock);
+  // Applies (once per row) and clears the summed gradients of `clock` for tables of `job_id`.
+  void ApplyAccumulated(const std::string& job_id, int64_t clock);
+
+  // Rows held for a table (0 for an unknown one).
+  uint64_t NumRows(uint32_t table_id) const;
+
+ private:
+  using RowKey = std::pair<uint32_t, uint64_t>;  // (table id, key)
+  struct Row {
+    std::unique_ptr<float[]> data;  // values, then optimizer state
+    int64_t updates = 0;
+  };
+  struct Slot {
+    absl::Mutex mu;
+    absl::flat_hash_map<RowKey, Row> rows ABSL_GUARDED_BY(mu);
+    // sync: summed gradients by clock, then by row.
+    absl::flat_hash_map<int64_t, absl::flat_hash_map<RowKey, std::vector<float>>> pending
+        ABSL_GUARDED_BY(mu);
+  };
+
+  bool Owns(uint32_t slot) const { return options_.owned_slots.empty() || options_.owned_slots[slot]; }
+  const Table* FindTable(uint32_t table_id) const;
+  Row NewRow(const Table& table, uint64_t key) const;
+  Row& RowFor(Slot& slot, const Table& table, uint64_t key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
+  void ApplyToRow(const Table& table, const float* grad, Row& row) const;
+
+  const TableStoreOptions options_;
+  std::unique_ptr<Slot[]> slots_;
+  mutable absl::Mutex tables_mu_;
+  absl::flat_hash_map<uint32_t, std::unique_ptr<Table>> tables_ ABSL_GUARDED_BY(tables_mu_);
+};
+
+}  // namespace ps
+
+#endif  // PS_SERVER_TABLE_STORE_H_

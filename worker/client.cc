@@ -1,0 +1,482 @@
+#include "worker/client.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include <grpcpp/create_channel.h>
+#include <grpcpp/support/channel_arguments.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "common/codec.h"
+#include "common/grpc_status.h"
+#include "common/status_macros.h"
+
+namespace ps {
+
+absl::Status ClientOptions::Validate() const {
+  if (servers.empty() && shard_map_file.empty()) {
+    return absl::InvalidArgumentError("no servers given (servers or shard_map_file)");
+  }
+  if (job_id.empty()) return absl::InvalidArgumentError("job_id is empty");
+  if (max_part_bytes < 4096) return absl::InvalidArgumentError("max_part_bytes must be >= 4096");
+  if (channels_per_server < 1) return absl::InvalidArgumentError("channels_per_server must be >= 1");
+  if (rpc_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("rpc_timeout must be positive");
+  }
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Handle
+
+struct Handle::State {
+  absl::Mutex mu;
+  int pending ABSL_GUARDED_BY(mu) = 0;
+  absl::Status status ABSL_GUARDED_BY(mu);
+  int64_t min_clock ABSL_GUARDED_BY(mu) = std::numeric_limits<int64_t>::max();
+  absl::Duration max_wait ABSL_GUARDED_BY(mu);
+  absl::Notification done;
+
+  void Finish(const absl::Status& s, int64_t part_min_clock, absl::Duration wait) {
+    bool last;
+    {
+      absl::MutexLock l(&mu);
+      if (status.ok() && !s.ok()) status = s;
+      min_clock = std::min(min_clock, part_min_clock);
+      max_wait = std::max(max_wait, wait);
+      last = --pending == 0;
+    }
+    if (last) done.Notify();
+  }
+};
+
+absl::Status Handle::Wait() const {
+  if (state_ == nullptr) return absl::FailedPreconditionError("empty handle");
+  state_->done.WaitForNotification();
+  absl::MutexLock l(&state_->mu);
+  return state_->status;
+}
+
+bool Handle::Done() const { return state_ == nullptr || state_->done.HasBeenNotified(); }
+
+int64_t Handle::min_clock() const {
+  absl::MutexLock l(&state_->mu);
+  return state_->min_clock;
+}
+
+absl::Duration Handle::max_wait() const {
+  absl::MutexLock l(&state_->mu);
+  return state_->max_wait;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Splitting
+
+// Keys of one op that go into one part: indices into op.keys.
+struct Client::Segment {
+  int op = 0;
+  std::vector<uint32_t> idx;
+};
+struct Client::Part {
+  std::vector<Segment> segments;
+};
+
+std::vector<uint64_t> DenseKeys(uint64_t n) {
+  std::vector<uint64_t> keys(n);
+  for (uint64_t i = 0; i < n; ++i) keys[i] = i;
+  return keys;
+}
+
+std::vector<std::vector<Client::Part>> Client::Split(const std::vector<TableOp>& ops,
+                                                     const std::vector<int>& dims,
+                                                     bool with_values) const {
+  const int n = static_cast<int>(map_.servers().size());
+  std::vector<std::vector<Part>> parts(n);
+  std::vector<size_t> bytes(n, 0);
+  for (int o = 0; o < static_cast<int>(ops.size()); ++o) {
+    const size_t key_bytes = 8 + static_cast<size_t>(dims[o]) * sizeof(float);
+    std::vector<Segment*> open(n, nullptr);
+    for (uint32_t i = 0; i < ops[o].keys.size(); ++i) {
+      const int s = map_.OwnerOf(ops[o].table_id, ops[o].keys[i]);
+      if (open[s] == nullptr || bytes[s] + key_bytes > options_.max_part_bytes) {
+        if (parts[s].empty() || bytes[s] + key_bytes > options_.max_part_bytes) {
+          parts[s].emplace_back();
+          bytes[s] = 0;
+        }
+        parts[s].back().segments.push_back(Segment{o, {}});
+        open[s] = &parts[s].back().segments.back();
+      }
+      open[s]->idx.push_back(i);
+      bytes[s] += key_bytes;
+    }
+  }
+  (void)with_values;
+  return parts;
+}
+
+// ---------------------------------------------------------------------------------------------
+// One RPC (a part), with its retries.
+
+class Client::Call {
+ public:
+  enum Kind { kPull, kPush, kPushPull };
+
+  Call(Client* client, Kind kind, int server, size_t index, std::shared_ptr<Handle::State> state,
+       std::vector<TableOp> ops, std::vector<int> dims)
+      : client_(client),
+        kind_(kind),
+        server_(server),
+        index_(index),
+        state_(std::move(state)),
+        ops_(std::move(ops)),
+        dims_(std::move(dims)) {}
+
+  v1::PullRequest pull;
+  v1::PushRequest push;
+  v1::PushPullRequest push_pull;
+  std::vector<Segment> pull_segments;  // where the response blocks go
+
+  static void FillBlocks(const std::vector<TableOp>& ops, const std::vector<int>& dims,
+                         const std::vector<Segment>& segments, bool with_values,
+                         google::protobuf::RepeatedPtrField<v1::KeyBlock>* blocks) {
+    for (const Segment& seg : segments) {
+      const TableOp& op = ops[seg.op];
+      v1::KeyBlock* b = blocks->Add();
+      b->set_table_id(op.table_id);
+      std::string* keys = b->mutable_keys();
+      keys->resize(seg.idx.size() * sizeof(uint64_t));
+      uint64_t* k = reinterpret_cast<uint64_t*>(keys->data());
+      for (uint32_t i : seg.idx) *k++ = op.keys[i];
+      if (with_values) {
+        const size_t row = static_cast<size_t>(dims[seg.op]) * sizeof(float);
+        std::string* values = b->mutable_values();
+        values->resize(seg.idx.size() * row);
+        char* v = values->data();
+        for (uint32_t i : seg.idx) {
+          std::memcpy(v, op.grads + static_cast<size_t>(i) * dims[seg.op], row);
+          v += row;
+        }
+      }
+    }
+  }
+
+  // Starts the RPC; `self` keeps this call alive until it finishes.
+  static void Start(std::shared_ptr<Call> self) {
+    Call* c = self.get();
+    c->ctx_ = std::make_unique<grpc::ClientContext>();
+    c->ctx_->set_deadline(absl::ToChronoTime(absl::Now() + c->client_->options_.rpc_timeout));
+    c->ctx_->set_wait_for_ready(true);
+    auto* stub = c->client_->Stub(c->server_, c->index_);
+    auto done = [self](grpc::Status s) { self->OnDone(self, s); };
+    switch (c->kind_) {
+      case kPull:
+        c->response_.Clear();
+        stub->async()->Pull(c->ctx_.get(), &c->pull, &c->response_, done);
+        break;
+      case kPush:
+        stub->async()->Push(c->ctx_.get(), &c->push, &c->push_response_, done);
+        break;
+      case kPushPull:
+        c->response_.Clear();
+        stub->async()->PushPull(c->ctx_.get(), &c->push_pull, &c->response_, done);
+        break;
+    }
+  }
+
+ private:
+  void OnDone(std::shared_ptr<Call> self, const grpc::Status& s) {
+    if (s.error_code() == grpc::StatusCode::UNAVAILABLE &&
+        attempts_++ < client_->options_.max_retries) {
+      Start(std::move(self));
+      return;
+    }
+    absl::Status status = FromGrpcStatus(s);
+    if (!status.ok()) {
+      status = absl::Status(status.code(), absl::StrCat("server ", client_->map_.servers()[server_],
+                                                        ": ", status.message()));
+    }
+    int64_t min_clock = std::numeric_limits<int64_t>::max();
+    absl::Duration wait;
+    if (status.ok() && kind_ != kPush) {
+      status = Scatter();
+      min_clock = response_.min_clock();
+      wait = absl::Microseconds(response_.wait_micros());
+    }
+    state_->Finish(status, min_clock, wait);
+  }
+
+  absl::Status Scatter() {
+    if (response_.blocks_size() != static_cast<int>(pull_segments.size())) {
+      return absl::InternalError(absl::StrCat("server answered ", response_.blocks_size(),
+                                              " blocks for ", pull_segments.size()));
+    }
+    for (size_t j = 0; j < pull_segments.size(); ++j) {
+      const Segment& seg = pull_segments[j];
+      const size_t row = static_cast<size_t>(dims_[seg.op]);
+      const std::string& values = response_.blocks(j).values();
+      if (values.size() != seg.idx.size() * row * sizeof(float)) {
+        return absl::InternalError(absl::StrCat("server answered ", values.size(),
+                                                " bytes of values for ", seg.idx.size(),
+                                                " keys of dim ", row));
+      }
+      const float* src = reinterpret_cast<const float*>(values.data());
+      float* out = ops_[seg.op].out;
+      for (uint32_t i : seg.idx) {
+        std::memcpy(out + i * row, src, row * sizeof(float));
+        src += row;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  Client* const client_;
+  const Kind kind_;
+  const int server_;
+  const size_t index_;
+  std::shared_ptr<Handle::State> state_;
+  const std::vector<TableOp> ops_;  // pull ops (kPull, kPushPull)
+  const std::vector<int> dims_;
+  std::unique_ptr<grpc::ClientContext> ctx_;
+  v1::PullResponse response_;
+  v1::PushResponse push_response_;
+  int attempts_ = 0;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Client
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
+  PS_RETURN_IF_ERROR(options.Validate());
+  ShardMap map;
+  if (!options.shard_map_file.empty()) {
+    PS_ASSIGN_OR_RETURN(map, ShardMap::FromFile(options.shard_map_file));
+  } else {
+    map = ShardMap::RoundRobin(options.servers);
+  }
+  return std::unique_ptr<Client>(new Client(std::move(options), std::move(map)));
+}
+
+Client::Client(ClientOptions options, ShardMap map)
+    : options_(std::move(options)),
+      map_(std::move(map)),
+      next_request_id_(static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()))) {
+  for (const std::string& address : map_.servers()) {
+    std::vector<std::unique_ptr<v1::ParameterServer::Stub>> channels;
+    for (int c = 0; c < options_.channels_per_server; ++c) {
+      grpc::ChannelArguments args;
+      args.SetMaxReceiveMessageSize(-1);
+      args.SetMaxSendMessageSize(-1);
+      // A distinct channel per index: separate TCP connections, not one shared subchannel.
+      args.SetInt("ps.channel_index", c);
+      args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+      channels.push_back(v1::ParameterServer::NewStub(
+          grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args)));
+    }
+    stubs_.push_back(std::move(channels));
+  }
+}
+
+Client::~Client() = default;
+
+v1::ParameterServer::Stub* Client::Stub(int server, size_t part) {
+  return stubs_[server][part % stubs_[server].size()].get();
+}
+
+namespace {
+// Runs `rpc(server_index, ctx)` against every server in turn; the first error wins.
+template <typename Fn>
+absl::Status ForEachServer(size_t n, absl::Duration timeout, Fn rpc) {
+  for (size_t i = 0; i < n; ++i) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    ctx.set_wait_for_ready(true);
+    grpc::Status s = rpc(i, &ctx);
+    if (!s.ok()) return FromGrpcStatus(s);
+  }
+  return absl::OkStatus();
+}
+}  // namespace
+
+absl::Status Client::ConfigureJob(const v1::ConsistencySpec& consistency,
+                                  const std::vector<uint32_t>& worker_ids,
+                                  uint64_t membership_epoch) {
+  v1::ConfigureJobRequest req;
+  req.set_job_id(options_.job_id);
+  *req.mutable_consistency() = consistency;
+  for (uint32_t w : worker_ids) req.add_worker_ids(w);
+  req.set_membership_epoch(membership_epoch);
+  return ForEachServer(stubs_.size(), absl::Seconds(30), [&](size_t i, grpc::ClientContext* ctx) {
+    v1::ConfigureJobResponse resp;
+    return stubs_[i][0]->ConfigureJob(ctx, req, &resp);
+  });
+}
+
+absl::Status Client::CreateTable(const v1::TableSpec& spec) {
+  v1::CreateTableRequest req;
+  *req.mutable_spec() = spec;
+  PS_RETURN_IF_ERROR(
+      ForEachServer(stubs_.size(), absl::Seconds(120), [&](size_t i, grpc::ClientContext* ctx) {
+        v1::CreateTableResponse resp;
+        return stubs_[i][0]->CreateTable(ctx, req, &resp);
+      }));
+  absl::MutexLock l(&dims_mu_);
+  dims_[spec.table_id()] = static_cast<int>(spec.dim());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::TableSpec> Client::DescribeTable(uint32_t table_id) {
+  v1::DescribeTableRequest req;
+  req.set_table_id(table_id);
+  v1::DescribeTableResponse resp;
+  PS_RETURN_IF_ERROR(ForEachServer(1, absl::Seconds(30), [&](size_t, grpc::ClientContext* ctx) {
+    return stubs_[0][0]->DescribeTable(ctx, req, &resp);
+  }));
+  absl::MutexLock l(&dims_mu_);
+  dims_[table_id] = static_cast<int>(resp.spec().dim());
+  return resp.spec();
+}
+
+absl::Status Client::ResolveDims(const std::vector<TableOp>& ops, std::vector<int>* dims) {
+  dims->resize(ops.size());
+  for (size_t i = 0; i < ops.size(); ++i) {
+    {
+      absl::MutexLock l(&dims_mu_);
+      auto it = dims_.find(ops[i].table_id);
+      if (it != dims_.end()) {
+        (*dims)[i] = it->second;
+        continue;
+      }
+    }
+    PS_ASSIGN_OR_RETURN(v1::TableSpec spec, DescribeTable(ops[i].table_id));
+    (*dims)[i] = static_cast<int>(spec.dim());
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+Handle FailedHandle(const absl::Status& s) {
+  auto state = std::make_shared<Handle::State>();
+  state->pending = 1;
+  state->Finish(s, 0, absl::ZeroDuration());
+  return Handle(std::move(state));
+}
+}  // namespace
+
+Handle Client::PullAsync(std::vector<TableOp> ops) {
+  std::vector<int> dims;
+  absl::Status s = ResolveDims(ops, &dims);
+  if (!s.ok()) return FailedHandle(s);
+  auto parts = Split(ops, dims, /*with_values=*/false);
+  std::vector<std::shared_ptr<Call>> calls;
+  auto state = std::make_shared<Handle::State>();
+  for (int server = 0; server < static_cast<int>(parts.size()); ++server) {
+    for (size_t p = 0; p < parts[server].size(); ++p) {
+      auto call = std::make_shared<Call>(this, Call::kPull, server, p, state, ops, dims);
+      call->pull.set_job_id(options_.job_id);
+      call->pull.set_worker_id(options_.worker_id);
+      call->pull.set_clock(clock_.load());
+      call->pull.set_shard_epoch(map_.epoch());
+      Call::FillBlocks(ops, dims, parts[server][p].segments, false, call->pull.mutable_blocks());
+      call->pull_segments = std::move(parts[server][p].segments);
+      calls.push_back(std::move(call));
+    }
+  }
+  if (calls.empty()) return FailedHandle(absl::OkStatus());
+  { absl::MutexLock l(&state->mu); state->pending = static_cast<int>(calls.size()); }
+  for (auto& c : calls) Call::Start(std::move(c));
+  return Handle(std::move(state));
+}
+
+Handle Client::PushAsync(std::vector<TableOp> ops) {
+  std::vector<int> dims;
+  absl::Status s = ResolveDims(ops, &dims);
+  if (!s.ok()) return FailedHandle(s);
+  for (const TableOp& op : ops) {
+    if (op.grads == nullptr && !op.keys.empty()) {
+      return FailedHandle(absl::InvalidArgumentError(
+          absl::StrCat("push to table ", op.table_id, " has no gradients")));
+    }
+  }
+  auto parts = Split(ops, dims, /*with_values=*/true);
+  std::vector<std::shared_ptr<Call>> calls;
+  auto state = std::make_shared<Handle::State>();
+  for (int server = 0; server < static_cast<int>(parts.size()); ++server) {
+    for (size_t p = 0; p < parts[server].size(); ++p) {
+      auto call = std::make_shared<Call>(this, Call::kPush, server, p, state,
+                                         std::vector<TableOp>(), dims);
+      v1::PushRequest& r = call->push;
+      r.set_job_id(options_.job_id);
+      r.set_worker_id(options_.worker_id);
+      r.set_request_id(next_request_id_++);
+      r.set_clock(clock_.load());
+      r.set_shard_epoch(map_.epoch());
+      Call::FillBlocks(ops, dims, parts[server][p].segments, true, r.mutable_blocks());
+      calls.push_back(std::move(call));
+    }
+  }
+  if (calls.empty()) return FailedHandle(absl::OkStatus());
+  { absl::MutexLock l(&state->mu); state->pending = static_cast<int>(calls.size()); }
+  for (auto& c : calls) Call::Start(std::move(c));
+  return Handle(std::move(state));
+}
+
+Handle Client::PushPullAsync(std::vector<TableOp> push_ops, std::vector<TableOp> pull_ops) {
+  std::vector<int> push_dims, pull_dims;
+  absl::Status s = ResolveDims(push_ops, &push_dims);
+  if (s.ok()) s = ResolveDims(pull_ops, &pull_dims);
+  if (!s.ok()) return FailedHandle(s);
+  auto push_parts = Split(push_ops, push_dims, true);
+  auto pull_parts = Split(pull_ops, pull_dims, false);
+  const int64_t clock = clock_.fetch_add(1);
+  std::vector<std::shared_ptr<Call>> calls;
+  auto state = std::make_shared<Handle::State>();
+  for (int server = 0; server < static_cast<int>(push_parts.size()); ++server) {
+    // Every server hears of the clock: at least one part each.
+    const size_t n = std::max<size_t>(
+        {push_parts[server].size(), pull_parts[server].size(), size_t{1}});
+    for (size_t p = 0; p < n; ++p) {
+      auto call = std::make_shared<Call>(this, Call::kPushPull, server, p, state, pull_ops,
+                                         pull_dims);
+      v1::PushPullRequest& r = call->push_pull;
+      v1::PushRequest* push = r.mutable_push();
+      push->set_job_id(options_.job_id);
+      push->set_worker_id(options_.worker_id);
+      push->set_request_id(next_request_id_++);
+      push->set_clock(clock);
+      push->set_shard_epoch(map_.epoch());
+      r.set_advance_clock(true);
+      r.set_clock_parts(static_cast<uint32_t>(n));
+      if (p < push_parts[server].size()) {
+        Call::FillBlocks(push_ops, push_dims, push_parts[server][p].segments, true,
+                         push->mutable_blocks());
+      }
+      if (p < pull_parts[server].size()) {
+        Call::FillBlocks(pull_ops, pull_dims, pull_parts[server][p].segments, false,
+                         r.mutable_pull_blocks());
+        call->pull_segments = std::move(pull_parts[server][p].segments);
+      }
+      calls.push_back(std::move(call));
+    }
+  }
+  { absl::MutexLock l(&state->mu); state->pending = static_cast<int>(calls.size()); }
+  for (auto& c : calls) Call::Start(std::move(c));
+  return Handle(std::move(state));
+}
+
+absl::Status Client::Clock() {
+  v1::ClockRequest req;
+  req.set_job_id(options_.job_id);
+  req.set_worker_id(options_.worker_id);
+  req.set_clock(clock_.load() + 1);
+  PS_RETURN_IF_ERROR(
+      ForEachServer(stubs_.size(), options_.rpc_timeout, [&](size_t i, grpc::ClientContext* ctx) {
+        v1::ClockResponse resp;
+        return stubs_[i][0]->Clock(ctx, req, &resp);
+      }));
+  clock_.fetch_add(1);
+  return absl::OkStatus();
+}
+
+}  // namespace ps

@@ -1,0 +1,127 @@
+// ps::Client: what a training loop uses to talk to the parameter servers.
+#ifndef PS_WORKER_CLIENT_H_
+#define PS_WORKER_CLIENT_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "common/shard_map.h"
+#include "ps/v1/parameter_server.grpc.pb.h"
+
+namespace ps {
+
+struct ClientOptions {
+  // Server addresses in shard-map order (slot s lives on servers[s % n]), or a shard map file.
+  std::vector<std::string> servers;
+  std::string shard_map_file;
+  std::string job_id = "default";
+  uint32_t worker_id = 0;
+  // Requests larger than this are cut into parts sent in parallel (keeps every gRPC message
+  // small, whatever the tensor size).
+  size_t max_part_bytes = 4 << 20;
+  // TCP connections per server; parts are spread over them.
+  int channels_per_server = 1;
+  // Deadline of one RPC (a sync/ssp pull may wait this long for slow workers).
+  absl::Duration rpc_timeout = absl::Seconds(180);
+  // Retries of an RPC that failed with UNAVAILABLE (pushes keep their request id: applied once).
+  int max_retries = 3;
+
+  absl::Status Validate() const;
+};
+
+// One table's part of a request. `keys` and the buffers are borrowed until the handle is done.
+struct TableOp {
+  uint32_t table_id = 0;
+  absl::Span<const uint64_t> keys;
+  const float* grads = nullptr;  // push: keys.size() * dim gradients
+  float* out = nullptr;          // pull: receives keys.size() * dim values
+};
+
+// A request in flight (like ps-lite's timestamp). Copyable; Wait() may be called many times.
+class Handle {
+ public:
+  struct State;
+  Handle() = default;
+  explicit Handle(std::shared_ptr<State> state) : state_(std::move(state)) {}
+  // Blocks until every part has answered; the first error, if any.
+  absl::Status Wait() const;
+  bool Done() const;
+  // After Wait(): the smallest min_clock the servers reported, and the longest pull wait.
+  int64_t min_clock() const;
+  absl::Duration max_wait() const;
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+// Thread-compatible for the clock (one training loop drives it); the async calls themselves may
+// overlap: several handles can be in flight at once.
+class Client {
+ public:
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(ClientOptions options);
+  ~Client();
+
+  // Declares the job's consistency mode and worker set on every server.
+  absl::Status ConfigureJob(const v1::ConsistencySpec& consistency,
+                            const std::vector<uint32_t>& worker_ids, uint64_t membership_epoch = 1);
+  // Creates a table on every server (idempotent for the same spec).
+  absl::Status CreateTable(const v1::TableSpec& spec);
+  // Looks a table up (cached): its spec as the servers hold it.
+  absl::StatusOr<v1::TableSpec> DescribeTable(uint32_t table_id);
+
+  Handle PullAsync(std::vector<TableOp> ops);
+  Handle PushAsync(std::vector<TableOp> ops);
+  // Pushes the gradients of the current clock, advances the clock, pulls at the new clock: one
+  // round trip per part. Every server is told of the clock, also those with no keys.
+  Handle PushPullAsync(std::vector<TableOp> push_ops, std::vector<TableOp> pull_ops);
+
+  absl::Status Pull(std::vector<TableOp> ops) { return PullAsync(std::move(ops)).Wait(); }
+  absl::Status Push(std::vector<TableOp> ops) { return PushAsync(std::move(ops)).Wait(); }
+  absl::Status PushPull(std::vector<TableOp> push_ops, std::vector<TableOp> pull_ops) {
+    return PushPullAsync(std::move(push_ops), std::move(pull_ops)).Wait();
+  }
+  // Advances this worker's clock by one on every server.
+  absl::Status Clock();
+
+  int64_t clock() const { return clock_.load(); }
+  uint32_t worker_id() const { return options_.worker_id; }
+  const std::string& job_id() const { return options_.job_id; }
+  const ShardMap& shard_map() const { return map_; }
+
+ private:
+  struct Segment;
+  struct Part;
+  class Call;
+  explicit Client(ClientOptions options, ShardMap map);
+
+  // Returns dims for the ops' tables, describing unknown ones.
+  absl::Status ResolveDims(const std::vector<TableOp>& ops, std::vector<int>* dims);
+  // Groups keys by owning server and cuts them into parts of at most max_part_bytes.
+  std::vector<std::vector<Part>> Split(const std::vector<TableOp>& ops, const std::vector<int>& dims,
+                                       bool with_values) const;
+  v1::ParameterServer::Stub* Stub(int server, size_t part);
+
+  const ClientOptions options_;
+  const ShardMap map_;
+  std::vector<std::vector<std::unique_ptr<v1::ParameterServer::Stub>>> stubs_;  // [server][channel]
+  std::atomic<int64_t> clock_{0};
+  std::atomic<uint64_t> next_request_id_;
+  absl::Mutex dims_mu_;
+  absl::flat_hash_map<uint32_t, int> dims_ ABSL_GUARDED_BY(dims_mu_);
+};
+
+// Keys 0..n-1 (a whole dense table).
+std::vector<uint64_t> DenseKeys(uint64_t n);
+
+}  // namespace ps
+
+#endif  // PS_WORKER_CLIENT_H_
