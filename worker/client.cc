@@ -120,12 +120,31 @@ std::vector<std::vector<Client::Part>> Client::Split(const std::vector<TableOp>&
 // One RPC (a part), with its retries.
 
 class Client::Call {
+  // Counts the call as live from construction until every member (the ClientContext last of
+  // all) is destroyed: it is the first member, so it is destroyed last.
+  class LiveToken {
+   public:
+    explicit LiveToken(Client* c) : client_(c) {
+      absl::MutexLock l(&client_->calls_mu_);
+      ++client_->live_calls_;
+    }
+    ~LiveToken() {
+      absl::MutexLock l(&client_->calls_mu_);
+      --client_->live_calls_;
+    }
+
+   private:
+    Client* const client_;
+  };
+  const LiveToken live_;
+
  public:
   enum Kind { kPull, kPush, kPushPull };
 
   Call(Client* client, Kind kind, int server, size_t index, std::shared_ptr<Handle::State> state,
        std::vector<TableOp> ops, std::vector<int> dims)
-      : client_(client),
+      : live_(client),
+        client_(client),
         kind_(kind),
         server_(server),
         index_(index),
@@ -278,7 +297,11 @@ Client::Client(ClientOptions options, ShardMap map)
   }
 }
 
-Client::~Client() = default;
+Client::~Client() {
+  absl::MutexLock l(&calls_mu_);
+  calls_mu_.Await(absl::Condition(
+      +[](int* live) { return *live == 0; }, &live_calls_));
+}
 
 v1::ParameterServer::Stub* Client::Stub(int server, size_t part) {
   return stubs_[server][part % stubs_[server].size()].get();

@@ -64,7 +64,8 @@ class Handle {
 };
 
 // Thread-compatible for the clock (one training loop drives it); the async calls themselves may
-// overlap: several handles can be in flight at once.
+// overlap: several handles can be in flight at once. Destroying the client waits for calls in
+// flight.
 class Client {
  public:
   static absl::StatusOr<std::unique_ptr<Client>> Connect(ClientOptions options);
@@ -113,6 +114,10 @@ class Client {
   const ClientOptions options_;
   const ShardMap map_;
   std::vector<std::vector<std::unique_ptr<v1::ParameterServer::Stub>>> stubs_;  // [server][channel]
+  // Calls in flight. The destructor waits for them: destroying a channel while one of its
+  // callbacks still runs (and then frees its ClientContext) corrupts gRPC's call refcounts.
+  absl::Mutex calls_mu_;
+  int live_calls_ ABSL_GUARDED_BY(calls_mu_) = 0;
   std::atomic<int64_t> clock_{0};
   std::atomic<uint64_t> next_request_id_;
   absl::Mutex dims_mu_;
