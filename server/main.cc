@@ -6,6 +6,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "common/flags_usage.h"
 #include "common/signals.h"
 #include "server/parameter_server.h"
 
@@ -22,9 +23,10 @@ ABSL_FLAG(int, max_message_mb, 256, "largest gRPC message accepted, MiB");
 ABSL_FLAG(std::string, port_file, "", "if set, write the bound port here once serving");
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  ps::SetUsage(
       "Parameter server daemon: holds table rows for its slots, applies optimizers.\n"
-      "Example: ps_server --listen=0.0.0.0:7100 --server_index=0 --num_servers=2");
+      "Example: ps_server --listen=0.0.0.0:7100 --server_index=0 --num_servers=2",
+      __FILE__);
   absl::ParseCommandLine(argc, argv);
   ps::BlockTerminationSignals();
   google::InitGoogleLogging(argv[0]);

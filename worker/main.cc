@@ -9,6 +9,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "common/flags_usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -48,10 +49,11 @@ int Fail(const std::string& message) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  ps::SetUsage(
       "Worker: trains an MLP on Fashion-MNIST through the parameter servers.\n"
       "Example: ps_worker --servers=127.0.0.1:7100,127.0.0.1:7101 --worker_id=0 "
-      "--num_workers=2 --evaluate");
+      "--num_workers=2 --evaluate",
+      __FILE__);
   absl::ParseCommandLine(argc, argv);
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
