@@ -27,8 +27,7 @@ TEST(CodecTest, RejectsTruncatedBytes) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("multiple of 8"), std::string::npos);
   absl::Span<const float> values;
-  EXPECT_EQ(DecodeValues(std::string(7, '\0'), &values).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(DecodeValues(std::string(7, '\0'), &values).code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(CodecTest, AllFiniteSpotsNanAndInf) {

@@ -55,10 +55,9 @@ absl::StatusOr<ShardMap> ShardMap::Parse(const std::string& text) {
       uint32_t lo = 0, hi = 0;
       if (ends.size() > 2 || !absl::SimpleAtoi(ends[0], &lo) ||
           !absl::SimpleAtoi(ends.back(), &hi) || lo > hi || hi >= kNumSlots) {
-        return absl::InvalidArgumentError(absl::StrCat("shard map line ", line_no,
-                                                       ": bad slot range '", words[i],
-                                                       "' (want A-B within 0-", kNumSlots - 1,
-                                                       ")"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("shard map line ", line_no, ": bad slot range '", words[i],
+                         "' (want A-B within 0-", kNumSlots - 1, ")"));
       }
       for (uint32_t s = lo; s <= hi; ++s) {
         if (m.owner_[s] != -1) {

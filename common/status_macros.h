@@ -9,10 +9,10 @@
 #define PS_STATUS_CONCAT_(a, b) PS_STATUS_CONCAT_INNER_(a, b)
 
 // Returns from the current function if `expr` (an absl::Status) is not OK.
-#define PS_RETURN_IF_ERROR(expr)                          \
-  do {                                                    \
-    ::absl::Status ps_status_ = (expr);                   \
-    if (!ps_status_.ok()) return ps_status_;              \
+#define PS_RETURN_IF_ERROR(expr)             \
+  do {                                       \
+    ::absl::Status ps_status_ = (expr);      \
+    if (!ps_status_.ok()) return ps_status_; \
   } while (0)
 
 // `lhs = value of expr` if OK, else returns its status.

@@ -75,13 +75,13 @@ absl::Status ConsistencyGate::Configure(const std::string& job_id, const Consist
     const bool fresh = job->membership_epoch == 0 && job->clocks.empty();
     if (!fresh) {
       if (job->spec.mode() != spec.mode() || job->spec.staleness() != spec.staleness()) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "job ", job_id, " is already configured with another consistency mode"));
+        return absl::FailedPreconditionError(
+            absl::StrCat("job ", job_id, " is already configured with another consistency mode"));
       }
       if (membership_epoch < job->membership_epoch) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("membership epoch ", membership_epoch, " is older than the job's ",
-                         job->membership_epoch));
+        return absl::FailedPreconditionError(absl::StrCat("membership epoch ", membership_epoch,
+                                                          " is older than the job's ",
+                                                          job->membership_epoch));
       }
       if (membership_epoch == job->membership_epoch) {
         bool same = wanted.size() == job->clocks.size();
@@ -147,15 +147,15 @@ absl::Status ConsistencyGate::CheckPush(const std::string& job_id, uint32_t work
                      it->second, " (advance the clock first)"));
   }
   if (job->spec.mode() == ConsistencySpec::SYNC && clock < it->second) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("sync push for clock ", clock, " is late: worker ", worker_id,
-                     " already advanced to clock ", it->second));
+    return absl::FailedPreconditionError(absl::StrCat("sync push for clock ", clock,
+                                                      " is late: worker ", worker_id,
+                                                      " already advanced to clock ", it->second));
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<int64_t> ConsistencyGate::AdvanceClock(const std::string& job_id,
-                                                      uint32_t worker_id, int64_t new_clock) {
+absl::StatusOr<int64_t> ConsistencyGate::AdvanceClock(const std::string& job_id, uint32_t worker_id,
+                                                      int64_t new_clock) {
   auto found = Find(job_id);
   if (!found.ok()) return found.status();
   Job* job = *found;
@@ -168,15 +168,14 @@ absl::StatusOr<int64_t> ConsistencyGate::AdvanceClock(const std::string& job_id,
           absl::StrCat("worker ", worker_id, " is not a live worker of job ", job_id));
     }
     if (new_clock > it->second + 1) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("clock ", new_clock, " is more than one ahead of worker ", worker_id,
-                       "'s clock ", it->second));
+      return absl::FailedPreconditionError(absl::StrCat("clock ", new_clock,
+                                                        " is more than one ahead of worker ",
+                                                        worker_id, "'s clock ", it->second));
     }
     if (new_clock <= it->second) return job->MinClock();
     it->second = new_clock;
-    job->parts.erase(
-        job->parts.lower_bound({worker_id, std::numeric_limits<int64_t>::min()}),
-        job->parts.lower_bound({worker_id, new_clock}));
+    job->parts.erase(job->parts.lower_bound({worker_id, std::numeric_limits<int64_t>::min()}),
+                     job->parts.lower_bound({worker_id, new_clock}));
     min_clock = job->MinClock();
     job->cv.SignalAll();
   }
@@ -184,9 +183,8 @@ absl::StatusOr<int64_t> ConsistencyGate::AdvanceClock(const std::string& job_id,
   return min_clock;
 }
 
-absl::StatusOr<bool> ConsistencyGate::CountClockPart(const std::string& job_id,
-                                                     uint32_t worker_id, int64_t clock,
-                                                     uint32_t parts) {
+absl::StatusOr<bool> ConsistencyGate::CountClockPart(const std::string& job_id, uint32_t worker_id,
+                                                     int64_t clock, uint32_t parts) {
   auto found = Find(job_id);
   if (!found.ok()) return found.status();
   Job* job = *found;
@@ -215,8 +213,9 @@ void ConsistencyGate::ApplyFinishedClocks(Job* job) {
   }
 }
 
-absl::StatusOr<ConsistencyGate::PullTicket> ConsistencyGate::WaitForPull(
-    const std::string& job_id, int64_t clock, absl::Time deadline) {
+absl::StatusOr<ConsistencyGate::PullTicket> ConsistencyGate::WaitForPull(const std::string& job_id,
+                                                                         int64_t clock,
+                                                                         absl::Time deadline) {
   auto found = Find(job_id);
   if (!found.ok()) return found.status();
   Job* job = *found;
@@ -236,9 +235,9 @@ absl::StatusOr<ConsistencyGate::PullTicket> ConsistencyGate::WaitForPull(
     }
     if (ready) break;
     if (job->cv.WaitWithDeadline(&job->mu, deadline) && absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "pull at clock ", clock, " of job ", job_id, " waited ",
-          absl::FormatDuration(absl::Now() - start), " for ", job->Slowest()));
+      return absl::DeadlineExceededError(
+          absl::StrCat("pull at clock ", clock, " of job ", job_id, " waited ",
+                       absl::FormatDuration(absl::Now() - start), " for ", job->Slowest()));
     }
   }
   PullTicket t;

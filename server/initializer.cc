@@ -40,9 +40,10 @@ absl::Status ValidateInitializer(const InitializerSpec& spec) {
       }
       return absl::OkStatus();
     case InitializerSpec::UNIFORM:
-      if (!std::isfinite(spec.low()) || !std::isfinite(spec.high()) || spec.low() >= spec.high()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "uniform needs finite low < high; got low ", spec.low(), ", high ", spec.high()));
+      if (!std::isfinite(spec.high() - spec.low()) || spec.low() >= spec.high()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("uniform needs finite low < high (and high - low); got low ", spec.low(),
+                         ", high ", spec.high()));
       }
       return absl::OkStatus();
     case InitializerSpec::NORMAL:
@@ -66,7 +67,11 @@ void InitializeRow(const InitializerSpec& spec, uint32_t table_id, uint64_t key,
       return;
     case InitializerSpec::UNIFORM: {
       const float span = spec.high() - spec.low();
-      for (int i = 0; i < dim; ++i) out[i] = spec.low() + span * rnd.Uniform(i);
+      for (int i = 0; i < dim; ++i) {
+        // low + span * u can round up to high; clamp to keep the interval half-open.
+        out[i] =
+            std::fmin(spec.low() + span * rnd.Uniform(i), std::nextafter(spec.high(), spec.low()));
+      }
       return;
     }
     case InitializerSpec::NORMAL:

@@ -1,7 +1,7 @@
 // ps_server: one parameter server daemon.
-#include <iostream>
-
 #include <glog/logging.h>
+
+#include <iostream>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -15,8 +15,9 @@ ABSL_FLAG(int, server_index, 0, "this server's index in the shard map (0-based)"
 ABSL_FLAG(int, num_servers, 1, "servers in the cluster; slot s belongs to server s % num_servers");
 ABSL_FLAG(std::string, shard_map, "",
           "static shard map file ('address A-B ...' per server line); overrides --num_servers");
-ABSL_FLAG(std::string, nonfinite, "reject",
-          "pushed NaN/Inf gradients: 'reject' the request, or 'skip_row' (leave such rows as they are)");
+ABSL_FLAG(
+    std::string, nonfinite, "reject",
+    "pushed NaN/Inf gradients: 'reject' the request, or 'skip_row' (leave such rows as they are)");
 ABSL_FLAG(absl::Duration, max_pull_wait, absl::Seconds(120),
           "longest a pull waits for slow workers (sync/ssp) before DEADLINE_EXCEEDED");
 ABSL_FLAG(int, max_message_mb, 256, "largest gRPC message accepted, MiB");

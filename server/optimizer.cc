@@ -97,7 +97,8 @@ class Adam : public Optimizer {
 // form reproduces the initialized value while n = 0.
 class Ftrl : public Optimizer {
  public:
-  Ftrl(float alpha, float beta, float l1, float l2) : alpha_(alpha), beta_(beta), l1_(l1), l2_(l2) {}
+  Ftrl(float alpha, float beta, float l1, float l2)
+      : alpha_(alpha), beta_(beta), l1_(l1), l2_(l2) {}
   int state_per_value() const override { return 2; }
   void InitState(const float* w, float* state, int dim) const override {
     float* z = state;

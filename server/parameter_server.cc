@@ -9,10 +9,10 @@ namespace ps {
 
 absl::Status ParameterServerOptions::Validate() const {
   if (listen.empty()) return absl::InvalidArgumentError("--listen is empty");
-  if (shard_map_file.empty() && (num_servers < 1 || server_index < 0 || server_index >= num_servers)) {
-    return absl::InvalidArgumentError(absl::StrCat("--server_index ", server_index,
-                                                   " must be in 0..--num_servers-1 (",
-                                                   num_servers, ")"));
+  if (shard_map_file.empty() &&
+      (num_servers < 1 || server_index < 0 || server_index >= num_servers)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--server_index ", server_index, " must be in 0..--num_servers-1 (", num_servers, ")"));
   }
   if (max_pull_wait <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--max_pull_wait must be positive");
@@ -32,7 +32,8 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
     auto parsed = ShardMap::FromFile(options.shard_map_file);
     if (!parsed.ok()) return parsed.status();
     map = std::move(*parsed);
-    if (options.server_index < 0 || options.server_index >= static_cast<int>(map.servers().size())) {
+    if (options.server_index < 0 ||
+        options.server_index >= static_cast<int>(map.servers().size())) {
       return absl::InvalidArgumentError(absl::StrCat("--server_index ", options.server_index,
                                                      " is not in the shard map's ",
                                                      map.servers().size(), " servers"));
@@ -69,7 +70,8 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
 ParameterServer::~ParameterServer() { Shutdown(); }
 
 void ParameterServer::Shutdown(absl::Duration grace) {
-  if (server_ != nullptr) server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoSeconds(grace));
+  if (server_ != nullptr)
+    server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoSeconds(grace));
 }
 
 void ParameterServer::Wait() {

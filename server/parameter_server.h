@@ -2,10 +2,10 @@
 #ifndef PS_SERVER_PARAMETER_SERVER_H_
 #define PS_SERVER_PARAMETER_SERVER_H_
 
+#include <grpcpp/server.h>
+
 #include <memory>
 #include <string>
-
-#include <grpcpp/server.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"

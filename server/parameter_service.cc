@@ -29,8 +29,7 @@ grpc::Status ParameterService::ConfigureJob(grpc::ServerContext*,
       gate_.Configure(req->job_id(), req->consistency(), workers, req->membership_epoch()));
 }
 
-grpc::Status ParameterService::CreateTable(grpc::ServerContext*,
-                                           const v1::CreateTableRequest* req,
+grpc::Status ParameterService::CreateTable(grpc::ServerContext*, const v1::CreateTableRequest* req,
                                            v1::CreateTableResponse*) {
   return ToGrpcStatus(store_->CreateTable(req->spec()));
 }
@@ -49,7 +48,8 @@ absl::Status ParameterService::DoPush(const v1::PushRequest& req, bool* duplicat
   PS_RETURN_IF_ERROR(gate_.CheckPush(req.job_id(), req.worker_id(), req.clock()));
   std::vector<TableStore::BlockView> views(req.blocks_size());
   for (int i = 0; i < req.blocks_size(); ++i) {
-    PS_RETURN_IF_ERROR(store_->Resolve(req.job_id(), req.blocks(i), /*with_values=*/true, &views[i]));
+    PS_RETURN_IF_ERROR(
+        store_->Resolve(req.job_id(), req.blocks(i), /*with_values=*/true, &views[i]));
   }
   if (!deduper_.FirstTime(req.job_id(), req.worker_id(), req.request_id())) {
     *duplicate = true;
@@ -66,9 +66,10 @@ absl::Status ParameterService::DoPush(const v1::PushRequest& req, bool* duplicat
   return absl::OkStatus();
 }
 
-absl::Status ParameterService::DoPull(const std::string& job_id, int64_t clock,
-                                      const google::protobuf::RepeatedPtrField<v1::KeyBlock>& blocks,
-                                      absl::Time deadline, v1::PullResponse* resp) {
+absl::Status ParameterService::DoPull(
+    const std::string& job_id, int64_t clock,
+    const google::protobuf::RepeatedPtrField<v1::KeyBlock>& blocks, absl::Time deadline,
+    v1::PullResponse* resp) {
   std::vector<TableStore::BlockView> views(blocks.size());
   for (int i = 0; i < blocks.size(); ++i) {
     PS_RETURN_IF_ERROR(store_->Resolve(job_id, blocks[i], /*with_values=*/false, &views[i]));
@@ -108,8 +109,8 @@ grpc::Status ParameterService::PushPull(grpc::ServerContext* ctx, const v1::Push
   if (req->advance_clock()) {
     pull_clock = push.clock() + 1;
     if (!duplicate) {
-      auto last = gate_.CountClockPart(push.job_id(), push.worker_id(), push.clock(),
-                                       req->clock_parts());
+      auto last =
+          gate_.CountClockPart(push.job_id(), push.worker_id(), push.clock(), req->clock_parts());
       if (!last.ok()) return ToGrpcStatus(last.status());
       if (*last) {
         auto advanced = gate_.AdvanceClock(push.job_id(), push.worker_id(), pull_clock);

@@ -67,9 +67,9 @@ absl::Status TableStore::CreateTable(const TableSpec& spec) {
       if (google::protobuf::util::MessageDifferencer::Equals(it->second->spec, spec)) {
         return absl::OkStatus();
       }
-      return absl::AlreadyExistsError(absl::StrCat(
-          "table ", spec.table_id(), " already exists with another spec (name '",
-          it->second->spec.name(), "', job '", it->second->spec.job_id(), "')"));
+      return absl::AlreadyExistsError(
+          absl::StrCat("table ", spec.table_id(), " already exists with another spec (name '",
+                       it->second->spec.name(), "', job '", it->second->spec.job_id(), "')"));
     }
     t = table.get();
     tables_.emplace(spec.table_id(), std::move(table));
@@ -115,16 +115,17 @@ absl::Status TableStore::Resolve(const std::string& job_id, const v1::KeyBlock& 
     return absl::InvalidArgumentError(absl::StrCat("unknown table id ", block.table_id()));
   }
   if (t->spec.job_id() != job_id) {
-    return absl::InvalidArgumentError(absl::StrCat("table ", block.table_id(),
-                                                   " belongs to job '", t->spec.job_id(),
-                                                   "', not '", job_id, "'"));
+    return absl::InvalidArgumentError(absl::StrCat("table ", block.table_id(), " belongs to job '",
+                                                   t->spec.job_id(), "', not '", job_id, "'"));
   }
   absl::Status s = DecodeKeys(block.keys(), &view->keys);
-  if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("table ", t->spec.table_id(), ": ", s.message()));
+  if (!s.ok())
+    return absl::InvalidArgumentError(
+        absl::StrCat("table ", t->spec.table_id(), ": ", s.message()));
   if (view->keys.size() > options_.max_keys_per_block) {
-    return absl::InvalidArgumentError(absl::StrCat("table ", t->spec.table_id(), ": ",
-                                                   view->keys.size(), " keys in one block; at most ",
-                                                   options_.max_keys_per_block));
+    return absl::InvalidArgumentError(
+        absl::StrCat("table ", t->spec.table_id(), ": ", view->keys.size(),
+                     " keys in one block; at most ", options_.max_keys_per_block));
   }
   absl::flat_hash_set<uint64_t> seen;
   seen.reserve(view->keys.size());
@@ -141,15 +142,17 @@ absl::Status TableStore::Resolve(const std::string& job_id, const v1::KeyBlock& 
     }
     const uint32_t slot = SlotOf(t->spec.table_id(), key);
     if (!Owns(slot)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "wrong shard: slot ", slot, " (table ", t->spec.table_id(), ", key ", key,
-          ") is not owned by this server; shard map epoch ", options_.shard_epoch));
+      return absl::FailedPreconditionError(
+          absl::StrCat("wrong shard: slot ", slot, " (table ", t->spec.table_id(), ", key ", key,
+                       ") is not owned by this server; shard map epoch ", options_.shard_epoch));
     }
   }
   view->values = {};
   if (with_values) {
     s = DecodeValues(block.values(), &view->values);
-    if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("table ", t->spec.table_id(), ": ", s.message()));
+    if (!s.ok())
+      return absl::InvalidArgumentError(
+          absl::StrCat("table ", t->spec.table_id(), ": ", s.message()));
     if (view->values.size() != view->keys.size() * t->dim) {
       return absl::InvalidArgumentError(absl::StrCat(
           "table ", t->spec.table_id(), ": ", view->values.size(), " values for ",

@@ -97,7 +97,9 @@ class TableStore {
         ABSL_GUARDED_BY(mu);
   };
 
-  bool Owns(uint32_t slot) const { return options_.owned_slots.empty() || options_.owned_slots[slot]; }
+  bool Owns(uint32_t slot) const {
+    return options_.owned_slots.empty() || options_.owned_slots[slot];
+  }
   const Table* FindTable(uint32_t table_id) const;
   Row NewRow(const Table& table, uint64_t key) const;
   Row& RowFor(Slot& slot, const Table& table, uint64_t key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);

@@ -260,8 +260,8 @@ TEST(ClusterTest, AsyncLosesNothing) {
       const std::vector<float> grad(kRows * kDim, -static_cast<float>(w + 1));
       std::vector<Handle> inflight;
       for (int p = 0; p < kPushes; ++p) {
-        inflight.push_back(client->PushAsync({TableOp{1, keys, grad.data(), nullptr},
-                                              TableOp{2, keys, grad.data(), nullptr}}));
+        inflight.push_back(client->PushAsync(
+            {TableOp{1, keys, grad.data(), nullptr}, TableOp{2, keys, grad.data(), nullptr}}));
         if (inflight.size() == 4) {  // several requests in flight per worker
           for (Handle& h : inflight) {
             absl::Status s = h.Wait();
@@ -282,9 +282,9 @@ TEST(ClusterTest, AsyncLosesNothing) {
   ASSERT_EQ(failures.load(), 0);
   auto client = Connect(*cluster, job, 0);
   std::vector<float> d(kRows * kDim), s(kRows * kDim);
-  ASSERT_TRUE(client->Pull({TableOp{1, keys, nullptr, d.data()},
-                            TableOp{2, keys, nullptr, s.data()}})
-                  .ok());
+  ASSERT_TRUE(
+      client->Pull({TableOp{1, keys, nullptr, d.data()}, TableOp{2, keys, nullptr, s.data()}})
+          .ok());
   const float want = kPushes * (1 + 2 + 3 + 4);
   int wrong = 0;
   for (size_t i = 0; i < d.size(); ++i) wrong += (d[i] != want) + (s[i] != want);

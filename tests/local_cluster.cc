@@ -83,8 +83,7 @@ absl::StatusOr<LocalCluster> LocalCluster::Start(int num_servers,
   std::vector<std::string> port_files;
   for (int i = 0; i < num_servers; ++i) {
     port_files.push_back(absl::StrCat(cluster.dir_, "/server", i, ".port"));
-    std::vector<std::string> argv = {PS_SERVER_BINARY,
-                                     "--listen=127.0.0.1:0",
+    std::vector<std::string> argv = {PS_SERVER_BINARY, "--listen=127.0.0.1:0",
                                      absl::StrCat("--server_index=", i),
                                      absl::StrCat("--num_servers=", num_servers),
                                      absl::StrCat("--port_file=", port_files.back())};

@@ -1,11 +1,11 @@
 #include "worker/client.h"
 
+#include <grpcpp/create_channel.h>
+#include <grpcpp/support/channel_arguments.h>
+
 #include <algorithm>
 #include <cstring>
 #include <limits>
-
-#include <grpcpp/create_channel.h>
-#include <grpcpp/support/channel_arguments.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
@@ -21,7 +21,8 @@ absl::Status ClientOptions::Validate() const {
   }
   if (job_id.empty()) return absl::InvalidArgumentError("job_id is empty");
   if (max_part_bytes < 4096) return absl::InvalidArgumentError("max_part_bytes must be >= 4096");
-  if (channels_per_server < 1) return absl::InvalidArgumentError("channels_per_server must be >= 1");
+  if (channels_per_server < 1)
+    return absl::InvalidArgumentError("channels_per_server must be >= 1");
   if (rpc_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("rpc_timeout must be positive");
   }
@@ -407,7 +408,10 @@ Handle Client::PullAsync(std::vector<TableOp> ops) {
     }
   }
   if (calls.empty()) return FailedHandle(absl::OkStatus());
-  { absl::MutexLock l(&state->mu); state->pending = static_cast<int>(calls.size()); }
+  {
+    absl::MutexLock l(&state->mu);
+    state->pending = static_cast<int>(calls.size());
+  }
   for (auto& c : calls) Call::Start(std::move(c));
   return Handle(std::move(state));
 }
@@ -427,8 +431,8 @@ Handle Client::PushAsync(std::vector<TableOp> ops) {
   auto state = std::make_shared<Handle::State>();
   for (int server = 0; server < static_cast<int>(parts.size()); ++server) {
     for (size_t p = 0; p < parts[server].size(); ++p) {
-      auto call = std::make_shared<Call>(this, Call::kPush, server, p, state,
-                                         std::vector<TableOp>(), dims);
+      auto call =
+          std::make_shared<Call>(this, Call::kPush, server, p, state, std::vector<TableOp>(), dims);
       v1::PushRequest& r = call->push;
       r.set_job_id(options_.job_id);
       r.set_worker_id(options_.worker_id);
@@ -440,7 +444,10 @@ Handle Client::PushAsync(std::vector<TableOp> ops) {
     }
   }
   if (calls.empty()) return FailedHandle(absl::OkStatus());
-  { absl::MutexLock l(&state->mu); state->pending = static_cast<int>(calls.size()); }
+  {
+    absl::MutexLock l(&state->mu);
+    state->pending = static_cast<int>(calls.size());
+  }
   for (auto& c : calls) Call::Start(std::move(c));
   return Handle(std::move(state));
 }
@@ -457,11 +464,11 @@ Handle Client::PushPullAsync(std::vector<TableOp> push_ops, std::vector<TableOp>
   auto state = std::make_shared<Handle::State>();
   for (int server = 0; server < static_cast<int>(push_parts.size()); ++server) {
     // Every server hears of the clock: at least one part each.
-    const size_t n = std::max<size_t>(
-        {push_parts[server].size(), pull_parts[server].size(), size_t{1}});
+    const size_t n =
+        std::max<size_t>({push_parts[server].size(), pull_parts[server].size(), size_t{1}});
     for (size_t p = 0; p < n; ++p) {
-      auto call = std::make_shared<Call>(this, Call::kPushPull, server, p, state, pull_ops,
-                                         pull_dims);
+      auto call =
+          std::make_shared<Call>(this, Call::kPushPull, server, p, state, pull_ops, pull_dims);
       v1::PushPullRequest& r = call->push_pull;
       v1::PushRequest* push = r.mutable_push();
       push->set_job_id(options_.job_id);
@@ -483,7 +490,10 @@ Handle Client::PushPullAsync(std::vector<TableOp> push_ops, std::vector<TableOp>
       calls.push_back(std::move(call));
     }
   }
-  { absl::MutexLock l(&state->mu); state->pending = static_cast<int>(calls.size()); }
+  {
+    absl::MutexLock l(&state->mu);
+    state->pending = static_cast<int>(calls.size());
+  }
   for (auto& c : calls) Call::Start(std::move(c));
   return Handle(std::move(state));
 }

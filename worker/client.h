@@ -107,8 +107,8 @@ class Client {
   // Returns dims for the ops' tables, describing unknown ones.
   absl::Status ResolveDims(const std::vector<TableOp>& ops, std::vector<int>* dims);
   // Groups keys by owning server and cuts them into parts of at most max_part_bytes.
-  std::vector<std::vector<Part>> Split(const std::vector<TableOp>& ops, const std::vector<int>& dims,
-                                       bool with_values) const;
+  std::vector<std::vector<Part>> Split(const std::vector<TableOp>& ops,
+                                       const std::vector<int>& dims, bool with_values) const;
   v1::ParameterServer::Stub* Stub(int server, size_t part);
 
   const ClientOptions options_;

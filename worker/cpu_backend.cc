@@ -146,8 +146,8 @@ class CpuBackend : public ComputeBackend {
     }
   }
 
-  LossStats SoftmaxCrossEntropy(int batch, int classes, const float* logits,
-                                const int32_t* labels, float grad_scale, float* grad) override {
+  LossStats SoftmaxCrossEntropy(int batch, int classes, const float* logits, const int32_t* labels,
+                                float grad_scale, float* grad) override {
     LossStats stats;
     for (int r = 0; r < batch; ++r) {
       const float* z = logits + static_cast<ptrdiff_t>(r) * classes;

@@ -40,9 +40,10 @@ class GzFile {
       const int error = errno;
       if (error == ENOENT) {
         return absl::NotFoundError(
-            absl::StrCat(path, " not found; install the data set with "
-                               "`apt-get install dataset-fashion-mnist` or point the data "
-                               "directory at a copy of Fashion-MNIST"));
+            absl::StrCat(path,
+                         " not found; install the data set with "
+                         "`apt-get install dataset-fashion-mnist` or point the data "
+                         "directory at a copy of Fashion-MNIST"));
       }
       return absl::ErrnoToStatus(error != 0 ? error : ENOMEM, absl::StrCat("cannot open ", path));
     }
@@ -62,8 +63,8 @@ class GzFile {
       const int got = gzread(file_, out + done, want);
       if (got < 0) return CorruptError();
       if (got == 0) {
-        return absl::DataLossError(absl::StrCat(path_, " is truncated: ", what, " needs ", n,
-                                                " bytes, file has ", done));
+        return absl::DataLossError(
+            absl::StrCat(path_, " is truncated: ", what, " needs ", n, " bytes, file has ", done));
       }
       done += static_cast<size_t>(got);
     }

@@ -16,8 +16,8 @@ inline constexpr char kDefaultFashionMnistDir[] = "/usr/share/datasets/fashion-m
 // A dense classification data set held in host memory.
 struct Dataset {
   int num_examples = 0;
-  int total_examples = 0;       // examples in the file, before sharding
-  int num_features = 0;         // 784 for Fashion-MNIST (28 x 28 pixels)
+  int total_examples = 0;  // examples in the file, before sharding
+  int num_features = 0;    // 784 for Fashion-MNIST (28 x 28 pixels)
   int num_classes = 10;
   std::vector<float> features;  // num_examples * num_features, row-major, pixels scaled to [0, 1]
   std::vector<int32_t> labels;  // num_examples, each in [0, num_classes)

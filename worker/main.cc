@@ -1,18 +1,18 @@
 // ps_worker: trains a model on its shard of the data through the parameter servers.
+#include <glog/logging.h>
+
 #include <cstdio>
 #include <iostream>
 #include <string>
 #include <vector>
 
-#include <glog/logging.h>
-
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "common/flags_usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "common/flags_usage.h"
 #include "worker/client.h"
 #include "worker/trainer.h"
 
@@ -21,7 +21,8 @@ ABSL_FLAG(std::vector<std::string>, servers, {},
           "server s % n)");
 ABSL_FLAG(std::string, shard_map, "", "static shard map file instead of --servers");
 ABSL_FLAG(std::string, job_id, "fashion", "job name; tables and clocks are per job");
-ABSL_FLAG(int, worker_id, 0, "this worker's index, 0..num_workers-1; it reads data shard worker_id");
+ABSL_FLAG(int, worker_id, 0,
+          "this worker's index, 0..num_workers-1; it reads data shard worker_id");
 ABSL_FLAG(int, num_workers, 1, "workers in the job");
 ABSL_FLAG(std::string, model, "784,128,10",
           "MLP layer sizes, comma-separated: inputs,hidden...,classes ('784,10' is softmax "

@@ -90,10 +90,9 @@ absl::StatusOr<EpochReport> Trainer::Run(
   PS_ASSIGN_OR_RETURN(Dataset train,
                       LoadFashionMnist(o.data_dir, "train", o.worker_id, o.num_workers));
   if (train.num_features != o.layers.front() || train.num_classes != o.layers.back()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model layers ", o.layers.front(), "..", o.layers.back(),
-                     " do not fit the data set (", train.num_features, " features, ",
-                     train.num_classes, " classes)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model layers ", o.layers.front(), "..", o.layers.back(), " do not fit the data set (",
+        train.num_features, " features, ", train.num_classes, " classes)"));
   }
   Dataset test;
   if (o.evaluate) {
@@ -149,8 +148,8 @@ absl::StatusOr<EpochReport> Trainer::Run(
       correct += s.correct;
       absl::Status pushed = client_->PushPull(push_ops, pull_ops);
       if (!pushed.ok()) {
-        return absl::Status(pushed.code(), absl::StrCat("epoch ", epoch, " step ", step + 1,
-                                                        ": ", pushed.message()));
+        return absl::Status(pushed.code(), absl::StrCat("epoch ", epoch, " step ", step + 1, ": ",
+                                                        pushed.message()));
       }
       ++steps;
       if (on_progress && o.log_every_steps > 0 && (step + 1) % o.log_every_steps == 0) {
