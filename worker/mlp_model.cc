@@ -1,5 +1,7 @@
 #include "worker/mlp_model.h"
 
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 
 namespace ps {
