@@ -94,10 +94,13 @@ absl::Status ConsistencyGate::Configure(const std::string& job_id, const Consist
         return absl::OkStatus();
       }
     }
-    const int64_t start = fresh ? 0
-                                : (job->spec.mode() == ConsistencySpec::SYNC
-                                       ? job->applied_clock
-                                       : std::min(job->MinClock(), job->applied_clock));
+    // New workers join at the clock the job has reached: the applied clock in sync mode (where
+    // it tracks the minimum), else the slowest live worker's clock.
+    int64_t start = 0;
+    if (!fresh) {
+      const bool sync = job->spec.mode() == ConsistencySpec::SYNC;
+      start = sync || job->clocks.empty() ? job->applied_clock : job->MinClock();
+    }
     for (auto& [w, c] : wanted) {
       auto it = job->clocks.find(w);
       c = it != job->clocks.end() ? it->second : start;

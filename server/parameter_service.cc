@@ -45,6 +45,12 @@ grpc::Status ParameterService::DescribeTable(grpc::ServerContext*,
 
 absl::Status ParameterService::DoPush(const v1::PushRequest& req, bool* duplicate) {
   *duplicate = false;
+  // A retry of an applied push is acknowledged before the clock checks: its worker may have
+  // advanced since (a PushPull whose answer was lost), which would make it look late.
+  if (deduper_.Seen(req.job_id(), req.worker_id(), req.request_id())) {
+    *duplicate = true;
+    return absl::OkStatus();
+  }
   PS_RETURN_IF_ERROR(gate_.CheckPush(req.job_id(), req.worker_id(), req.clock()));
   std::vector<TableStore::BlockView> views(req.blocks_size());
   for (int i = 0; i < req.blocks_size(); ++i) {

@@ -21,6 +21,13 @@ class RequestDeduper {
  public:
   explicit RequestDeduper(size_t window = 1 << 16) : window_(window) {}
 
+  // True if (job, worker, request_id) was recorded by FirstTime (and is still in the window).
+  bool Seen(const std::string& job_id, uint32_t worker_id, uint64_t request_id) {
+    Window* w = WindowFor(job_id, worker_id);
+    absl::MutexLock l(&w->mu);
+    return w->ids.contains(request_id);
+  }
+
   // True the first time (job, worker, request_id) is seen; false for a repeat.
   bool FirstTime(const std::string& job_id, uint32_t worker_id, uint64_t request_id) {
     Window* w = WindowFor(job_id, worker_id);

@@ -221,7 +221,13 @@ void TableStore::Apply(const BlockView& view) {
 void TableStore::Accumulate(const BlockView& view, int64_t clock) {
   const Table& t = *view.table;
   const float* grad = view.values.data();
+  const bool skip_nonfinite = options_.nonfinite == NonFinitePolicy::kSkipRow;
   for (uint64_t key : view.keys) {
+    // Skipped here, per push: one worker's bad row must not void the others' gradients.
+    if (skip_nonfinite && !AllFinite(absl::MakeConstSpan(grad, t.dim))) {
+      grad += t.dim;
+      continue;
+    }
     Slot& slot = slots_[SlotOf(t.spec.table_id(), key)];
     absl::MutexLock l(&slot.mu);
     std::vector<float>& sum = slot.pending[clock][RowKey{t.spec.table_id(), key}];

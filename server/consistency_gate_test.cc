@@ -1,0 +1,302 @@
+#include "server/consistency_gate.h"
+
+#include <atomic>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "gtest/gtest.h"
+
+namespace ps {
+namespace {
+
+using v1::ConsistencySpec;
+
+constexpr char kJob[] = "job";
+// How long a waiter that the test will release may wait: only a safety net against a hung test.
+const absl::Duration kLong = absl::Seconds(60);
+
+ConsistencySpec Spec(ConsistencySpec::Mode mode, int staleness = 0) {
+  ConsistencySpec spec;
+  spec.set_mode(mode);
+  spec.set_staleness(staleness);
+  return spec;
+}
+
+bool Contains(const absl::Status& s, const std::string& text) {
+  return s.message().find(text) != std::string::npos;
+}
+
+// A gate whose apply callback records the clocks it was called with.
+class ConsistencyGateTest : public ::testing::Test {
+ protected:
+  ConsistencyGateTest()
+      : gate_([this](const std::string& job, int64_t clock) {
+          EXPECT_EQ(++applying_, 1) << "apply callbacks overlap";
+          {
+            absl::MutexLock l(&mu_);
+            applied_.emplace_back(job, clock);
+          }
+          --applying_;
+        }) {}
+
+  std::vector<std::pair<std::string, int64_t>> Applied() {
+    absl::MutexLock l(&mu_);
+    return applied_;
+  }
+  std::vector<std::pair<std::string, int64_t>> AppliedClocks(std::vector<int64_t> clocks) {
+    std::vector<std::pair<std::string, int64_t>> want;
+    for (int64_t c : clocks) want.emplace_back(kJob, c);
+    return want;
+  }
+  void Advance(uint32_t worker, int64_t clock) {
+    auto min = gate_.AdvanceClock(kJob, worker, clock);
+    ASSERT_TRUE(min.ok()) << min.status();
+  }
+
+  // A pull at `clock` on its own thread; `done` is notified when it returns.
+  struct Waiter {
+    absl::Notification done;
+    absl::StatusOr<ConsistencyGate::PullTicket> result;
+    std::thread thread;
+    ~Waiter() {
+      if (thread.joinable()) thread.join();
+    }
+  };
+  void StartPull(Waiter* w, int64_t clock) {
+    w->thread = std::thread([this, w, clock] {
+      w->result = gate_.WaitForPull(kJob, clock, absl::Now() + kLong);
+      w->done.Notify();
+    });
+  }
+  // Waits for the waiter (bounded by kLong) and returns its min clock.
+  int64_t Released(Waiter* w) {
+    EXPECT_TRUE(w->done.WaitForNotificationWithTimeout(kLong));
+    w->thread.join();
+    EXPECT_TRUE(w->result.ok()) << w->result.status();
+    return w->result.ok() ? w->result->min_clock : -1;
+  }
+
+  std::atomic<int> applying_{0};
+  absl::Mutex mu_;
+  std::vector<std::pair<std::string, int64_t>> applied_ ABSL_GUARDED_BY(mu_);
+  ConsistencyGate gate_;
+};
+
+TEST_F(ConsistencyGateTest, SyncPullWaitsUntilEveryWorkerFinishedTheClock) {
+  ASSERT_TRUE(gate_.Configure(kJob, Spec(ConsistencySpec::SYNC), {1, 2, 3}, 1).ok());
+  // Clock 0 needs nothing applied: served at once, even with a deadline already past.
+  auto first = gate_.WaitForPull(kJob, 0, absl::InfinitePast());
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->min_clock, 0);
+
+  Waiter waiter;
+  StartPull(&waiter, 1);
+  Advance(1, 1);
+  Advance(2, 1);
+  EXPECT_TRUE(Applied().empty());
+  EXPECT_FALSE(waiter.done.HasBeenNotified());  // worker 3 is still at clock 0
+  Advance(3, 1);
+  EXPECT_EQ(Applied(), AppliedClocks({0}));
+  EXPECT_EQ(Released(&waiter), 1);
+
+  // Clock 1 is not finished: a pull at 2 runs into its deadline, naming who holds it back.
+  Advance(2, 2);
+  auto late = gate_.WaitForPull(kJob, 2, absl::Now() + absl::Milliseconds(100));
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kDeadlineExceeded) << late.status();
+  EXPECT_TRUE(Contains(late.status(), "worker(s) 1,3 at clock 1")) << late.status();
+  EXPECT_TRUE(Contains(late.status(), "pull at clock 2")) << late.status();
+  EXPECT_EQ(Applied(), AppliedClocks({0}));
+}
+
+TEST_F(ConsistencyGateTest, SyncAppliesEachClockOnceAndInOrderUnderConcurrentAdvances) {
+  constexpr int kWorkers = 4;
+  constexpr int kClocks = 50;
+  ASSERT_TRUE(gate_.Configure(kJob, Spec(ConsistencySpec::SYNC), {0, 1, 2, 3}, 1).ok());
+  std::vector<std::thread> threads;
+  for (uint32_t w = 0; w < kWorkers; ++w) {
+    threads.emplace_back([this, w] {
+      for (int64_t c = 1; c <= kClocks; ++c) {
+        auto min = gate_.AdvanceClock(kJob, w, c);
+        if (!min.ok()) ADD_FAILURE() << min.status();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::vector<int64_t> want;
+  for (int64_t c = 0; c < kClocks; ++c) want.push_back(c);
+  EXPECT_EQ(Applied(), AppliedClocks(want));
+  auto ticket = gate_.WaitForPull(kJob, kClocks, absl::InfinitePast());
+  ASSERT_TRUE(ticket.ok()) << ticket.status();
+  EXPECT_EQ(ticket->min_clock, kClocks);
+}
+
+TEST_F(ConsistencyGateTest, SspServesWithinStalenessAndOtherwiseNamesTheSlowestWorker) {
+  ASSERT_TRUE(gate_.Configure(kJob, Spec(ConsistencySpec::SSP, 2), {1, 2}, 1).ok());
+  for (int64_t c = 1; c <= 3; ++c) Advance(1, c);
+  // Worker 2 is at 0: clock 2 is within staleness 2 and served at once.
+  auto ok = gate_.WaitForPull(kJob, 2, absl::InfinitePast());
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->min_clock, 0);
+  // Clock 3 is not.
+  auto late = gate_.WaitForPull(kJob, 3, absl::Now() + absl::Milliseconds(50));
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kDeadlineExceeded) << late.status();
+  EXPECT_TRUE(Contains(late.status(), "worker(s) 2 at clock 0")) << late.status();
+
+  Waiter waiter;
+  StartPull(&waiter, 3);
+  Advance(2, 1);
+  EXPECT_EQ(Released(&waiter), 1);
+  EXPECT_TRUE(Applied().empty()) << "ssp applies on arrival, never by clock";
+}
+
+TEST_F(ConsistencyGateTest, AsyncNeverWaits) {
+  ASSERT_TRUE(gate_.Configure(kJob, Spec(ConsistencySpec::ASYNC), {1, 2}, 1).ok());
+  auto ticket = gate_.WaitForPull(kJob, 1000, absl::InfinitePast());
+  ASSERT_TRUE(ticket.ok()) << ticket.status();
+  EXPECT_EQ(ticket->min_clock, 0);
+  Advance(1, 1);
+  EXPECT_TRUE(gate_.WaitForPull(kJob, 5, absl::InfinitePast()).ok());
+  EXPECT_TRUE(Applied().empty());
+}
+
+TEST_F(ConsistencyGateTest, UnknownJobIsFailedPrecondition) {
+  EXPECT_FALSE(gate_.HasJob(kJob));
+  EXPECT_EQ(gate_.CheckPush(kJob, 1, 0).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(gate_.AdvanceClock(kJob, 1, 1).status().code(), absl::StatusCode::kFailedPrecondition);
+  auto pull = gate_.WaitForPull(kJob, 0, absl::InfinitePast());
+  EXPECT_EQ(pull.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(Contains(pull.status(), "not configured")) << pull.status();
+}
+
+TEST_F(ConsistencyGateTest, CheckPushRejectsUnknownWorkersAndPushesAheadOrLate) {
+  ASSERT_TRUE(gate_.Configure(kJob, Spec(ConsistencySpec::SYNC), {1, 2}, 1).ok());
+  absl::Status s = gate_.CheckPush(kJob, 9, 0);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_TRUE(Contains(s, "worker 9 is not a live worker")) << s;
+  EXPECT_TRUE(gate_.CheckPush(kJob, 1, 0).ok());
+  s = gate_.CheckPush(kJob, 1, 1);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_TRUE(Contains(s, "ahead")) << s;
+  Advance(1, 1);
+  EXPECT_TRUE(gate_.CheckPush(kJob, 1, 1).ok());
+  s = gate_.CheckPush(kJob, 1, 0);  // clock 0 of worker 1 is closed in sync mode
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_TRUE(Contains(s, "late")) << s;
+
+  // SSP takes a late gradient, but not one ahead of the worker's clock.
+  ASSERT_TRUE(gate_.Configure("ssp", Spec(ConsistencySpec::SSP, 1), {1}, 1).ok());
+  ASSERT_TRUE(gate_.AdvanceClock("ssp", 1, 1).ok());
+  EXPECT_TRUE(gate_.CheckPush("ssp", 1, 0).ok());
+  EXPECT_EQ(gate_.CheckPush("ssp", 1, 2).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(ConsistencyGateTest, AdvanceClockMovesAtMostOneClock) {
+  ASSERT_TRUE(gate_.Configure(kJob, Spec(ConsistencySpec::SSP, 1), {1, 2}, 1).ok());
+  auto jump = gate_.AdvanceClock(kJob, 1, 2);
+  EXPECT_EQ(jump.status().code(), absl::StatusCode::kFailedPrecondition) << jump.status();
+  EXPECT_TRUE(Contains(jump.status(), "more than one ahead")) << jump.status();
+  EXPECT_EQ(gate_.AdvanceClock(kJob, 9, 1).status().code(), absl::StatusCode::kFailedPrecondition);
+  Advance(1, 1);
+  Advance(2, 1);
+  Advance(1, 2);
+  // An older or equal clock is a no-op that reports the minimum clock.
+  auto again = gate_.AdvanceClock(kJob, 1, 1);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(*again, 1);
+  EXPECT_TRUE(gate_.CheckPush(kJob, 1, 2).ok());  // still at clock 2
+}
+
+TEST_F(ConsistencyGateTest, LargerEpochRemovesAWorkerSoNobodyWaitsForIt) {
+  ASSERT_TRUE(gate_.Configure(kJob, Spec(ConsistencySpec::SYNC), {1, 2}, 1).ok());
+  Waiter waiter;
+  StartPull(&waiter, 1);
+  Advance(1, 1);
+  EXPECT_FALSE(waiter.done.HasBeenNotified());
+  // Worker 2 dies; the new membership leaves it out.
+  ASSERT_TRUE(gate_.Configure(kJob, Spec(ConsistencySpec::SYNC), {1}, 2).ok());
+  EXPECT_EQ(Released(&waiter), 1);
+  EXPECT_EQ(Applied(), AppliedClocks({0}));
+  EXPECT_EQ(gate_.CheckPush(kJob, 2, 0).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(gate_.AdvanceClock(kJob, 2, 1).status().code(), absl::StatusCode::kFailedPrecondition);
+  // A worker that joins later starts at the job's clock.
+  ASSERT_TRUE(gate_.Configure(kJob, Spec(ConsistencySpec::SYNC), {1, 5}, 3).ok());
+  EXPECT_TRUE(gate_.CheckPush(kJob, 5, 1).ok());
+  Advance(1, 2);
+  Advance(5, 2);
+  EXPECT_EQ(Applied(), AppliedClocks({0, 1}));
+}
+
+TEST_F(ConsistencyGateTest, SspLargerEpochRemovesAWorker) {
+  ASSERT_TRUE(gate_.Configure(kJob, Spec(ConsistencySpec::SSP, 0), {1, 2}, 1).ok());
+  Advance(1, 1);
+  Waiter waiter;
+  StartPull(&waiter, 1);
+  EXPECT_FALSE(waiter.done.HasBeenNotified());
+  ASSERT_TRUE(gate_.Configure(kJob, Spec(ConsistencySpec::SSP, 0), {1}, 2).ok());
+  EXPECT_EQ(Released(&waiter), 1);
+}
+
+// A worker added to an ssp job with a larger epoch joins at the job's minimum clock, not at 0
+// (which would hold every pull back while it climbs).
+TEST_F(ConsistencyGateTest, SspWorkerAddedLaterStartsAtTheMinimumClock) {
+  ASSERT_TRUE(gate_.Configure(kJob, Spec(ConsistencySpec::SSP, 0), {1}, 1).ok());
+  for (int64_t c = 1; c <= 3; ++c) Advance(1, c);
+  ASSERT_TRUE(gate_.Configure(kJob, Spec(ConsistencySpec::SSP, 0), {1, 2}, 2).ok());
+  EXPECT_TRUE(gate_.CheckPush(kJob, 2, 3).ok());
+  EXPECT_TRUE(gate_.WaitForPull(kJob, 3, absl::InfinitePast()).ok());
+}
+
+TEST_F(ConsistencyGateTest, SameEpochMustKeepTheWorkerSetAndMode) {
+  ASSERT_TRUE(gate_.Configure(kJob, Spec(ConsistencySpec::SYNC), {1, 2}, 4).ok());
+  Advance(1, 1);
+  // Repeating the same configuration is a no-op (worker 1 keeps its clock).
+  EXPECT_TRUE(gate_.Configure(kJob, Spec(ConsistencySpec::SYNC), {2, 1}, 4).ok());
+  EXPECT_TRUE(gate_.CheckPush(kJob, 1, 1).ok());
+  absl::Status s = gate_.Configure(kJob, Spec(ConsistencySpec::SYNC), {1, 3}, 4);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_TRUE(Contains(s, "another worker set")) << s;
+  s = gate_.Configure(kJob, Spec(ConsistencySpec::SYNC), {1}, 3);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_TRUE(Contains(s, "older")) << s;
+  s = gate_.Configure(kJob, Spec(ConsistencySpec::ASYNC), {1, 2}, 5);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_TRUE(Contains(s, "consistency mode")) << s;
+  // Nothing changed: worker 2 still holds clock 0 back.
+  EXPECT_TRUE(Applied().empty());
+  EXPECT_TRUE(gate_.CheckPush(kJob, 2, 0).ok());
+}
+
+TEST_F(ConsistencyGateTest, ConfigureRejectsBadInput) {
+  absl::Status s = gate_.Configure(kJob, Spec(ConsistencySpec::SSP, -1), {1}, 1);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(Contains(s, "staleness")) << s;
+  s = gate_.Configure(kJob, Spec(ConsistencySpec::SYNC), {1, 2, 1}, 1);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(Contains(s, "worker id 1 is listed twice")) << s;
+  s = gate_.Configure(kJob, Spec(static_cast<ConsistencySpec::Mode>(7)), {1}, 1);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(Contains(s, "mode")) << s;
+  EXPECT_EQ(gate_.Configure("", Spec(ConsistencySpec::SYNC), {1}, 1).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(gate_.HasJob(kJob));
+}
+
+TEST_F(ConsistencyGateTest, ModeOfAndClockParts) {
+  ASSERT_TRUE(gate_.Configure(kJob, Spec(ConsistencySpec::SSP, 3), {1}, 1).ok());
+  auto mode = gate_.ModeOf(kJob);
+  ASSERT_TRUE(mode.ok());
+  EXPECT_EQ(*mode, ConsistencySpec::SSP);
+  EXPECT_TRUE(*gate_.CountClockPart(kJob, 1, 0, 1));  // a single part is always the last
+  EXPECT_FALSE(*gate_.CountClockPart(kJob, 1, 0, 3));
+  EXPECT_FALSE(*gate_.CountClockPart(kJob, 1, 0, 3));
+  EXPECT_TRUE(*gate_.CountClockPart(kJob, 1, 0, 3));
+  // Counting starts over for the next clock.
+  EXPECT_FALSE(*gate_.CountClockPart(kJob, 1, 1, 2));
+  EXPECT_TRUE(*gate_.CountClockPart(kJob, 1, 1, 2));
+}
+
+}  // namespace
+}  // namespace ps

@@ -1,0 +1,317 @@
+// End-to-end tests of the ParameterServer gRPC service: a real server in-process on a free port,
+// called through a real stub.
+#include "server/parameter_service.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/codec.h"
+#include "gtest/gtest.h"
+#include "ps/v1/parameter_server.grpc.pb.h"
+#include "server/parameter_server.h"
+
+namespace ps {
+namespace {
+
+using v1::KeyBlock;
+
+constexpr char kJob[] = "job";
+constexpr uint32_t kDense = 1;   // dim 4, 8 rows, all 0.25, sgd lr 1
+constexpr uint32_t kSparse = 2;  // dim 2, uniform init
+constexpr int kMaxMessageBytes = 1 << 20;
+const float kNaN = std::numeric_limits<float>::quiet_NaN();
+const float kInf = std::numeric_limits<float>::infinity();
+
+KeyBlock Block(uint32_t table_id, const std::vector<uint64_t>& keys,
+               const std::vector<float>& values = {}) {
+  KeyBlock b;
+  b.set_table_id(table_id);
+  AppendKeys(keys, b.mutable_keys());
+  AppendValues(values.data(), values.size(), b.mutable_values());
+  return b;
+}
+
+std::vector<float> Floats(const std::string& bytes) {
+  std::vector<float> v(bytes.size() / sizeof(float));
+  std::memcpy(v.data(), bytes.data(), bytes.size());
+  return v;
+}
+
+v1::TableSpec Spec(uint32_t id, v1::TableKind kind, uint32_t dim, const std::string& job) {
+  v1::TableSpec spec;
+  spec.set_table_id(id);
+  spec.set_job_id(job);
+  spec.set_kind(kind);
+  spec.set_dim(dim);
+  if (kind == v1::DENSE) {
+    spec.set_num_rows(8);
+    spec.mutable_initializer()->set_kind(v1::InitializerSpec::CONSTANT);
+    spec.mutable_initializer()->set_value(0.25f);
+  } else {
+    spec.mutable_initializer()->set_kind(v1::InitializerSpec::UNIFORM);
+    spec.mutable_initializer()->set_low(-1.0f);
+    spec.mutable_initializer()->set_high(1.0f);
+  }
+  spec.mutable_optimizer()->set_kind(v1::OptimizerSpec::SGD);
+  spec.mutable_optimizer()->set_learning_rate(1.0f);
+  return spec;
+}
+
+class ParameterServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ParameterServerOptions options;
+    options.listen = "127.0.0.1:0";
+    options.max_message_bytes = kMaxMessageBytes;
+    options.max_pull_wait = absl::Seconds(10);
+    auto server = ParameterServer::Start(options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    stub_ = v1::ParameterServer::NewStub(grpc::CreateChannel(
+        absl::StrCat("127.0.0.1:", server_->port()), grpc::InsecureChannelCredentials()));
+    ASSERT_TRUE(Configure(kJob, v1::ConsistencySpec::ASYNC, {1}).ok());
+    ASSERT_TRUE(CreateTable(Spec(kDense, v1::DENSE, 4, kJob)).ok());
+    ASSERT_TRUE(CreateTable(Spec(kSparse, v1::SPARSE, 2, kJob)).ok());
+    v1::PullResponse created;
+    ASSERT_TRUE(Pull({Block(kSparse, {5, 6})}, &created).ok());  // creates two sparse rows
+  }
+  void TearDown() override {
+    if (server_ != nullptr) server_->Shutdown();
+  }
+
+  // Every call carries a deadline so that no test can hang.
+  struct Context {
+    grpc::ClientContext ctx;
+    Context() { ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20)); }
+  };
+
+  grpc::Status Configure(const std::string& job, v1::ConsistencySpec::Mode mode,
+                         const std::vector<uint32_t>& workers) {
+    v1::ConfigureJobRequest req;
+    req.set_job_id(job);
+    req.mutable_consistency()->set_mode(mode);
+    for (uint32_t w : workers) req.add_worker_ids(w);
+    req.set_membership_epoch(1);
+    v1::ConfigureJobResponse resp;
+    Context c;
+    return stub_->ConfigureJob(&c.ctx, req, &resp);
+  }
+  grpc::Status CreateTable(const v1::TableSpec& spec) {
+    v1::CreateTableRequest req;
+    *req.mutable_spec() = spec;
+    v1::CreateTableResponse resp;
+    Context c;
+    return stub_->CreateTable(&c.ctx, req, &resp);
+  }
+  grpc::Status Pull(const std::vector<KeyBlock>& blocks, v1::PullResponse* resp,
+                    const std::string& job = kJob, int64_t clock = 0) {
+    v1::PullRequest req;
+    req.set_job_id(job);
+    req.set_worker_id(1);
+    req.set_clock(clock);
+    for (const KeyBlock& b : blocks) *req.add_blocks() = b;
+    Context c;
+    return stub_->Pull(&c.ctx, req, resp);
+  }
+  v1::PushRequest PushRequest(const std::vector<KeyBlock>& blocks, uint64_t request_id,
+                              int64_t clock = 0, const std::string& job = kJob,
+                              uint32_t worker = 1) {
+    v1::PushRequest req;
+    req.set_job_id(job);
+    req.set_worker_id(worker);
+    req.set_request_id(request_id);
+    req.set_clock(clock);
+    for (const KeyBlock& b : blocks) *req.add_blocks() = b;
+    return req;
+  }
+  grpc::Status Push(const v1::PushRequest& req, v1::PushResponse* resp) {
+    Context c;
+    return stub_->Push(&c.ctx, req, resp);
+  }
+  grpc::Status Clock(const std::string& job, uint32_t worker, int64_t clock) {
+    v1::ClockRequest req;
+    req.set_job_id(job);
+    req.set_worker_id(worker);
+    req.set_clock(clock);
+    v1::ClockResponse resp;
+    Context c;
+    return stub_->Clock(&c.ctx, req, &resp);
+  }
+  std::vector<float> Values(uint32_t table, const std::vector<uint64_t>& keys,
+                            const std::string& job = kJob, int64_t clock = 0) {
+    v1::PullResponse resp;
+    const grpc::Status s = Pull({Block(table, keys)}, &resp, job, clock);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return s.ok() && resp.blocks_size() == 1 ? Floats(resp.blocks(0).values())
+                                             : std::vector<float>();
+  }
+  uint64_t SparseRows() {
+    v1::DescribeTableRequest req;
+    req.set_table_id(kSparse);
+    v1::DescribeTableResponse resp;
+    Context c;
+    EXPECT_TRUE(stub_->DescribeTable(&c.ctx, req, &resp).ok());
+    return resp.rows_on_server();
+  }
+  // Every stored value, through a valid pull: also proves that the server still serves.
+  std::vector<float> Snapshot() {
+    std::vector<float> all = Values(kDense, {0, 1, 2, 3, 4, 5, 6, 7});
+    for (float v : Values(kSparse, {5, 6})) all.push_back(v);
+    all.push_back(static_cast<float>(SparseRows()));
+    return all;
+  }
+
+  std::unique_ptr<ParameterServer> server_;
+  std::unique_ptr<v1::ParameterServer::Stub> stub_;
+};
+
+// Byte-wise comparison: NaN-safe, and exact.
+void ExpectSameBytes(const std::vector<float>& a, const std::vector<float>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+}
+
+TEST_F(ParameterServiceTest, BadPushesAreRejectedAndChangeNothing) {
+  KeyBlock short_keys = Block(kSparse, {5});
+  short_keys.mutable_keys()->resize(12);
+  const KeyBlock valid = Block(kDense, {0}, {1, 1, 1, 1});
+  struct Case {
+    std::string name;
+    v1::PushRequest req;
+    grpc::StatusCode code;
+    std::string want;
+  };
+  const std::vector<Case> cases = {
+      {"unknown table", PushRequest({valid, Block(77, {0}, {1})}, 1),
+       grpc::StatusCode::INVALID_ARGUMENT, "unknown table id 77"},
+      {"values wrong for dim",
+       PushRequest({valid, Block(kDense, {1, 2}, std::vector<float>(7))}, 2),
+       grpc::StatusCode::INVALID_ARGUMENT, "7 values for 2 keys of dim 4"},
+      {"keys not a multiple of 8 bytes", PushRequest({short_keys}, 3),
+       grpc::StatusCode::INVALID_ARGUMENT, "not a multiple of 8"},
+      {"duplicate keys", PushRequest({Block(kSparse, {5, 9, 5}, std::vector<float>(6, 1))}, 4),
+       grpc::StatusCode::INVALID_ARGUMENT, "duplicate key 5"},
+      {"dense key out of range", PushRequest({Block(kDense, {8}, {1, 1, 1, 1})}, 5),
+       grpc::StatusCode::INVALID_ARGUMENT, "key 8 is out of range"},
+      {"NaN gradient", PushRequest({valid, Block(kSparse, {5, 9}, {1, 1, kNaN, 1})}, 6),
+       grpc::StatusCode::INVALID_ARGUMENT, "NaN or Inf"},
+      {"Inf gradient", PushRequest({Block(kDense, {3}, {1, -kInf, 1, 1})}, 7),
+       grpc::StatusCode::INVALID_ARGUMENT, "NaN or Inf"},
+      {"clock far in the future", PushRequest({valid}, 8, /*clock=*/1000000),
+       grpc::StatusCode::FAILED_PRECONDITION, "push for clock 1000000 is ahead"},
+      {"unknown worker", PushRequest({valid}, 9, 0, kJob, /*worker=*/7),
+       grpc::StatusCode::FAILED_PRECONDITION, "worker 7 is not a live worker"},
+      {"unknown job", PushRequest({valid}, 10, 0, "nojob"), grpc::StatusCode::FAILED_PRECONDITION,
+       "job 'nojob' is not configured"},
+  };
+  const std::vector<float> before = Snapshot();
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    v1::PushResponse resp;
+    const grpc::Status s = Push(c.req, &resp);
+    EXPECT_EQ(s.error_code(), c.code) << s.error_message();
+    EXPECT_NE(s.error_message().find(c.want), std::string::npos) << s.error_message();
+    ExpectSameBytes(Snapshot(), before);
+  }
+  // Rejected requests do not use up their request ids: the valid push with id 1 applies.
+  v1::PushResponse resp;
+  ASSERT_TRUE(Push(PushRequest({valid}, 1), &resp).ok());
+  EXPECT_FALSE(resp.duplicate());
+  EXPECT_EQ(Values(kDense, {0}), std::vector<float>(4, -0.75f));
+}
+
+TEST_F(ParameterServiceTest, OversizeRequestIsResourceExhaustedAndChangesNothing) {
+  // 70000 sparse keys with 2 gradients each: 70000 * 16 bytes > 1 MiB.
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 0; k < 70000; ++k) keys.push_back(1000 + k);
+  const v1::PushRequest req =
+      PushRequest({Block(kSparse, keys, std::vector<float>(2 * keys.size(), 1.0f))}, 1);
+  ASSERT_GT(req.ByteSizeLong(), static_cast<size_t>(kMaxMessageBytes));
+  const std::vector<float> before = Snapshot();
+  v1::PushResponse resp;
+  const grpc::Status s = Push(req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+  EXPECT_NE(s.error_message().find("larger than max"), std::string::npos) << s.error_message();
+  ExpectSameBytes(Snapshot(), before);
+}
+
+TEST_F(ParameterServiceTest, BadPullsAreRejectedAndChangeNothing) {
+  struct Case {
+    std::string name;
+    std::vector<KeyBlock> blocks;
+    std::string want;
+  };
+  const std::vector<Case> cases = {
+      {"unknown table", {Block(kDense, {0}), Block(77, {0})}, "unknown table id 77"},
+      {"pull block carrying values", {Block(kSparse, {5}, {1, 2})}, "must not carry values"},
+      {"duplicate keys", {Block(kSparse, {9, 9})}, "duplicate key 9"},
+      {"dense key out of range", {Block(kDense, {1, 100})}, "key 100 is out of range"},
+  };
+  const std::vector<float> before = Snapshot();
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    v1::PullResponse resp;
+    const grpc::Status s = Pull(c.blocks, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+    EXPECT_NE(s.error_message().find(c.want), std::string::npos) << s.error_message();
+    ExpectSameBytes(Snapshot(), before);  // in particular no sparse row 9 was created
+  }
+}
+
+TEST_F(ParameterServiceTest, RetriedPushIsAppliedOnce) {
+  const v1::PushRequest req = PushRequest({Block(kDense, {2}, {1, 2, 3, 4})}, 42);
+  v1::PushResponse first, retry, next;
+  ASSERT_TRUE(Push(req, &first).ok());
+  EXPECT_FALSE(first.duplicate());
+  const std::vector<float> once = {-0.75f, -1.75f, -2.75f, -3.75f};
+  EXPECT_EQ(Values(kDense, {2}), once);
+  ASSERT_TRUE(Push(req, &retry).ok());
+  EXPECT_TRUE(retry.duplicate());
+  EXPECT_EQ(Values(kDense, {2}), once);
+  // Another request id with the same content is new work.
+  ASSERT_TRUE(Push(PushRequest({Block(kDense, {2}, {1, 2, 3, 4})}, 43), &next).ok());
+  EXPECT_FALSE(next.duplicate());
+  EXPECT_EQ(Values(kDense, {2}), std::vector<float>({-1.75f, -3.75f, -5.75f, -7.75f}));
+}
+
+TEST_F(ParameterServiceTest, SyncGradientsApplyOnceEveryWorkerFinishedTheClock) {
+  ASSERT_TRUE(Configure("sync", v1::ConsistencySpec::SYNC, {1, 2}).ok());
+  ASSERT_TRUE(CreateTable(Spec(3, v1::DENSE, 4, "sync")).ok());
+  v1::PushResponse resp;
+  ASSERT_TRUE(Push(PushRequest({Block(3, {0}, {1, 1, 1, 1})}, 1, 0, "sync", 1), &resp).ok());
+  ASSERT_TRUE(Push(PushRequest({Block(3, {0}, {2, 2, 2, 2})}, 1, 0, "sync", 2), &resp).ok());
+  // Accumulated, not applied yet.
+  EXPECT_EQ(Values(3, {0}, "sync", 0), std::vector<float>(4, 0.25f));
+  ASSERT_TRUE(Clock("sync", 1, 1).ok());
+  ASSERT_TRUE(Clock("sync", 2, 1).ok());
+  EXPECT_EQ(Values(3, {0}, "sync", 1), std::vector<float>(4, -2.75f));
+  // A late push for the closed clock is refused.
+  const grpc::Status late =
+      Push(PushRequest({Block(3, {0}, {1, 1, 1, 1})}, 2, 0, "sync", 1), &resp);
+  EXPECT_EQ(late.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << late.error_message();
+  EXPECT_EQ(Values(3, {0}, "sync", 1), std::vector<float>(4, -2.75f));
+}
+
+// A sync push retried after the worker advanced its clock (a PushPull with advance_clock whose
+// reply was lost) is acknowledged as a duplicate, not refused as late.
+TEST_F(ParameterServiceTest, SyncRetryAfterTheClockAdvancedIsADuplicate) {
+  ASSERT_TRUE(Configure("sync", v1::ConsistencySpec::SYNC, {1}).ok());
+  ASSERT_TRUE(CreateTable(Spec(3, v1::DENSE, 4, "sync")).ok());
+  const v1::PushRequest req = PushRequest({Block(3, {0}, {1, 1, 1, 1})}, 7, 0, "sync", 1);
+  v1::PushResponse resp;
+  ASSERT_TRUE(Push(req, &resp).ok());
+  ASSERT_TRUE(Clock("sync", 1, 1).ok());
+  const grpc::Status retry = Push(req, &resp);
+  EXPECT_TRUE(retry.ok()) << retry.error_message();
+  EXPECT_TRUE(resp.duplicate());
+}
+
+}  // namespace
+}  // namespace ps

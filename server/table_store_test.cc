@@ -1,0 +1,405 @@
+#include "server/table_store.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/codec.h"
+#include "common/shard_map.h"
+#include "gtest/gtest.h"
+#include "server/initializer.h"
+
+namespace ps {
+namespace {
+
+using v1::KeyBlock;
+using v1::TableSpec;
+
+constexpr char kJob[] = "job";
+const float kNaN = std::numeric_limits<float>::quiet_NaN();
+const float kInf = std::numeric_limits<float>::infinity();
+
+TableSpec DenseSpec(uint32_t id, uint32_t dim, uint64_t rows, float init = 0.5f) {
+  TableSpec spec;
+  spec.set_table_id(id);
+  spec.set_name("dense");
+  spec.set_job_id(kJob);
+  spec.set_kind(v1::DENSE);
+  spec.set_dim(dim);
+  spec.set_num_rows(rows);
+  spec.mutable_initializer()->set_kind(v1::InitializerSpec::CONSTANT);
+  spec.mutable_initializer()->set_value(init);
+  spec.mutable_optimizer()->set_kind(v1::OptimizerSpec::SGD);
+  spec.mutable_optimizer()->set_learning_rate(1.0f);
+  return spec;
+}
+
+TableSpec SparseSpec(uint32_t id, uint32_t dim) {
+  TableSpec spec;
+  spec.set_table_id(id);
+  spec.set_name("sparse");
+  spec.set_job_id(kJob);
+  spec.set_kind(v1::SPARSE);
+  spec.set_dim(dim);
+  spec.mutable_initializer()->set_kind(v1::InitializerSpec::UNIFORM);
+  spec.mutable_initializer()->set_low(-1.0f);
+  spec.mutable_initializer()->set_high(1.0f);
+  spec.mutable_initializer()->set_seed(3);
+  spec.mutable_optimizer()->set_kind(v1::OptimizerSpec::SGD);
+  spec.mutable_optimizer()->set_learning_rate(1.0f);
+  return spec;
+}
+
+KeyBlock Block(uint32_t table_id, const std::vector<uint64_t>& keys,
+               const std::vector<float>& values = {}) {
+  KeyBlock b;
+  b.set_table_id(table_id);
+  AppendKeys(keys, b.mutable_keys());
+  AppendValues(values.data(), values.size(), b.mutable_values());
+  return b;
+}
+
+std::vector<float> Floats(const std::string& bytes) {
+  std::vector<float> v(bytes.size() / sizeof(float));
+  std::memcpy(v.data(), bytes.data(), bytes.size());
+  return v;
+}
+
+// The raw bytes of the rows (pulls create missing sparse rows, so pull only existing keys).
+std::string PullBytes(TableStore& store, uint32_t table_id, const std::vector<uint64_t>& keys,
+                      const std::string& job = kJob) {
+  TableStore::BlockView view;
+  const KeyBlock block = Block(table_id, keys);
+  const absl::Status s = store.Resolve(job, block, /*with_values=*/false, &view);
+  EXPECT_TRUE(s.ok()) << s;
+  std::string out;
+  if (s.ok()) store.Pull(view, &out);
+  return out;
+}
+
+// As ParameterService does: every block is resolved before any is applied.
+absl::Status Push(TableStore& store, const std::vector<KeyBlock>& blocks,
+                  const std::string& job = kJob) {
+  std::vector<TableStore::BlockView> views(blocks.size());
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    absl::Status s = store.Resolve(job, blocks[i], /*with_values=*/true, &views[i]);
+    if (!s.ok()) return s;
+  }
+  for (const auto& view : views) store.Apply(view);
+  return absl::OkStatus();
+}
+
+void Accumulate(TableStore& store, const KeyBlock& block, int64_t clock,
+                const std::string& job = kJob) {
+  TableStore::BlockView view;
+  const absl::Status s = store.Resolve(job, block, /*with_values=*/true, &view);
+  ASSERT_TRUE(s.ok()) << s;
+  store.Accumulate(view, clock);
+}
+
+TEST(TableStoreTest, CreatesDenseTableWithEveryRow) {
+  TableStore store({});
+  const TableSpec spec = DenseSpec(1, 4, 10);
+  ASSERT_TRUE(store.CreateTable(spec).ok());
+  auto described = store.Describe(1);
+  ASSERT_TRUE(described.ok()) << described.status();
+  EXPECT_EQ(described->spec().SerializeAsString(), spec.SerializeAsString());
+  EXPECT_EQ(described->rows_on_server(), 10u);
+  EXPECT_EQ(Floats(PullBytes(store, 1, {9, 0, 3})), std::vector<float>(12, 0.5f));
+  EXPECT_EQ(store.Describe(2).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(TableStoreTest, PullOfUnknownSparseKeyCreatesInitializedRow) {
+  TableStore store({});
+  const TableSpec spec = SparseSpec(2, 8);
+  ASSERT_TRUE(store.CreateTable(spec).ok());
+  EXPECT_EQ(store.NumRows(2), 0u);
+  const std::vector<uint64_t> keys = {123, uint64_t{1} << 63};
+  const std::string first = PullBytes(store, 2, keys);
+  std::vector<float> want(16);
+  InitializeRow(spec.initializer(), 2, keys[0], want.data(), 8);
+  InitializeRow(spec.initializer(), 2, keys[1], want.data() + 8, 8);
+  EXPECT_EQ(Floats(first), want);
+  EXPECT_EQ(store.NumRows(2), 2u);
+  EXPECT_EQ(PullBytes(store, 2, keys), first);
+  EXPECT_EQ(store.NumRows(2), 2u);
+}
+
+TEST(TableStoreTest, SameSpecTwiceIsOkAnotherSpecIsAlreadyExists) {
+  TableStore store({});
+  ASSERT_TRUE(store.CreateTable(DenseSpec(1, 2, 4)).ok());
+  ASSERT_TRUE(Push(store, {Block(1, {0}, {1.0f, 1.0f})}).ok());
+  EXPECT_TRUE(store.CreateTable(DenseSpec(1, 2, 4)).ok());
+  // Creating it again neither resets nor duplicates rows.
+  EXPECT_EQ(Floats(PullBytes(store, 1, {0})), std::vector<float>({-0.5f, -0.5f}));
+  EXPECT_EQ(store.NumRows(1), 4u);
+  TableSpec other = DenseSpec(1, 3, 4);
+  other.set_name("other");
+  const absl::Status s = store.CreateTable(other);
+  EXPECT_EQ(s.code(), absl::StatusCode::kAlreadyExists) << s;
+  EXPECT_NE(s.message().find("table 1 already exists"), std::string::npos) << s;
+  EXPECT_EQ(store.Describe(1)->spec().dim(), 2u);
+}
+
+TEST(TableStoreTest, CreateRejectsBadSpecs) {
+  TableStoreOptions options;
+  options.max_dense_table_bytes = 4096;
+  TableStore store(options);
+  struct Case {
+    std::string name;
+    TableSpec spec;
+    std::string want;
+  };
+  std::vector<Case> cases;
+  cases.push_back({"dim 0", DenseSpec(1, 0, 4), "dim 0"});
+  cases.push_back({"dim too big", SparseSpec(1, (1u << 20) + 1), "dim 1048577"});
+  cases.push_back({"kind unspecified", SparseSpec(1, 4), "kind"});
+  cases.back().spec.set_kind(v1::TABLE_KIND_UNSPECIFIED);
+  cases.push_back({"empty job id", SparseSpec(1, 4), "job_id"});
+  cases.back().spec.clear_job_id();
+  cases.push_back({"dense without rows", DenseSpec(1, 4, 0), "num_rows 0"});
+  cases.push_back({"huge dense table", DenseSpec(1, 1024, uint64_t{1} << 30), "num_rows"});
+  // 100 rows x 4 floats x (1 value + 2 adam state) x 4 bytes = 4800 > 4096: state counts.
+  cases.push_back({"dense table with state over the limit", DenseSpec(1, 4, 100), "4096 bytes"});
+  cases.back().spec.mutable_optimizer()->set_kind(v1::OptimizerSpec::ADAM);
+  cases.push_back({"bad initializer", SparseSpec(1, 4), "initializer"});
+  cases.back().spec.mutable_initializer()->set_high(-2.0f);
+  cases.push_back({"bad optimizer", SparseSpec(1, 4), "learning_rate"});
+  cases.back().spec.mutable_optimizer()->set_learning_rate(-1.0f);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const absl::Status s = store.CreateTable(c.spec);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find(c.want), std::string::npos) << s;
+    EXPECT_FALSE(store.Describe(1).ok()) << "a rejected spec left a table behind";
+  }
+  // 100 rows x 4 floats x 4 bytes (sgd keeps no state) = 1600 bytes fits.
+  EXPECT_TRUE(store.CreateTable(DenseSpec(1, 4, 100)).ok());
+  // Under the default limit (64 GiB) a 4 TiB dense table is refused before any allocation.
+  TableStore default_store({});
+  EXPECT_EQ(default_store.CreateTable(DenseSpec(1, 1024, uint64_t{1} << 30)).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// Tables: dense 1 (dim 2, 4 rows) and sparse 2 (dim 3) of kJob, dense 3 of another job.
+class TableStoreResolveTest : public ::testing::Test {
+ protected:
+  TableStoreResolveTest() : store_(Options()) {}
+  static TableStoreOptions Options() {
+    TableStoreOptions options;
+    options.max_keys_per_block = 8;
+    return options;
+  }
+  void SetUp() override {
+    ASSERT_TRUE(store_.CreateTable(DenseSpec(1, 2, 4)).ok());
+    ASSERT_TRUE(store_.CreateTable(SparseSpec(2, 3)).ok());
+    TableSpec other = DenseSpec(3, 2, 4);
+    other.set_job_id("other");
+    ASSERT_TRUE(store_.CreateTable(other).ok());
+    PullBytes(store_, 2, {10, 11});  // creates the two sparse rows
+  }
+  std::string Snapshot() {
+    return PullBytes(store_, 1, {0, 1, 2, 3}) + PullBytes(store_, 2, {10, 11}) +
+           PullBytes(store_, 3, {0, 1, 2, 3}, "other") + std::to_string(store_.NumRows(2));
+  }
+
+  TableStore store_;
+};
+
+TEST_F(TableStoreResolveTest, RejectsBadBlocksAndChangesNothing) {
+  struct Case {
+    std::string name;
+    KeyBlock block;
+    bool with_values;
+    std::string want;
+  };
+  KeyBlock short_keys = Block(2, {10});
+  short_keys.mutable_keys()->resize(12);
+  KeyBlock odd_values = Block(1, {0}, {1, 2});
+  odd_values.mutable_values()->pop_back();
+  std::vector<uint64_t> nine_keys = {10, 11, 12, 13, 14, 15, 16, 17, 18};
+  const std::vector<Case> cases = {
+      {"unknown table", Block(99, {0}, {1, 2}), true, "unknown table id 99"},
+      {"table of another job", Block(3, {0}, {1, 2}), true, "belongs to job 'other'"},
+      {"keys not a multiple of 8 bytes", short_keys, true, "not a multiple of 8"},
+      {"values not a multiple of 4 bytes", odd_values, true, "not a multiple of 4"},
+      {"values wrong for dim", Block(2, {10, 11}, {1, 2, 3, 4, 5}), true,
+       "5 values for 2 keys of dim 3"},
+      {"duplicate keys", Block(2, {10, 11, 10}, std::vector<float>(9, 1)), true,
+       "duplicate key 10"},
+      {"duplicate keys in a pull", Block(1, {3, 3}), false, "duplicate key 3"},
+      {"dense key out of range", Block(1, {1, 4}, {1, 1, 1, 1}), true, "key 4 is out of range"},
+      {"NaN gradient", Block(2, {10, 500}, {1, 1, 1, 1, kNaN, 1}), true, "NaN or Inf"},
+      {"Inf gradient", Block(1, {0}, {-kInf, 1}), true, "NaN or Inf"},
+      {"too many keys", Block(2, nine_keys, std::vector<float>(27, 1)), true,
+       "9 keys in one block; at most 8"},
+      {"pull block carrying values", Block(2, {10}, {1, 2, 3}), false, "must not carry values"},
+  };
+  const std::string before = Snapshot();
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    TableStore::BlockView view;
+    absl::Status s = store_.Resolve(kJob, c.block, c.with_values, &view);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find(c.want), std::string::npos) << s;
+    if (c.with_values) {
+      // A valid block before the bad one is not applied either.
+      s = Push(store_, {Block(1, {0, 1}, {1, 1, 1, 1}), Block(2, {11}, {1, 1, 1}), c.block});
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    }
+    EXPECT_EQ(Snapshot(), before);
+  }
+  // The store still serves a valid push.
+  ASSERT_TRUE(Push(store_, {Block(1, {0}, {0.5f, -0.5f})}).ok());
+  EXPECT_EQ(Floats(PullBytes(store_, 1, {0})), std::vector<float>({0.0f, 1.0f}));
+}
+
+TEST(TableStoreTest, KeyOfAnotherServerIsFailedPreconditionNamingTheEpoch) {
+  TableStoreOptions options;
+  options.owned_slots = ShardMap::RoundRobin({"a:1", "b:1"}).SlotsOf(0);
+  options.shard_epoch = 7;
+  TableStore store(options);
+  ASSERT_TRUE(store.CreateTable(DenseSpec(1, 2, 64)).ok());
+  ASSERT_TRUE(store.CreateTable(SparseSpec(2, 2)).ok());
+  uint64_t mine = 0, theirs = 0;
+  while (!options.owned_slots[SlotOf(1, mine)]) ++mine;
+  while (options.owned_slots[SlotOf(1, theirs)]) ++theirs;
+  uint64_t owned_rows = 0;
+  for (uint64_t k = 0; k < 64; ++k) owned_rows += options.owned_slots[SlotOf(1, k)];
+  EXPECT_EQ(store.NumRows(1), owned_rows);  // only its own dense rows
+  const std::string before = PullBytes(store, 1, {mine});
+  for (bool with_values : {true, false}) {
+    const KeyBlock block =
+        Block(1, {mine, theirs}, with_values ? std::vector<float>(4, 1) : std::vector<float>{});
+    TableStore::BlockView view;
+    const absl::Status s = store.Resolve(kJob, block, with_values, &view);
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+    EXPECT_NE(s.message().find("epoch 7"), std::string::npos) << s;
+    EXPECT_NE(s.message().find("key " + std::to_string(theirs)), std::string::npos) << s;
+  }
+  EXPECT_EQ(PullBytes(store, 1, {mine}), before);
+  EXPECT_EQ(store.NumRows(2), 0u);
+}
+
+TEST(TableStoreTest, SkipRowPolicyLeavesOnlyNonFiniteRowsUnchanged) {
+  TableStoreOptions options;
+  options.nonfinite = NonFinitePolicy::kSkipRow;
+  TableStore store(options);
+  ASSERT_TRUE(store.CreateTable(DenseSpec(1, 2, 4, /*init=*/1.0f)).ok());
+  const std::vector<float> grads = {1, 1, kNaN, 0, 2, 2, 0, -kInf};
+  // Async: applied on arrival.
+  ASSERT_TRUE(Push(store, {Block(1, {0, 1, 2, 3}, grads)}).ok());
+  EXPECT_EQ(Floats(PullBytes(store, 1, {0, 1, 2, 3})),
+            std::vector<float>({0, 0, 1, 1, -1, -1, 1, 1}));
+  // Sync: a non-finite row of one push is dropped from the sum; the other workers' gradients
+  // for that row still apply (row 1 gets only the second push's 1s).
+  Accumulate(store, Block(1, {0, 1, 2, 3}, grads), 0);
+  Accumulate(store, Block(1, {0, 1}, {1, 1, 1, 1}), 0);
+  store.ApplyAccumulated(kJob, 0);
+  EXPECT_EQ(Floats(PullBytes(store, 1, {0, 1, 2, 3})),
+            std::vector<float>({-2, -2, 0, 0, -3, -3, 1, 1}));
+}
+
+TEST(TableStoreTest, AccumulateThenApplyAccumulatedEqualsOneApplyOfTheSum) {
+  // Adam is not linear in the gradient: applying the parts one by one would differ.
+  auto adam = [](TableSpec spec) {
+    spec.mutable_optimizer()->set_kind(v1::OptimizerSpec::ADAM);
+    spec.mutable_optimizer()->set_learning_rate(0.1f);
+    return spec;
+  };
+  TableStore accumulated({}), summed({});
+  for (TableStore* store : {&accumulated, &summed}) {
+    ASSERT_TRUE(store->CreateTable(adam(DenseSpec(1, 2, 4))).ok());
+    ASSERT_TRUE(store->CreateTable(adam(SparseSpec(2, 2))).ok());
+    TableSpec other = adam(DenseSpec(3, 2, 4));
+    other.set_job_id("other");
+    ASSERT_TRUE(store->CreateTable(other).ok());
+  }
+  // Three workers' gradients for clock 5 (key 7 of the sparse table does not exist yet).
+  const std::vector<KeyBlock> parts = {Block(1, {0, 1}, {0.25f, -1.5f, 3.0f, 0.125f}),
+                                       Block(1, {1, 2}, {-0.75f, 2.0f, 1.0f, 1.0f}),
+                                       Block(1, {0, 1}, {0.5f, 0.5f, -0.25f, 0.0625f}),
+                                       Block(2, {7}, {1.5f, -2.5f}), Block(2, {7}, {0.1f, 0.2f})};
+  for (const KeyBlock& part : parts) Accumulate(accumulated, part, 5);
+  Accumulate(accumulated, Block(3, {0}, {1, 1}), 5, "other");
+  // Another clock's gradients stay pending.
+  Accumulate(accumulated, Block(1, {3}, {9, 9}), 6);
+  const std::string dense_before = PullBytes(accumulated, 1, {0, 1, 2, 3});
+  accumulated.ApplyAccumulated(kJob, 4);  // nothing pending at clock 4
+  EXPECT_EQ(PullBytes(accumulated, 1, {0, 1, 2, 3}), dense_before);
+  accumulated.ApplyAccumulated(kJob, 5);
+
+  // The sums, added in arrival order as the store does.
+  const float k0[] = {0.25f + 0.5f, -1.5f + 0.5f};
+  const float k1[] = {(3.0f + -0.75f) + -0.25f, (0.125f + 2.0f) + 0.0625f};
+  const float k7[] = {1.5f + 0.1f, -2.5f + 0.2f};
+  ASSERT_TRUE(Push(summed, {Block(1, {0, 1, 2}, {k0[0], k0[1], k1[0], k1[1], 1.0f, 1.0f}),
+                            Block(2, {7}, {k7[0], k7[1]})})
+                  .ok());
+  EXPECT_EQ(PullBytes(accumulated, 1, {0, 1, 2, 3}), PullBytes(summed, 1, {0, 1, 2, 3}));
+  EXPECT_EQ(PullBytes(accumulated, 2, {7}), PullBytes(summed, 2, {7}));
+  // The other job's table waits for its own job's clock.
+  EXPECT_EQ(PullBytes(accumulated, 3, {0}, "other"), PullBytes(summed, 3, {0}, "other"));
+  accumulated.ApplyAccumulated("other", 5);
+  EXPECT_NE(PullBytes(accumulated, 3, {0}, "other"), PullBytes(summed, 3, {0}, "other"));
+  // Applied sums are cleared: applying clock 5 again changes nothing.
+  const std::string after = PullBytes(accumulated, 1, {0, 1, 2, 3});
+  accumulated.ApplyAccumulated(kJob, 5);
+  EXPECT_EQ(PullBytes(accumulated, 1, {0, 1, 2, 3}), after);
+  // Clock 6 is still pending and applies on its own.
+  accumulated.ApplyAccumulated(kJob, 6);
+  EXPECT_NE(PullBytes(accumulated, 1, {3}), PullBytes(summed, 1, {3}));
+}
+
+TEST(TableStoreTest, ConcurrentPushesEndAtTheExactSum) {
+  TableStore store({});
+  TableSpec sparse = SparseSpec(1, 4);
+  sparse.mutable_initializer()->set_kind(v1::InitializerSpec::ZEROS);
+  ASSERT_TRUE(store.CreateTable(sparse).ok());
+  ASSERT_TRUE(store.CreateTable(DenseSpec(2, 2, 8, /*init=*/0.0f)).ok());
+  constexpr int kThreads = 4;
+  constexpr int kPushes = 2000;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&store, t] {
+      // SGD with lr 1 and gradient -(t+1): each push adds t+1, exactly, to every value.
+      const float g = -static_cast<float>(t + 1);
+      const KeyBlock sparse_block =
+          Block(1, {0, 1, 1000 + static_cast<uint64_t>(t)}, std::vector<float>(12, g));
+      const KeyBlock dense_block =
+          Block(2, {static_cast<uint64_t>(t), 7}, std::vector<float>(4, g));
+      for (int i = 0; i < kPushes; ++i) {
+        const absl::Status s = Push(store, {sparse_block, dense_block});
+        if (!s.ok()) ADD_FAILURE() << s;
+      }
+    });
+  }
+  // A reader meanwhile sees the shared row only grow, and stay a whole number.
+  std::thread reader([&store] {
+    float last = 0;
+    for (int i = 0; i < 200; ++i) {
+      const float v = Floats(PullBytes(store, 1, {0}))[0];
+      EXPECT_GE(v, last);
+      EXPECT_EQ(v, std::floor(v));
+      last = v;
+    }
+  });
+  for (auto& th : threads) th.join();
+  reader.join();
+  const float shared = kPushes * (1 + 2 + 3 + 4);
+  EXPECT_EQ(Floats(PullBytes(store, 1, {0, 1})), std::vector<float>(8, shared));
+  EXPECT_EQ(Floats(PullBytes(store, 2, {7})), std::vector<float>(2, shared));
+  for (int t = 0; t < kThreads; ++t) {
+    const float own = static_cast<float>(kPushes * (t + 1));
+    EXPECT_EQ(Floats(PullBytes(store, 1, {1000 + static_cast<uint64_t>(t)})),
+              std::vector<float>(4, own));
+    EXPECT_EQ(Floats(PullBytes(store, 2, {static_cast<uint64_t>(t)})), std::vector<float>(2, own));
+  }
+  EXPECT_EQ(store.NumRows(1), 2u + kThreads);
+}
+
+}  // namespace
+}  // namespace ps
