@@ -76,4 +76,22 @@ absl::StatusOr<ShardMap> ShardMap::Parse(const std::string& text) {
   return m;
 }
 
+std::string EncodeSlotBitmap(const std::vector<bool>& slots) {
+  std::string bytes(kNumSlots / 8, '\0');
+  for (uint32_t s = 0; s < kNumSlots && s < slots.size(); ++s) {
+    if (slots[s]) bytes[s / 8] = static_cast<char>(bytes[s / 8] | (1 << (s % 8)));
+  }
+  return bytes;
+}
+
+absl::StatusOr<std::vector<bool>> DecodeSlotBitmap(const std::string& bytes) {
+  if (bytes.size() != kNumSlots / 8) {
+    return absl::InvalidArgumentError(absl::StrCat("owned_slots is ", bytes.size(), " bytes; want ",
+                                                   kNumSlots / 8, " (one bit per slot)"));
+  }
+  std::vector<bool> slots(kNumSlots);
+  for (uint32_t s = 0; s < kNumSlots; ++s) slots[s] = (bytes[s / 8] >> (s % 8)) & 1;
+  return slots;
+}
+
 }  // namespace ps

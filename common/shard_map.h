@@ -47,6 +47,11 @@ class ShardMap {
   std::vector<int> owner_;  // kNumSlots entries
 };
 
+// A set of slots as a kNumSlots-bit bitmap (bit s of byte s / 8), as ConfigureJob carries it.
+std::string EncodeSlotBitmap(const std::vector<bool>& slots);
+// INVALID_ARGUMENT unless `bytes` is kNumSlots / 8 bytes long.
+absl::StatusOr<std::vector<bool>> DecodeSlotBitmap(const std::string& bytes);
+
 }  // namespace ps
 
 #endif  // PS_COMMON_SHARD_MAP_H_

@@ -47,5 +47,16 @@ TEST(ShardMapTest, RejectsGapsOverlapsAndJunk) {
   EXPECT_EQ(ShardMap::FromFile("/nonexistent/map").status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST(ShardMapTest, SlotBitmapRoundTrips) {
+  ShardMap m = ShardMap::RoundRobin({"a", "b", "c"});
+  const std::string bytes = EncodeSlotBitmap(m.SlotsOf(2));
+  ASSERT_EQ(bytes.size(), 128u);
+  auto slots = DecodeSlotBitmap(bytes);
+  ASSERT_TRUE(slots.ok()) << slots.status();
+  EXPECT_EQ(*slots, m.SlotsOf(2));
+  EXPECT_EQ(DecodeSlotBitmap(std::string(127, '\0')).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace ps

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "common/shard_map.h"
 #include "common/status_macros.h"
 
 namespace ps {
@@ -24,6 +25,12 @@ absl::Time ParameterService::PullDeadline(const grpc::ServerContext* ctx) const 
 grpc::Status ParameterService::ConfigureJob(grpc::ServerContext*,
                                             const v1::ConfigureJobRequest* req,
                                             v1::ConfigureJobResponse*) {
+  if (!req->owned_slots().empty()) {
+    auto owned = DecodeSlotBitmap(req->owned_slots());
+    if (!owned.ok()) return ToGrpcStatus(owned.status());
+    absl::Status s = store_->SetJobShards(req->job_id(), std::move(*owned), req->shard_epoch());
+    if (!s.ok()) return ToGrpcStatus(s);
+  }
   std::vector<uint32_t> workers(req->worker_ids().begin(), req->worker_ids().end());
   return ToGrpcStatus(
       gate_.Configure(req->job_id(), req->consistency(), workers, req->membership_epoch()));

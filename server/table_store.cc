@@ -14,7 +14,38 @@ namespace ps {
 using v1::TableSpec;
 
 TableStore::TableStore(TableStoreOptions options)
-    : options_(std::move(options)), slots_(new Slot[kNumSlots]) {}
+    : options_(std::move(options)),
+      default_shards_(std::make_shared<Shards>(Shards{options_.owned_slots, options_.shard_epoch})),
+      slots_(new Slot[kNumSlots]) {}
+
+std::shared_ptr<const TableStore::Shards> TableStore::ShardsOf(const std::string& job_id) const {
+  absl::ReaderMutexLock l(&shards_mu_);
+  auto it = job_shards_.find(job_id);
+  return it == job_shards_.end() ? default_shards_ : it->second;
+}
+
+absl::Status TableStore::SetJobShards(const std::string& job_id, std::vector<bool> owned,
+                                      uint64_t epoch) {
+  if (owned.size() != kNumSlots) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("owned slots: ", owned.size(), " entries, want ", kNumSlots));
+  }
+  absl::MutexLock l(&shards_mu_);
+  auto& current = job_shards_[job_id];
+  if (current != nullptr) {
+    if (epoch < current->epoch) {
+      return absl::FailedPreconditionError(absl::StrCat("shard epoch ", epoch, " of job ", job_id,
+                                                        " is older than the current ",
+                                                        current->epoch));
+    }
+    if (epoch == current->epoch && owned != current->owned) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("shard epoch ", epoch, " of job ", job_id, " was set with other slots"));
+    }
+  }
+  current = std::make_shared<Shards>(Shards{std::move(owned), epoch});
+  return absl::OkStatus();
+}
 
 TableStore::~TableStore() = default;
 
@@ -78,9 +109,10 @@ absl::Status TableStore::CreateTable(const TableSpec& spec) {
   // (the lock order is slot.mu -> tables_mu_); a request that touches the table meanwhile
   // creates missing rows the same way (RowFor).
   if (spec.kind() == v1::DENSE) {
+    const std::shared_ptr<const Shards> shards = ShardsOf(spec.job_id());
     for (uint64_t key = 0; key < spec.num_rows(); ++key) {
       const uint32_t s = SlotOf(spec.table_id(), key);
-      if (!Owns(s)) continue;
+      if (!shards->Owns(s)) continue;
       absl::MutexLock sl(&slots_[s].mu);
       RowFor(slots_[s], *t, key);
     }
@@ -130,6 +162,7 @@ absl::Status TableStore::Resolve(const std::string& job_id, const v1::KeyBlock& 
   absl::flat_hash_set<uint64_t> seen;
   seen.reserve(view->keys.size());
   const bool dense = t->spec.kind() == v1::DENSE;
+  const std::shared_ptr<const Shards> shards = ShardsOf(job_id);
   for (uint64_t key : view->keys) {
     if (dense && key >= t->spec.num_rows()) {
       return absl::InvalidArgumentError(absl::StrCat("table ", t->spec.table_id(), ": key ", key,
@@ -141,10 +174,10 @@ absl::Status TableStore::Resolve(const std::string& job_id, const v1::KeyBlock& 
           absl::StrCat("table ", t->spec.table_id(), ": duplicate key ", key, " in one request"));
     }
     const uint32_t slot = SlotOf(t->spec.table_id(), key);
-    if (!Owns(slot)) {
+    if (!shards->Owns(slot)) {
       return absl::FailedPreconditionError(
           absl::StrCat("wrong shard: slot ", slot, " (table ", t->spec.table_id(), ", key ", key,
-                       ") is not owned by this server; shard map epoch ", options_.shard_epoch));
+                       ") is not owned by this server; shard map epoch ", shards->epoch));
     }
   }
   view->values = {};

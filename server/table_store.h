@@ -26,7 +26,8 @@ enum class NonFinitePolicy {
 };
 
 struct TableStoreOptions {
-  // Slots this server owns (kNumSlots entries); empty means every slot.
+  // Slots this server owns (kNumSlots entries) for jobs that did not say otherwise
+  // (SetJobShards); empty means every slot.
   std::vector<bool> owned_slots;
   uint64_t shard_epoch = 1;
   NonFinitePolicy nonfinite = NonFinitePolicy::kReject;
@@ -80,6 +81,10 @@ class TableStore {
   // Applies (once per row) and clears the summed gradients of `clock` for tables of `job_id`.
   void ApplyAccumulated(const std::string& job_id, int64_t clock);
 
+  // Sets the slots this server owns for `job_id`'s tables (kNumSlots entries). A smaller epoch
+  // than the job's current one is FAILED_PRECONDITION; the same epoch must bring the same slots.
+  absl::Status SetJobShards(const std::string& job_id, std::vector<bool> owned, uint64_t epoch);
+
   // Rows held for a table (0 for an unknown one).
   uint64_t NumRows(uint32_t table_id) const;
 
@@ -97,15 +102,23 @@ class TableStore {
         ABSL_GUARDED_BY(mu);
   };
 
-  bool Owns(uint32_t slot) const {
-    return options_.owned_slots.empty() || options_.owned_slots[slot];
-  }
+  // The slots this server owns for one job, and the shard-map epoch they come from.
+  struct Shards {
+    std::vector<bool> owned;  // empty: every slot
+    uint64_t epoch = 0;
+    bool Owns(uint32_t slot) const { return owned.empty() || owned[slot]; }
+  };
+  std::shared_ptr<const Shards> ShardsOf(const std::string& job_id) const;
   const Table* FindTable(uint32_t table_id) const;
   Row NewRow(const Table& table, uint64_t key) const;
   Row& RowFor(Slot& slot, const Table& table, uint64_t key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
   void ApplyToRow(const Table& table, const float* grad, Row& row) const;
 
   const TableStoreOptions options_;
+  const std::shared_ptr<const Shards> default_shards_;
+  mutable absl::Mutex shards_mu_;  // a leaf lock
+  absl::flat_hash_map<std::string, std::shared_ptr<const Shards>> job_shards_
+      ABSL_GUARDED_BY(shards_mu_);
   std::unique_ptr<Slot[]> slots_;
   mutable absl::Mutex tables_mu_;
   absl::flat_hash_map<uint32_t, std::unique_ptr<Table>> tables_ ABSL_GUARDED_BY(tables_mu_);

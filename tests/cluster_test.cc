@@ -1,4 +1,6 @@
 // Consistency over real gRPC: ps_server processes on loopback, workers as client threads.
+#include <grpcpp/create_channel.h>
+
 #include <atomic>
 #include <cmath>
 #include <map>
@@ -9,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/codec.h"
+#include "common/shard_map.h"
 #include "gtest/gtest.h"
 #include "server/table_store.h"
 #include "tests/local_cluster.h"
@@ -317,6 +320,48 @@ TEST(ClusterTest, LargeTensorTravelsInParts) {
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
   ASSERT_TRUE(client->Pull({TableOp{1, keys, nullptr, got.data()}}).ok());
   EXPECT_EQ(got[999], 999.0f);
+}
+
+// ConfigureJob tells each server which slots it owns for the job: servers started without a
+// shard map (each would own every slot) then refuse keys of slots that are not theirs.
+TEST(ClusterTest, ConfigureJobAssignsSlots) {
+  auto cluster = LocalCluster::Start(2, {"--server_index=0", "--num_servers=1"});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const std::string job = "slots";
+  auto client = Connect(*cluster, job, 0);
+  ASSERT_TRUE(client->ConfigureJob(Mode(v1::ConsistencySpec::ASYNC), {0}).ok());
+  v1::TableSpec t = Table(1, job, v1::SPARSE, 2, 0, v1::OptimizerSpec::SGD, 1.0f);
+  ASSERT_TRUE(client->CreateTable(t).ok());
+  std::vector<uint64_t> keys = DenseKeys(64);
+  std::vector<float> vals(128);
+  ASSERT_TRUE(client->Pull({TableOp{1, keys, nullptr, vals.data()}}).ok());
+  // Key k's slot belongs to server SlotOf(1, k) % 2; ask server 0 for one of server 1's keys.
+  uint64_t theirs = 0;
+  while (SlotOf(1, theirs) % 2 != 1) ++theirs;
+  auto stub = v1::ParameterServer::NewStub(
+      grpc::CreateChannel(cluster->addresses()[0], grpc::InsecureChannelCredentials()));
+  v1::PullRequest req;
+  req.set_job_id(job);
+  v1::KeyBlock* b = req.add_blocks();
+  b->set_table_id(1);
+  AppendKeys({theirs}, b->mutable_keys());
+  grpc::ClientContext ctx;
+  v1::PullResponse resp;
+  grpc::Status s = stub->Pull(&ctx, req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(s.error_message().find("wrong shard"), std::string::npos) << s.error_message();
+  // Each server holds only its own half of the rows.
+  for (int i = 0; i < 2; ++i) {
+    auto st = v1::ParameterServer::NewStub(
+        grpc::CreateChannel(cluster->addresses()[i], grpc::InsecureChannelCredentials()));
+    v1::DescribeTableRequest dreq;
+    dreq.set_table_id(1);
+    v1::DescribeTableResponse dresp;
+    grpc::ClientContext dctx;
+    ASSERT_TRUE(st->DescribeTable(&dctx, dreq, &dresp).ok());
+    EXPECT_GT(dresp.rows_on_server(), 0u);
+    EXPECT_LT(dresp.rows_on_server(), 64u);
+  }
 }
 
 }  // namespace

@@ -331,8 +331,10 @@ absl::Status Client::ConfigureJob(const v1::ConsistencySpec& consistency,
   *req.mutable_consistency() = consistency;
   for (uint32_t w : worker_ids) req.add_worker_ids(w);
   req.set_membership_epoch(membership_epoch);
+  req.set_shard_epoch(map_.epoch());
   return ForEachServer(stubs_.size(), absl::Seconds(30), [&](size_t i, grpc::ClientContext* ctx) {
     v1::ConfigureJobResponse resp;
+    req.set_owned_slots(EncodeSlotBitmap(map_.SlotsOf(static_cast<int>(i))));
     return stubs_[i][0]->ConfigureJob(ctx, req, &resp);
   });
 }

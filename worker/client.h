@@ -71,7 +71,8 @@ class Client {
   static absl::StatusOr<std::unique_ptr<Client>> Connect(ClientOptions options);
   ~Client();
 
-  // Declares the job's consistency mode and worker set on every server.
+  // Declares the job's consistency mode and worker set on every server, and tells each server
+  // the slots it owns for the job's tables (this client's shard map). Call before CreateTable.
   absl::Status ConfigureJob(const v1::ConsistencySpec& consistency,
                             const std::vector<uint32_t>& worker_ids, uint64_t membership_epoch = 1);
   // Creates a table on every server (idempotent for the same spec).

@@ -107,6 +107,9 @@ absl::StatusOr<EpochReport> Trainer::Run(
                                                    train.total_examples / o.num_workers, ")"));
   }
 
+  std::vector<uint32_t> workers(o.num_workers);
+  std::iota(workers.begin(), workers.end(), 0);
+  PS_RETURN_IF_ERROR(client_->ConfigureJob(o.consistency, workers));
   std::vector<std::vector<uint64_t>> keys(model.num_tensors());
   std::vector<TableOp> pull_ops, push_ops;
   for (int t = 0; t < model.num_tensors(); ++t) {
@@ -115,9 +118,6 @@ absl::StatusOr<EpochReport> Trainer::Run(
     pull_ops.push_back(TableOp{o.first_table_id + t, keys[t], nullptr, model.param(t).data()});
     push_ops.push_back(TableOp{o.first_table_id + t, keys[t], model.grad(t).data(), nullptr});
   }
-  std::vector<uint32_t> workers(o.num_workers);
-  std::iota(workers.begin(), workers.end(), 0);
-  PS_RETURN_IF_ERROR(client_->ConfigureJob(o.consistency, workers));
   PS_RETURN_IF_ERROR(client_->Pull(pull_ops));
 
   // Sync: the servers sum every worker's gradient, so each contributes its share of the mean.
