@@ -126,6 +126,13 @@ absl::StatusOr<ConsistencyGate::Job*> ConsistencyGate::Find(const std::string& j
 
 bool ConsistencyGate::HasJob(const std::string& job_id) const { return Find(job_id).ok(); }
 
+std::map<uint32_t, int64_t> ConsistencyGate::Clocks(const std::string& job_id) const {
+  auto job = Find(job_id);
+  if (!job.ok()) return {};
+  absl::MutexLock l(&(*job)->mu);
+  return (*job)->clocks;
+}
+
 absl::StatusOr<ConsistencySpec::Mode> ConsistencyGate::ModeOf(const std::string& job_id) const {
   auto job = Find(job_id);
   if (!job.ok()) return job.status();

@@ -39,6 +39,8 @@ class ConsistencyGate {
                          const std::vector<uint32_t>& worker_ids, uint64_t membership_epoch);
 
   bool HasJob(const std::string& job_id) const;
+  // The clocks of the job's live workers (empty for an unknown job).
+  std::map<uint32_t, int64_t> Clocks(const std::string& job_id) const;
   absl::StatusOr<v1::ConsistencySpec::Mode> ModeOf(const std::string& job_id) const;
 
   // Checks that `worker_id` may push gradients for `clock` now: it must be a live worker, and

@@ -7,6 +7,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "common/flags_usage.h"
+#include "common/process_tuning.h"
 #include "common/signals.h"
 #include "server/parameter_server.h"
 
@@ -29,6 +30,7 @@ int main(int argc, char** argv) {
       "Example: ps_server --listen=0.0.0.0:7100 --server_index=0 --num_servers=2",
       __FILE__);
   absl::ParseCommandLine(argc, argv);
+  ps::TuneProcessForServing();
   ps::BlockTerminationSignals();
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;

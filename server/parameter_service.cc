@@ -24,7 +24,7 @@ absl::Time ParameterService::PullDeadline(const grpc::ServerContext* ctx) const 
 
 grpc::Status ParameterService::ConfigureJob(grpc::ServerContext*,
                                             const v1::ConfigureJobRequest* req,
-                                            v1::ConfigureJobResponse*) {
+                                            v1::ConfigureJobResponse* resp) {
   if (!req->owned_slots().empty()) {
     auto owned = DecodeSlotBitmap(req->owned_slots());
     if (!owned.ok()) return ToGrpcStatus(owned.status());
@@ -32,8 +32,13 @@ grpc::Status ParameterService::ConfigureJob(grpc::ServerContext*,
     if (!s.ok()) return ToGrpcStatus(s);
   }
   std::vector<uint32_t> workers(req->worker_ids().begin(), req->worker_ids().end());
-  return ToGrpcStatus(
-      gate_.Configure(req->job_id(), req->consistency(), workers, req->membership_epoch()));
+  absl::Status s =
+      gate_.Configure(req->job_id(), req->consistency(), workers, req->membership_epoch());
+  if (!s.ok()) return ToGrpcStatus(s);
+  for (const auto& [worker, clock] : gate_.Clocks(req->job_id())) {
+    (*resp->mutable_worker_clocks())[worker] = clock;
+  }
+  return grpc::Status::OK;
 }
 
 grpc::Status ParameterService::CreateTable(grpc::ServerContext*, const v1::CreateTableRequest* req,

@@ -230,13 +230,12 @@ void TableStore::ApplyToRow(const Table& table, const float* grad, Row& row) con
 void TableStore::Pull(const BlockView& view, std::string* out) {
   const Table& t = *view.table;
   const size_t row_bytes = t.dim * sizeof(float);
-  out->resize(view.keys.size() * row_bytes);
-  char* dst = out->data();
+  out->clear();
+  out->reserve(view.keys.size() * row_bytes);  // append, not resize: no zero-fill pass
   for (uint64_t key : view.keys) {
     Slot& slot = slots_[SlotOf(t.spec.table_id(), key)];
     absl::MutexLock l(&slot.mu);
-    std::memcpy(dst, RowFor(slot, t, key).data.get(), row_bytes);
-    dst += row_bytes;
+    out->append(reinterpret_cast<const char*>(RowFor(slot, t, key).data.get()), row_bytes);
   }
 }
 

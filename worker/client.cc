@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -23,6 +24,9 @@ absl::Status ClientOptions::Validate() const {
   if (max_part_bytes < 4096) return absl::InvalidArgumentError("max_part_bytes must be >= 4096");
   if (channels_per_server < 1)
     return absl::InvalidArgumentError("channels_per_server must be >= 1");
+  if (max_parts_in_flight < 1) {
+    return absl::InvalidArgumentError("max_parts_in_flight must be >= 1");
+  }
   if (rpc_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("rpc_timeout must be positive");
   }
@@ -94,23 +98,43 @@ std::vector<std::vector<Client::Part>> Client::Split(const std::vector<TableOp>&
                                                      const std::vector<int>& dims,
                                                      bool with_values) const {
   const int n = static_cast<int>(map_.servers().size());
+  // Bytes a key adds to a request: its values (push) or the values it brings back (pull).
+  auto key_bytes = [&](int o) { return 8 + static_cast<size_t>(dims[o]) * sizeof(float); };
+  // First pass: each key's owner, and each server's total, so that a server's request is cut
+  // into equal parts (1 MiB + 1 row would otherwise be a full part and a one-row part).
+  std::vector<std::vector<int>> owners(ops.size());
+  std::vector<size_t> total(n, 0);
+  for (size_t o = 0; o < ops.size(); ++o) {
+    owners[o].resize(ops[o].keys.size());
+    for (size_t i = 0; i < ops[o].keys.size(); ++i) {
+      owners[o][i] = map_.OwnerOf(ops[o].table_id, ops[o].keys[i]);
+      total[owners[o][i]] += key_bytes(o);
+    }
+  }
+  std::vector<size_t> target(n);
+  for (int s = 0; s < n; ++s) {
+    const size_t num_parts =
+        std::max<size_t>(1, (total[s] + options_.max_part_bytes - 1) / options_.max_part_bytes);
+    target[s] = (total[s] + num_parts - 1) / num_parts;
+  }
   std::vector<std::vector<Part>> parts(n);
   std::vector<size_t> bytes(n, 0);
   for (int o = 0; o < static_cast<int>(ops.size()); ++o) {
-    const size_t key_bytes = 8 + static_cast<size_t>(dims[o]) * sizeof(float);
     std::vector<Segment*> open(n, nullptr);
     for (uint32_t i = 0; i < ops[o].keys.size(); ++i) {
-      const int s = map_.OwnerOf(ops[o].table_id, ops[o].keys[i]);
-      if (open[s] == nullptr || bytes[s] + key_bytes > options_.max_part_bytes) {
-        if (parts[s].empty() || bytes[s] + key_bytes > options_.max_part_bytes) {
-          parts[s].emplace_back();
-          bytes[s] = 0;
-        }
+      const int s = owners[o][i];
+      const bool full = bytes[s] > 0 && bytes[s] + key_bytes(o) > target[s];
+      if (parts[s].empty() || full) {
+        parts[s].emplace_back();
+        bytes[s] = 0;
+        open[s] = nullptr;
+      }
+      if (open[s] == nullptr) {
         parts[s].back().segments.push_back(Segment{o, {}});
         open[s] = &parts[s].back().segments.back();
       }
       open[s]->idx.push_back(i);
-      bytes[s] += key_bytes;
+      bytes[s] += key_bytes(o);
     }
   }
   (void)with_values;
@@ -119,6 +143,23 @@ std::vector<std::vector<Client::Part>> Client::Split(const std::vector<TableOp>&
 
 // ---------------------------------------------------------------------------------------------
 // One RPC (a part), with its retries.
+
+// Starts a request's parts at most `window` at a time per server, the next when one finishes:
+// parts sent all at once share the connection and all arrive at the end, so the server could not
+// apply (or the client scatter) one part while the next is on the wire.
+struct Client::Launcher {
+  absl::Mutex mu;
+  std::vector<std::deque<std::shared_ptr<Call>>> queued ABSL_GUARDED_BY(mu);  // per server
+
+  // The next queued part of `server`, or null.
+  std::shared_ptr<Call> Next(int server) {
+    absl::MutexLock l(&mu);
+    if (queued[server].empty()) return nullptr;
+    std::shared_ptr<Call> next = std::move(queued[server].front());
+    queued[server].pop_front();
+    return next;
+  }
+};
 
 class Client::Call {
   // Counts the call as live from construction until every member (the ClientContext last of
@@ -185,7 +226,11 @@ class Client::Call {
   // Starts the RPC; `self` keeps this call alive until it finishes.
   static void Start(std::shared_ptr<Call> self) {
     Call* c = self.get();
-    c->ctx_ = std::make_unique<grpc::ClientContext>();
+    {
+      absl::MutexLock l(&c->client_->calls_mu_);
+      c->client_->calls_.emplace(c, self);
+    }
+    c->SetContext(std::make_unique<grpc::ClientContext>());
     c->ctx_->set_deadline(absl::ToChronoTime(absl::Now() + c->client_->options_.rpc_timeout));
     c->ctx_->set_wait_for_ready(true);
     auto* stub = c->client_->Stub(c->server_, c->index_);
@@ -205,7 +250,28 @@ class Client::Call {
     }
   }
 
+  void set_launcher(std::shared_ptr<Launcher> launcher) { launcher_ = std::move(launcher); }
+  int server() const { return server_; }
+
+  ~Call() {
+    absl::MutexLock l(&client_->calls_mu_);
+    client_->calls_.erase(this);
+  }
+
+  // Cancels the RPC in flight. The caller holds a reference to this call and no client lock:
+  // gRPC may run the completion callback inline.
+  void TryCancel() {
+    absl::MutexLock l(&ctx_mu_);
+    if (ctx_ != nullptr) ctx_->TryCancel();
+  }
+
  private:
+  // A retry replaces the context; ctx_mu_ keeps TryCancel off a context being replaced.
+  void SetContext(std::unique_ptr<grpc::ClientContext> ctx) {
+    absl::MutexLock l(&ctx_mu_);
+    ctx_ = std::move(ctx);
+  }
+
   void OnDone(std::shared_ptr<Call> self, const grpc::Status& s) {
     if (s.error_code() == grpc::StatusCode::UNAVAILABLE &&
         attempts_++ < client_->options_.max_retries) {
@@ -223,6 +289,12 @@ class Client::Call {
       status = Scatter();
       min_clock = response_.min_clock();
       wait = absl::Microseconds(response_.wait_micros());
+    }
+    if (launcher_ != nullptr) {
+      // Queued parts hold the launcher; the last one to leave the queue breaks the cycle.
+      std::shared_ptr<Call> next = launcher_->Next(server_);
+      launcher_.reset();
+      if (next != nullptr) Start(std::move(next));
     }
     state_->Finish(status, min_clock, wait);
   }
@@ -258,7 +330,9 @@ class Client::Call {
   std::shared_ptr<Handle::State> state_;
   const std::vector<TableOp> ops_;  // pull ops (kPull, kPushPull)
   const std::vector<int> dims_;
+  absl::Mutex ctx_mu_;
   std::unique_ptr<grpc::ClientContext> ctx_;
+  std::shared_ptr<Launcher> launcher_;  // set while parts of its server wait in the queue
   v1::PullResponse response_;
   v1::PushResponse push_response_;
   int attempts_ = 0;
@@ -323,9 +397,21 @@ absl::Status ForEachServer(size_t n, absl::Duration timeout, Fn rpc) {
 }
 }  // namespace
 
+void Client::CancelInFlight() {
+  std::vector<std::shared_ptr<Call>> calls;
+  {
+    absl::MutexLock l(&calls_mu_);
+    for (auto& [raw, weak] : calls_) {
+      if (auto call = weak.lock()) calls.push_back(std::move(call));
+    }
+  }
+  for (auto& call : calls) call->TryCancel();
+}
+
 absl::Status Client::ConfigureJob(const v1::ConsistencySpec& consistency,
                                   const std::vector<uint32_t>& worker_ids,
-                                  uint64_t membership_epoch) {
+                                  uint64_t membership_epoch, int64_t* worker_clock) {
+  if (worker_clock != nullptr) *worker_clock = -1;
   v1::ConfigureJobRequest req;
   req.set_job_id(options_.job_id);
   *req.mutable_consistency() = consistency;
@@ -335,7 +421,12 @@ absl::Status Client::ConfigureJob(const v1::ConsistencySpec& consistency,
   return ForEachServer(stubs_.size(), absl::Seconds(30), [&](size_t i, grpc::ClientContext* ctx) {
     v1::ConfigureJobResponse resp;
     req.set_owned_slots(EncodeSlotBitmap(map_.SlotsOf(static_cast<int>(i))));
-    return stubs_[i][0]->ConfigureJob(ctx, req, &resp);
+    grpc::Status s = stubs_[i][0]->ConfigureJob(ctx, req, &resp);
+    auto it = resp.worker_clocks().find(options_.worker_id);
+    if (s.ok() && worker_clock != nullptr && it != resp.worker_clocks().end()) {
+      *worker_clock = std::max(*worker_clock, it->second);
+    }
+    return s;
   });
 }
 
@@ -390,6 +481,27 @@ Handle FailedHandle(const absl::Status& s) {
 }
 }  // namespace
 
+void Client::Launch(std::vector<std::shared_ptr<Call>> calls, size_t window) {
+  auto launcher = std::make_shared<Launcher>();
+  std::vector<std::shared_ptr<Call>> now;
+  {
+    absl::MutexLock l(&launcher->mu);
+    launcher->queued.resize(stubs_.size());
+    std::vector<size_t> started(stubs_.size(), 0);
+    for (auto& c : calls) {
+      const int server = c->server();
+      c->set_launcher(launcher);
+      if (started[server] < window) {
+        ++started[server];
+        now.push_back(std::move(c));
+      } else {
+        launcher->queued[server].push_back(std::move(c));
+      }
+    }
+  }
+  for (auto& c : now) Call::Start(std::move(c));
+}
+
 Handle Client::PullAsync(std::vector<TableOp> ops) {
   std::vector<int> dims;
   absl::Status s = ResolveDims(ops, &dims);
@@ -414,7 +526,7 @@ Handle Client::PullAsync(std::vector<TableOp> ops) {
     absl::MutexLock l(&state->mu);
     state->pending = static_cast<int>(calls.size());
   }
-  for (auto& c : calls) Call::Start(std::move(c));
+  Launch(std::move(calls), options_.max_parts_in_flight);
   return Handle(std::move(state));
 }
 
@@ -450,7 +562,7 @@ Handle Client::PushAsync(std::vector<TableOp> ops) {
     absl::MutexLock l(&state->mu);
     state->pending = static_cast<int>(calls.size());
   }
-  for (auto& c : calls) Call::Start(std::move(c));
+  Launch(std::move(calls), options_.max_parts_in_flight);
   return Handle(std::move(state));
 }
 
@@ -496,7 +608,10 @@ Handle Client::PushPullAsync(std::vector<TableOp> push_ops, std::vector<TableOp>
     absl::MutexLock l(&state->mu);
     state->pending = static_cast<int>(calls.size());
   }
-  for (auto& c : calls) Call::Start(std::move(c));
+  // All parts at once: a PushPull part's pull may wait for the clock to advance, which needs
+  // every part of this worker to have arrived.
+  const size_t all = calls.size();
+  Launch(std::move(calls), all);
   return Handle(std::move(state));
 }
 

@@ -27,9 +27,12 @@ struct ClientOptions {
   uint32_t worker_id = 0;
   // Requests larger than this are cut into parts sent in parallel (keeps every gRPC message
   // small, whatever the tensor size).
-  size_t max_part_bytes = 4 << 20;
+  size_t max_part_bytes = 2 << 20;
   // TCP connections per server; parts are spread over them.
-  int channels_per_server = 1;
+  int channels_per_server = 2;
+  // Parts of one Pull or Push in flight per server; the next starts when one finishes.
+  // (PushPull sends all its parts at once: their pulls may wait for the whole push.)
+  int max_parts_in_flight = 2;
   // Deadline of one RPC (a sync/ssp pull may wait this long for slow workers).
   absl::Duration rpc_timeout = absl::Seconds(180);
   // Retries of an RPC that failed with UNAVAILABLE (pushes keep their request id: applied once).
@@ -73,8 +76,12 @@ class Client {
 
   // Declares the job's consistency mode and worker set on every server, and tells each server
   // the slots it owns for the job's tables (this client's shard map). Call before CreateTable.
+  // `worker_clock`, if set, receives this worker's clock on the servers afterwards (the largest
+  // any server reports; -1 if this worker is not in the set): a worker joining a running job
+  // starts there (SetClock).
   absl::Status ConfigureJob(const v1::ConsistencySpec& consistency,
-                            const std::vector<uint32_t>& worker_ids, uint64_t membership_epoch = 1);
+                            const std::vector<uint32_t>& worker_ids, uint64_t membership_epoch = 1,
+                            int64_t* worker_clock = nullptr);
   // Creates a table on every server (idempotent for the same spec).
   absl::Status CreateTable(const v1::TableSpec& spec);
   // Looks a table up (cached): its spec as the servers hold it.
@@ -93,6 +100,11 @@ class Client {
   }
   // Advances this worker's clock by one on every server.
   absl::Status Clock();
+  // Sets the local clock (a worker that joins a running job adopts the servers' clock for it).
+  void SetClock(int64_t clock) { clock_.store(clock); }
+  // Cancels every call in flight (their handles finish with CANCELLED); later calls are not
+  // affected. Thread-safe: used to stop a job whose pulls wait on workers that are gone.
+  void CancelInFlight();
 
   int64_t clock() const { return clock_.load(); }
   uint32_t worker_id() const { return options_.worker_id; }
@@ -102,7 +114,10 @@ class Client {
  private:
   struct Segment;
   struct Part;
+  struct Launcher;
   class Call;
+  // Starts the calls of one request, at most `window` per server at a time.
+  void Launch(std::vector<std::shared_ptr<Call>> calls, size_t window);
   explicit Client(ClientOptions options, ShardMap map);
 
   // Returns dims for the ops' tables, describing unknown ones.
@@ -119,6 +134,7 @@ class Client {
   // callbacks still runs (and then frees its ClientContext) corrupts gRPC's call refcounts.
   absl::Mutex calls_mu_;
   int live_calls_ ABSL_GUARDED_BY(calls_mu_) = 0;
+  absl::flat_hash_map<Call*, std::weak_ptr<Call>> calls_ ABSL_GUARDED_BY(calls_mu_);
   std::atomic<int64_t> clock_{0};
   std::atomic<uint64_t> next_request_id_;
   absl::Mutex dims_mu_;
