@@ -1,13 +1,17 @@
 // ps_server: one parameter server daemon.
 #include <glog/logging.h>
+#include <unistd.h>
 
 #include <iostream>
+#include <memory>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
 #include "common/flags_usage.h"
 #include "common/process_tuning.h"
+#include "common/scheduler_link.h"
 #include "common/signals.h"
 #include "server/parameter_server.h"
 
@@ -23,6 +27,12 @@ ABSL_FLAG(absl::Duration, max_pull_wait, absl::Seconds(120),
           "longest a pull waits for slow workers (sync/ssp) before DEADLINE_EXCEEDED");
 ABSL_FLAG(int, max_message_mb, 256, "largest gRPC message accepted, MiB");
 ABSL_FLAG(std::string, port_file, "", "if set, write the bound port here once serving");
+ABSL_FLAG(std::string, scheduler, "",
+          "the scheduler's host:port: register there and heartbeat (jobs then configure this "
+          "server's slots; --server_index/--num_servers only set the default)");
+ABSL_FLAG(std::string, advertise, "",
+          "host:port workers reach this server at (default: the --listen host, or this "
+          "machine's hostname when listening on 0.0.0.0, with the bound port)");
 
 int main(int argc, char** argv) {
   ps::SetUsage(
@@ -68,7 +78,30 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
+  std::unique_ptr<ps::SchedulerLink> link;
+  if (const std::string scheduler = absl::GetFlag(FLAGS_scheduler); !scheduler.empty()) {
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    std::string address = absl::GetFlag(FLAGS_advertise);
+    if (address.empty()) {
+      std::string listen_host = options.listen.substr(0, options.listen.rfind(':'));
+      if (listen_host.empty() || listen_host == "0.0.0.0" || listen_host == "[::]") {
+        listen_host = host;
+      }
+      address = absl::StrCat(listen_host, ":", (*server)->port());
+    }
+    ps::SchedulerLinkOptions lo;
+    lo.scheduler = scheduler;
+    lo.role = ps::v1::SERVER;
+    lo.address = address;
+    lo.hostname = host;
+    lo.pid = getpid();
+    link = std::make_unique<ps::SchedulerLink>(lo, nullptr, nullptr);
+    link->Start();
+    LOG(INFO) << "ps_server: registering with scheduler " << scheduler << " as " << address;
+  }
   const int sig = ps::WaitForTerminationSignal();
+  link.reset();  // stop heartbeating first: the scheduler sees this server leave
   LOG(INFO) << "ps_server: signal " << sig << ", shutting down";
   (*server)->Shutdown();
   return 0;

@@ -1,0 +1,62 @@
+// A daemon's link to the scheduler: registration, then a heartbeat every interval.
+#ifndef PS_COMMON_SCHEDULER_LINK_H_
+#define PS_COMMON_SCHEDULER_LINK_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "ps/v1/scheduler.grpc.pb.h"
+
+namespace ps {
+
+struct SchedulerLinkOptions {
+  std::string scheduler;  // host:port
+  v1::NodeRole role = v1::ROLE_UNSPECIFIED;
+  std::string address;  // servers: the data-plane address workers reach them at
+  std::string hostname;
+  int64_t pid = 0;
+  absl::Duration rpc_timeout = absl::Seconds(3);
+};
+
+// Registers (retrying while the scheduler is away) and heartbeats on its own thread. The data
+// plane never waits on it: a scheduler that is down only delays orders. Thread-safe.
+class SchedulerLink {
+ public:
+  // Fills the request (node_id is set by the link) before each heartbeat.
+  using FillFn = std::function<void(v1::HeartbeatRequest*)>;
+  // Sees every heartbeat answer. `reregistered` is true for the first answer after the node had
+  // to register again (the scheduler declared it dead: whatever it was doing is void).
+  using AnswerFn = std::function<void(const v1::HeartbeatResponse&, bool reregistered)>;
+
+  SchedulerLink(SchedulerLinkOptions options, FillFn fill, AnswerFn answer);
+  ~SchedulerLink();  // stops the thread
+
+  void Start();
+  uint64_t node_id() const;
+
+ private:
+  void Loop();
+  absl::Status Register();
+
+  const SchedulerLinkOptions options_;
+  const FillFn fill_;
+  const AnswerFn answer_;
+  std::unique_ptr<v1::Scheduler::Stub> stub_;
+  absl::Notification stop_;
+  std::thread thread_;
+  mutable absl::Mutex mu_;
+  uint64_t node_id_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Duration interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
+};
+
+}  // namespace ps
+
+#endif  // PS_COMMON_SCHEDULER_LINK_H_

@@ -1,0 +1,102 @@
+#include "scheduler/job_spec.h"
+
+#include <filesystem>
+#include <system_error>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace ps {
+namespace {
+
+constexpr int kDefaultBatchSize = 64;
+constexpr int kDefaultEpochs = 1;
+constexpr int kDefaultHashBits = 20;
+constexpr int kMaxHashBits = 30;
+constexpr int kMaxLayerSize = 65536;
+constexpr int kMnistInputs = 784;
+constexpr int kMnistClasses = 10;
+
+absl::Status Invalid(const std::string& message) {
+  return absl::InvalidArgumentError(absl::StrCat("spec.", message));
+}
+
+absl::Status CheckLayers(v1::JobSpec* spec) {
+  if (spec->layers().empty()) {
+    for (int size : {kMnistInputs, 128, kMnistClasses}) spec->add_layers(size);
+    return absl::OkStatus();
+  }
+  const std::string layers = absl::StrJoin(spec->layers(), ",");
+  if (spec->layers_size() < 2) {
+    return Invalid(
+        absl::StrCat("layers must have at least 2 entries (inputs, classes), not [", layers, "]"));
+  }
+  for (int i = 0; i < spec->layers_size(); ++i) {
+    if (spec->layers(i) < 1 || spec->layers(i) > kMaxLayerSize) {
+      return Invalid(
+          absl::StrCat("layers[", i, "] = ", spec->layers(i), " must be in 1..", kMaxLayerSize));
+    }
+  }
+  if (spec->layers(0) != kMnistInputs || spec->layers(spec->layers_size() - 1) != kMnistClasses) {
+    return Invalid(absl::StrCat("layers must start with ", kMnistInputs, " (pixels) and end with ",
+                                kMnistClasses, " (classes) for ", kFashionMlp, ", not [", layers,
+                                "]"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status NormalizeJobSpec(v1::JobSpec* spec) {
+  const bool mlp = spec->model() == kFashionMlp;
+  if (!mlp && spec->model() != kSpamLogreg) {
+    return Invalid(absl::StrCat("model must be \"", kFashionMlp, "\" or \"", kSpamLogreg,
+                                "\", not \"", spec->model(), "\""));
+  }
+  if (spec->num_workers() < 1 || spec->num_workers() > kMaxWorkersPerJob) {
+    return Invalid(
+        absl::StrCat("num_workers = ", spec->num_workers(), " must be in 1..", kMaxWorkersPerJob));
+  }
+  if (spec->num_servers() < 0) {
+    return Invalid(absl::StrCat("num_servers = ", spec->num_servers(),
+                                " must be >= 0 (0: every live server)"));
+  }
+  if (spec->batch_size() < 0) {
+    return Invalid(absl::StrCat("batch_size = ", spec->batch_size(),
+                                " must be >= 0 (0: ", kDefaultBatchSize, ")"));
+  }
+  if (spec->batch_size() == 0) spec->set_batch_size(kDefaultBatchSize);
+  if (spec->epochs() < 0) {
+    return Invalid(absl::StrCat("epochs = ", spec->epochs(), " must be >= 0 (0: 1)"));
+  }
+  if (spec->epochs() == 0) spec->set_epochs(kDefaultEpochs);
+  const v1::ConsistencySpec& consistency = spec->consistency();
+  if (!v1::ConsistencySpec::Mode_IsValid(consistency.mode())) {
+    return Invalid(absl::StrCat("consistency.mode = ", consistency.mode(), " is not a mode"));
+  }
+  if (consistency.mode() == v1::ConsistencySpec::SSP && consistency.staleness() < 0) {
+    return Invalid(
+        absl::StrCat("consistency.staleness = ", consistency.staleness(), " must be >= 0"));
+  }
+  if (mlp) {
+    absl::Status s = CheckLayers(spec);
+    if (!s.ok()) return s;
+  } else {
+    if (spec->hash_bits() == 0) spec->set_hash_bits(kDefaultHashBits);
+    if (spec->hash_bits() < 1 || spec->hash_bits() > kMaxHashBits) {
+      return Invalid(absl::StrCat("hash_bits = ", spec->hash_bits(), " must be in 1..",
+                                  kMaxHashBits, " (0: ", kDefaultHashBits, ")"));
+    }
+  }
+  if (!spec->has_evaluate()) spec->set_evaluate(true);
+  if (spec->data_dir().empty()) spec->set_data_dir(mlp ? kFashionMnistDir : kSpamAssassinDir);
+  // Checked on the scheduler's own host (see the header).
+  std::error_code error;
+  if (!std::filesystem::is_directory(spec->data_dir(), error)) {
+    return Invalid(absl::StrCat("data_dir ", spec->data_dir(),
+                                " does not exist (checked on the scheduler's host)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ps

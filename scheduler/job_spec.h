@@ -1,0 +1,27 @@
+// Validation of submitted job specs and their defaults.
+#ifndef PS_SCHEDULER_JOB_SPEC_H_
+#define PS_SCHEDULER_JOB_SPEC_H_
+
+#include "absl/status/status.h"
+#include "ps/v1/job.pb.h"
+
+namespace ps {
+
+inline constexpr char kFashionMlp[] = "fashion_mlp";
+inline constexpr char kSpamLogreg[] = "spam_logreg";
+inline constexpr char kFashionMnistDir[] = "/usr/share/datasets/fashion-mnist";
+inline constexpr char kSpamAssassinDir[] = "/usr/share/datasets/spam-assassin";
+inline constexpr int kMaxWorkersPerJob = 1024;
+
+// Checks `spec` and fills its defaults in place (batch_size 64, epochs 1, layers 784,128,10,
+// hash_bits 20, evaluate on, data_dir per model). A bad field is INVALID_ARGUMENT naming it.
+//
+// data_dir must exist on the host that runs this (the scheduler's): the scheduler cannot see
+// the workers' disks, so this check assumes every host has the same data layout (true of a
+// one-machine cluster and of hosts that install the same dataset packages). A worker that
+// still lacks the data reports the error in its progress, which fails the job.
+absl::Status NormalizeJobSpec(v1::JobSpec* spec);
+
+}  // namespace ps
+
+#endif  // PS_SCHEDULER_JOB_SPEC_H_

@@ -1,0 +1,139 @@
+#include "scheduler/job_spec.h"
+
+#include <filesystem>
+#include <functional>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "scheduler/internal/test_util.h"
+
+namespace ps {
+namespace {
+
+class JobSpecTest : public ::testing::Test {
+ protected:
+  v1::JobSpec Mlp() const {
+    v1::JobSpec spec;
+    spec.set_model(kFashionMlp);
+    spec.set_num_workers(2);
+    spec.set_data_dir(dir_.path());
+    return spec;
+  }
+  v1::JobSpec Logreg() const {
+    v1::JobSpec spec = Mlp();
+    spec.set_model(kSpamLogreg);
+    return spec;
+  }
+  // Expects INVALID_ARGUMENT whose message contains `field`.
+  void ExpectRejected(const std::function<void(v1::JobSpec*)>& mutate, const std::string& field,
+                      v1::JobSpec spec) {
+    mutate(&spec);
+    absl::Status s = NormalizeJobSpec(&spec);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << field << ": " << s;
+    EXPECT_NE(s.message().find(field), std::string::npos) << s;
+  }
+
+  ScopedTempDir dir_;
+};
+
+TEST_F(JobSpecTest, FillsDefaults) {
+  v1::JobSpec spec = Mlp();
+  ASSERT_TRUE(NormalizeJobSpec(&spec).ok());
+  EXPECT_EQ(spec.batch_size(), 64);
+  EXPECT_EQ(spec.epochs(), 1);
+  ASSERT_EQ(spec.layers_size(), 3);
+  EXPECT_EQ(spec.layers(0), 784);
+  EXPECT_EQ(spec.layers(1), 128);
+  EXPECT_EQ(spec.layers(2), 10);
+  EXPECT_TRUE(spec.has_evaluate());
+  EXPECT_TRUE(spec.evaluate());
+  EXPECT_EQ(spec.hash_bits(), 0);
+
+  v1::JobSpec logreg = Logreg();
+  logreg.set_evaluate(false);
+  logreg.set_batch_size(32);
+  ASSERT_TRUE(NormalizeJobSpec(&logreg).ok());
+  EXPECT_EQ(logreg.hash_bits(), 20);
+  EXPECT_EQ(logreg.batch_size(), 32);
+  EXPECT_FALSE(logreg.evaluate());
+  EXPECT_TRUE(logreg.layers().empty());
+}
+
+TEST_F(JobSpecTest, DefaultDataDirPerModel) {
+  for (const char* model : {kFashionMlp, kSpamLogreg}) {
+    v1::JobSpec spec = Mlp();
+    spec.set_model(model);
+    spec.clear_data_dir();
+    const std::string expected =
+        std::string(model) == kFashionMlp ? kFashionMnistDir : kSpamAssassinDir;
+    absl::Status s = NormalizeJobSpec(&spec);
+    // Whether the data set is installed depends on the host: both outcomes name the dir.
+    if (std::filesystem::is_directory(expected)) {
+      EXPECT_TRUE(s.ok()) << s;
+      EXPECT_EQ(spec.data_dir(), expected);
+    } else {
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_NE(s.message().find(expected), std::string::npos) << s;
+    }
+  }
+}
+
+TEST_F(JobSpecTest, AcceptsValidVariants) {
+  v1::JobSpec spec = Mlp();
+  spec.add_layers(784);
+  spec.add_layers(10);
+  spec.set_num_servers(3);
+  spec.mutable_consistency()->set_mode(v1::ConsistencySpec::SSP);
+  spec.mutable_consistency()->set_staleness(0);
+  EXPECT_TRUE(NormalizeJobSpec(&spec).ok());
+  v1::JobSpec logreg = Logreg();
+  logreg.set_hash_bits(30);
+  logreg.set_num_workers(1024);
+  EXPECT_TRUE(NormalizeJobSpec(&logreg).ok());
+}
+
+TEST_F(JobSpecTest, RejectsEachBadFieldByName) {
+  const v1::JobSpec mlp = Mlp();
+  const v1::JobSpec logreg = Logreg();
+  ExpectRejected([](v1::JobSpec* s) { s->set_model("resnet"); }, "model", mlp);
+  ExpectRejected([](v1::JobSpec* s) { s->clear_model(); }, "model", mlp);
+  ExpectRejected([](v1::JobSpec* s) { s->set_num_workers(0); }, "num_workers", mlp);
+  ExpectRejected([](v1::JobSpec* s) { s->set_num_workers(1025); }, "num_workers", mlp);
+  ExpectRejected([](v1::JobSpec* s) { s->set_num_servers(-1); }, "num_servers", mlp);
+  ExpectRejected([](v1::JobSpec* s) { s->set_batch_size(-1); }, "batch_size", mlp);
+  ExpectRejected([](v1::JobSpec* s) { s->set_epochs(-2); }, "epochs", mlp);
+  ExpectRejected(
+      [](v1::JobSpec* s) {
+        s->mutable_consistency()->set_mode(v1::ConsistencySpec::SSP);
+        s->mutable_consistency()->set_staleness(-1);
+      },
+      "consistency.staleness", mlp);
+  ExpectRejected([](v1::JobSpec* s) { s->add_layers(784); }, "layers", mlp);
+  ExpectRejected(
+      [](v1::JobSpec* s) {
+        for (int size : {784, 0, 10}) s->add_layers(size);
+      },
+      "layers[1]", mlp);
+  ExpectRejected(
+      [](v1::JobSpec* s) {
+        for (int size : {784, 70000, 10}) s->add_layers(size);
+      },
+      "layers[1]", mlp);
+  ExpectRejected(
+      [](v1::JobSpec* s) {
+        for (int size : {100, 10}) s->add_layers(size);
+      },
+      "layers", mlp);
+  ExpectRejected(
+      [](v1::JobSpec* s) {
+        for (int size : {784, 128, 5}) s->add_layers(size);
+      },
+      "layers", mlp);
+  ExpectRejected([](v1::JobSpec* s) { s->set_hash_bits(31); }, "hash_bits", logreg);
+  ExpectRejected([](v1::JobSpec* s) { s->set_hash_bits(-1); }, "hash_bits", logreg);
+  ExpectRejected([](v1::JobSpec* s) { s->set_data_dir("/nonexistent/ps/data"); },
+                 "data_dir /nonexistent/ps/data does not exist", mlp);
+}
+
+}  // namespace
+}  // namespace ps

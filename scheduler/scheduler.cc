@@ -1,0 +1,550 @@
+#include "scheduler/scheduler.h"
+
+#include <glog/logging.h>
+
+#include <algorithm>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "common/status_macros.h"
+#include "scheduler/job_spec.h"
+
+namespace ps {
+namespace {
+
+constexpr char kJobIdPrefix[] = "job-";
+
+int64_t ToMs(absl::Time t) { return absl::ToUnixMillis(t); }
+
+bool IsFinished(v1::JobState state) {
+  return state == v1::SUCCEEDED || state == v1::FAILED || state == v1::CANCELLED;
+}
+
+std::string Plural(int64_t n, absl::string_view word) {
+  return absl::StrCat(n, " ", word, n == 1 ? "" : "s");
+}
+
+std::string RoleName(v1::NodeRole role) { return absl::AsciiStrToLower(v1::NodeRole_Name(role)); }
+
+bool ParseJobNumber(absl::string_view job_id, uint64_t* number) {
+  return absl::ConsumePrefix(&job_id, kJobIdPrefix) && absl::SimpleAtoi(job_id, number) &&
+         *number > 0;
+}
+
+template <typename Field, typename T>
+int IndexOf(const Field& field, T value) {
+  auto it = std::find(field.begin(), field.end(), value);
+  return it == field.end() ? -1 : static_cast<int>(it - field.begin());
+}
+
+}  // namespace
+
+Scheduler::Scheduler(const SchedulerOptions& options, Clock clock,
+                     std::unique_ptr<StateStore> store)
+    : options_(options), clock_(std::move(clock)), store_(std::move(store)) {}
+
+absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Open(const SchedulerOptions& options,
+                                                           Clock clock) {
+  PS_RETURN_IF_ERROR(options.Validate());
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<StateStore> store, StateStore::Open(options.state_dir));
+  std::unique_ptr<Scheduler> scheduler(new Scheduler(options, std::move(clock), std::move(store)));
+  PS_RETURN_IF_ERROR(scheduler->Load());
+  return scheduler;
+}
+
+absl::Status Scheduler::Load() {
+  PS_ASSIGN_OR_RETURN(StoredState state, store_->Load());
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = clock_();
+  Changes changes;
+  changes.sync = true;
+  next_node_id_ = state.next_node_id;
+  next_job_id_ = state.next_job_id;
+  for (v1::NodeInfo& node : state.nodes) {
+    // A fresh grace period: nobody is declared dead for the scheduler's own absence.
+    if (node.state() == v1::ALIVE) {
+      node.set_last_heartbeat_unix_ms(ToMs(now));
+      changes.nodes.insert(node.node_id());
+    }
+    next_node_id_ = std::max(next_node_id_, node.node_id() + 1);
+    nodes_[node.node_id()] = std::move(node);
+  }
+  for (v1::JobInfo& info : state.jobs) {
+    uint64_t number = 0;
+    if (!ParseJobNumber(info.job_id(), &number)) {
+      return absl::DataLossError(
+          absl::StrCat("state dir ", options_.state_dir, ": bad job id '", info.job_id(), "'"));
+    }
+    next_job_id_ = std::max(next_job_id_, number + 1);
+    Job& job = jobs_[number];
+    job.number = number;
+    job.info = std::move(info);
+    auto events = state.events.find(job.info.job_id());
+    if (events != state.events.end()) {
+      for (auto& [seq, event] : events->second) {
+        job.events.emplace_back(seq, std::move(event));
+        job.next_event_seq = seq + 1;
+      }
+    }
+    if (!IsFinished(job.info.state())) AddEvent(&job, "scheduler restarted", now, &changes);
+  }
+  LOG(INFO) << "scheduler state from " << options_.state_dir << ": " << nodes_.size() << " nodes, "
+            << jobs_.size() << " jobs";
+  Schedule(now, &changes);
+  return Commit(&changes);
+}
+
+absl::Status Scheduler::Commit(Changes* changes) {
+  for (uint64_t id : changes->nodes) changes->batch.PutNode(nodes_.at(id));
+  for (uint64_t number : changes->jobs) changes->batch.PutJob(jobs_.at(number).info);
+  if (changes->counters) {
+    changes->batch.PutNextNodeId(next_node_id_);
+    changes->batch.PutNextJobId(next_job_id_);
+  }
+  // On failure the change stays in memory (it is written again with the object's next change)
+  // and the caller gets the error.
+  absl::Status s = store_->Write(changes->batch, changes->sync);
+  if (!s.ok()) LOG(ERROR) << "cannot persist the scheduler state: " << s;
+  return s;
+}
+
+Scheduler::Job* Scheduler::FindJob(const std::string& job_id) {
+  uint64_t number = 0;
+  if (!ParseJobNumber(job_id, &number)) return nullptr;
+  auto it = jobs_.find(number);
+  return it == jobs_.end() ? nullptr : &it->second;
+}
+
+const Scheduler::Job* Scheduler::FindJob(const std::string& job_id) const {
+  uint64_t number = 0;
+  if (!ParseJobNumber(job_id, &number)) return nullptr;
+  auto it = jobs_.find(number);
+  return it == jobs_.end() ? nullptr : &it->second;
+}
+
+v1::JobInfo Scheduler::JobWithEvents(const Job& job) const {
+  v1::JobInfo info = job.info;
+  for (const auto& [seq, event] : job.events) *info.add_events() = event;
+  return info;
+}
+
+void Scheduler::AddEvent(Job* job, const std::string& message, absl::Time now, Changes* changes) {
+  v1::JobEvent event;
+  event.set_time_unix_ms(ToMs(now));
+  event.set_message(message);
+  const uint64_t seq = job->next_event_seq++;
+  changes->batch.PutEvent(job->info.job_id(), seq, event);
+  job->events.emplace_back(seq, std::move(event));
+  while (job->events.size() > static_cast<size_t>(options_.max_events_per_job)) {
+    changes->batch.DeleteEvent(job->info.job_id(), job->events.front().first);
+    job->events.pop_front();
+  }
+}
+
+void Scheduler::SetReason(Job* job, const std::string& reason, Changes* changes) {
+  if (job->info.reason() == reason) return;
+  job->info.set_reason(reason);
+  changes->jobs.insert(job->number);
+}
+
+absl::StatusOr<v1::RegisterResponse> Scheduler::Register(const v1::RegisterRequest& req) {
+  if (req.role() != v1::SERVER && req.role() != v1::WORKER) {
+    return absl::InvalidArgumentError("role must be SERVER or WORKER");
+  }
+  if (req.role() == v1::SERVER && req.address().empty()) {
+    return absl::InvalidArgumentError("a server must give its address (host:port)");
+  }
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = clock_();
+  Changes changes;
+  changes.sync = true;
+  changes.counters = true;
+  if (req.role() == v1::SERVER) {
+    // Only one process can listen on an address: an alive server there is gone.
+    for (auto& [id, node] : nodes_) {
+      if (node.role() == v1::SERVER && node.state() == v1::ALIVE &&
+          node.address() == req.address()) {
+        MarkDead(&node, "a new server registered at its address", now, &changes);
+      }
+    }
+  }
+  const uint64_t id = next_node_id_++;
+  v1::NodeInfo& node = nodes_[id];
+  node.set_node_id(id);
+  node.set_role(req.role());
+  node.set_state(v1::ALIVE);
+  node.set_address(req.address());
+  node.set_hostname(req.hostname());
+  node.set_pid(req.pid());
+  node.set_last_heartbeat_unix_ms(ToMs(now));
+  node.set_registered_unix_ms(ToMs(now));
+  changes.nodes.insert(id);
+  LOG(INFO) << "node " << id << " registered: " << RoleName(req.role()) << " "
+            << (req.address().empty() ? "" : req.address() + " ") << "on " << req.hostname()
+            << " pid " << req.pid();
+  Schedule(now, &changes);
+  PS_RETURN_IF_ERROR(Commit(&changes));
+  v1::RegisterResponse resp;
+  resp.set_node_id(id);
+  resp.set_heartbeat_interval_ms(absl::ToInt64Milliseconds(options_.heartbeat_interval));
+  resp.set_heartbeat_timeout_ms(absl::ToInt64Milliseconds(options_.heartbeat_timeout));
+  return resp;
+}
+
+absl::StatusOr<v1::HeartbeatResponse> Scheduler::Heartbeat(const v1::HeartbeatRequest& req) {
+  absl::MutexLock lock(&mu_);
+  v1::HeartbeatResponse resp;
+  auto it = nodes_.find(req.node_id());
+  if (it == nodes_.end() || it->second.state() != v1::ALIVE) {
+    resp.set_reregister(true);
+    return resp;
+  }
+  const absl::Time now = clock_();
+  v1::NodeInfo& node = it->second;
+  Changes changes;
+  node.set_last_heartbeat_unix_ms(ToMs(now));
+  changes.nodes.insert(node.node_id());
+  if (node.role() == v1::WORKER && req.has_progress() && !req.progress().job_id().empty()) {
+    HandleProgress(&node, req.progress(), now, &changes);
+  }
+  // A job ended (sync): its workers are idle now.
+  if (changes.sync) Schedule(now, &changes);
+  PS_RETURN_IF_ERROR(Commit(&changes));
+  if (node.role() == v1::WORKER && !node.job_id().empty()) {
+    const Job* job = FindJob(node.job_id());
+    const int index = job == nullptr ? -1 : IndexOf(job->info.worker_nodes(), node.node_id());
+    if (index >= 0 && job->info.state() == v1::RUNNING) {
+      *resp.mutable_assignment() = Assignment(*job, index);
+    }
+  }
+  return resp;
+}
+
+void Scheduler::HandleProgress(v1::NodeInfo* node, const v1::WorkerProgress& progress,
+                               absl::Time now, Changes* changes) {
+  Job* job = FindJob(progress.job_id());
+  // A report about a job the worker no longer runs is stale: ignore it.
+  if (job == nullptr || job->info.state() != v1::RUNNING || node->job_id() != progress.job_id()) {
+    return;
+  }
+  const int index = IndexOf(job->info.worker_nodes(), node->node_id());
+  if (index < 0) return;
+  const uint32_t worker_id = job->info.worker_ids(index);
+  const std::string worker = absl::StrCat("worker ", worker_id, " (node ", node->node_id(), ")");
+  if (!progress.error().empty()) {
+    EndJob(job, v1::FAILED, absl::StrCat(worker, ": ", progress.error()), now, changes);
+    return;
+  }
+  if (index == 0) {  // rank 0 (the lowest remaining one) speaks for the job
+    *job->info.mutable_progress() = progress;
+    changes->jobs.insert(job->number);
+  }
+  if (progress.finished() && IndexOf(job->info.finished_worker_ids(), worker_id) < 0) {
+    job->info.add_finished_worker_ids(worker_id);
+    changes->jobs.insert(job->number);
+    changes->sync = true;
+    AddEvent(job, absl::StrCat(worker, " finished"), now, changes);
+    MaybeSucceed(job, now, changes);
+  }
+}
+
+void Scheduler::MaybeSucceed(Job* job, absl::Time now, Changes* changes) {
+  if (job->info.worker_ids().empty()) return;
+  for (uint32_t worker_id : job->info.worker_ids()) {
+    if (IndexOf(job->info.finished_worker_ids(), worker_id) < 0) return;
+  }
+  EndJob(job, v1::SUCCEEDED, "every worker finished", now, changes);
+}
+
+void Scheduler::EndJob(Job* job, v1::JobState state, const std::string& reason, absl::Time now,
+                       Changes* changes) {
+  v1::JobInfo& info = job->info;
+  info.set_state(state);
+  info.set_reason(reason);
+  info.set_end_time_unix_ms(ToMs(now));
+  changes->jobs.insert(job->number);
+  changes->sync = true;
+  for (uint64_t id : info.worker_nodes()) {
+    auto it = nodes_.find(id);
+    if (it != nodes_.end() && it->second.job_id() == info.job_id()) {
+      it->second.clear_job_id();
+      changes->nodes.insert(id);
+    }
+  }
+  const std::string state_name = absl::AsciiStrToLower(v1::JobState_Name(state));
+  AddEvent(job, absl::StrCat(state_name, ": ", reason), now, changes);
+  LOG(INFO) << "job " << info.job_id() << " " << state_name << ": " << reason;
+}
+
+absl::StatusOr<std::string> Scheduler::SubmitJob(v1::JobSpec spec) {
+  PS_RETURN_IF_ERROR(NormalizeJobSpec(&spec));
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = clock_();
+  Changes changes;
+  changes.sync = true;
+  changes.counters = true;
+  const uint64_t number = next_job_id_++;
+  Job& job = jobs_[number];
+  job.number = number;
+  job.info.set_job_id(absl::StrCat(kJobIdPrefix, number));
+  job.info.set_state(v1::PENDING);
+  job.info.set_submit_time_unix_ms(ToMs(now));
+  *job.info.mutable_spec() = std::move(spec);
+  changes.jobs.insert(number);
+  const v1::JobSpec& s = job.info.spec();
+  const std::string summary =
+      absl::StrCat(s.model(), ", ", Plural(s.num_workers(), "worker"), ", ",
+                   s.num_servers() == 0 ? "every live server" : Plural(s.num_servers(), "server"));
+  AddEvent(&job, absl::StrCat("submitted: ", summary), now, &changes);
+  LOG(INFO) << "job " << job.info.job_id() << " submitted"
+            << (s.name().empty() ? "" : " (" + s.name() + ")") << ": " << summary;
+  Schedule(now, &changes);
+  PS_RETURN_IF_ERROR(Commit(&changes));
+  return job.info.job_id();
+}
+
+absl::StatusOr<v1::JobInfo> Scheduler::GetJob(const std::string& job_id) const {
+  absl::ReaderMutexLock lock(&mu_);
+  const Job* job = FindJob(job_id);
+  if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
+  return JobWithEvents(*job);
+}
+
+std::vector<v1::JobInfo> Scheduler::ListJobs() const {
+  absl::ReaderMutexLock lock(&mu_);
+  std::vector<v1::JobInfo> jobs;
+  jobs.reserve(jobs_.size());
+  for (const auto& [number, job] : jobs_) jobs.push_back(job.info);
+  return jobs;
+}
+
+absl::StatusOr<v1::JobInfo> Scheduler::CancelJob(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  Job* job = FindJob(job_id);
+  if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
+  if (IsFinished(job->info.state())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", job_id, " already ended: ", v1::JobState_Name(job->info.state())));
+  }
+  const absl::Time now = clock_();
+  Changes changes;
+  EndJob(job, v1::CANCELLED, "cancelled by user", now, &changes);
+  Schedule(now, &changes);
+  PS_RETURN_IF_ERROR(Commit(&changes));
+  return JobWithEvents(*job);
+}
+
+std::vector<v1::NodeInfo> Scheduler::ListNodes() const {
+  absl::ReaderMutexLock lock(&mu_);
+  std::vector<v1::NodeInfo> nodes;
+  nodes.reserve(nodes_.size());
+  for (const auto& [id, node] : nodes_) nodes.push_back(node);
+  return nodes;
+}
+
+absl::Status Scheduler::Tick() {
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = clock_();
+  Changes changes;
+  const std::string why =
+      absl::StrCat("no heartbeat for ", absl::FormatDuration(options_.heartbeat_timeout));
+  for (auto& [id, node] : nodes_) {
+    if (node.state() == v1::ALIVE &&
+        now - absl::FromUnixMillis(node.last_heartbeat_unix_ms()) > options_.heartbeat_timeout) {
+      MarkDead(&node, why, now, &changes);
+    }
+  }
+  Schedule(now, &changes);
+  return Commit(&changes);
+}
+
+void Scheduler::MarkDead(v1::NodeInfo* node, const std::string& why, absl::Time now,
+                         Changes* changes) {
+  node->set_state(v1::DEAD);
+  changes->nodes.insert(node->node_id());
+  changes->sync = true;
+  LOG(INFO) << "node " << node->node_id() << " (" << RoleName(node->role())
+            << (node->address().empty() ? "" : " " + node->address()) << ") dead: " << why;
+  if (node->role() == v1::WORKER && !node->job_id().empty()) {
+    Job* job = FindJob(node->job_id());
+    node->clear_job_id();
+    if (job != nullptr && job->info.state() == v1::RUNNING) {
+      RemoveWorker(job, node->node_id(), why, now, changes);
+    }
+  }
+  if (node->role() == v1::SERVER) {
+    for (auto& [number, job] : jobs_) {
+      if (job.info.state() == v1::RUNNING &&
+          IndexOf(job.info.server_nodes(), node->node_id()) >= 0) {
+        EndJob(&job, v1::FAILED,
+               absl::StrCat("server node ", node->node_id(), " (", node->address(),
+                            ") died; recovering a server needs checkpoints (not available yet)"),
+               now, changes);
+      }
+    }
+  }
+}
+
+void Scheduler::RemoveWorker(Job* job, uint64_t node_id, const std::string& why, absl::Time now,
+                             Changes* changes) {
+  v1::JobInfo& info = job->info;
+  const int index = IndexOf(info.worker_nodes(), node_id);
+  if (index < 0) return;
+  const uint32_t worker_id = info.worker_ids(index);
+  info.mutable_worker_nodes()->erase(info.worker_nodes().begin() + index);
+  info.mutable_worker_ids()->erase(info.worker_ids().begin() + index);
+  const int finished = IndexOf(info.finished_worker_ids(), worker_id);
+  if (finished >= 0) {
+    info.mutable_finished_worker_ids()->erase(info.finished_worker_ids().begin() + finished);
+  }
+  info.set_membership_epoch(info.membership_epoch() + 1);
+  changes->jobs.insert(job->number);
+  changes->sync = true;
+  const std::string event = absl::StrCat("worker ", worker_id, " (node ", node_id, ") dead: ", why);
+  if (info.worker_ids().empty()) {
+    AddEvent(job, event, now, changes);
+    EndJob(job, v1::FAILED, "all workers of the job died", now, changes);
+    return;
+  }
+  AddEvent(job, absl::StrCat(event, "; continuing with ", Plural(info.worker_ids_size(), "worker")),
+           now, changes);
+  MaybeSucceed(job, now, changes);
+}
+
+std::vector<uint64_t> Scheduler::IdleWorkers() const {
+  std::vector<uint64_t> idle;  // ascending node ids (nodes_ is ordered)
+  for (const auto& [id, node] : nodes_) {
+    if (node.role() == v1::WORKER && node.state() == v1::ALIVE && node.job_id().empty()) {
+      idle.push_back(id);
+    }
+  }
+  return idle;
+}
+
+std::vector<uint64_t> Scheduler::AliveServers() const {
+  std::vector<uint64_t> servers;
+  for (const auto& [id, node] : nodes_) {
+    if (node.role() == v1::SERVER && node.state() == v1::ALIVE) servers.push_back(id);
+  }
+  return servers;
+}
+
+void Scheduler::Schedule(absl::Time now, Changes* changes) {
+  std::vector<uint64_t> idle = IdleWorkers();
+  // Running jobs that lost workers come first: they are older than any pending job.
+  for (auto& [number, job] : jobs_) {
+    if (job.info.state() == v1::RUNNING) AddWorkers(&job, &idle, now, changes);
+  }
+  for (auto& [number, job] : jobs_) {
+    if (job.info.state() == v1::PENDING) TryStart(&job, &idle, now, changes);
+  }
+  // What the jobs still pending wait for, counted after this round's placements.
+  const size_t servers = AliveServers().size();
+  for (auto& [number, job] : jobs_) {
+    if (job.info.state() != v1::PENDING) continue;
+    const v1::JobSpec& spec = job.info.spec();
+    SetReason(&job,
+              absl::StrCat("waiting for ", Plural(spec.num_workers(), "idle worker"), " (",
+                           idle.size(), " available) and ",
+                           spec.num_servers() == 0 ? "at least 1 server"
+                                                   : Plural(spec.num_servers(), "server"),
+                           " (", servers, " available)"),
+              changes);
+  }
+}
+
+void Scheduler::AddWorkers(Job* job, std::vector<uint64_t>* idle, absl::Time now,
+                           Changes* changes) {
+  v1::JobInfo& info = job->info;
+  const int wanted = info.spec().num_workers();
+  while (!idle->empty() && info.worker_ids_size() < wanted) {
+    const uint64_t id = idle->front();
+    idle->erase(idle->begin());
+    const uint32_t worker_id = info.next_worker_id();
+    info.set_next_worker_id(worker_id + 1);
+    info.add_worker_nodes(id);
+    info.add_worker_ids(worker_id);
+    info.set_membership_epoch(info.membership_epoch() + 1);
+    nodes_[id].set_job_id(info.job_id());
+    changes->nodes.insert(id);
+    changes->jobs.insert(job->number);
+    changes->sync = true;
+    AddEvent(job, absl::StrCat("node ", id, " joined as worker ", worker_id), now, changes);
+    LOG(INFO) << "job " << info.job_id() << ": node " << id << " joined as worker " << worker_id;
+  }
+  SetReason(job,
+            info.worker_ids_size() < wanted
+                ? absl::StrCat("running with ", info.worker_ids_size(), " of ",
+                               Plural(wanted, "worker"), "; waiting for idle workers to join")
+                : "",
+            changes);
+}
+
+bool Scheduler::TryStart(Job* job, std::vector<uint64_t>* idle, absl::Time now, Changes* changes) {
+  v1::JobInfo& info = job->info;
+  const v1::JobSpec& spec = info.spec();
+  const size_t num_workers = spec.num_workers();
+  std::vector<uint64_t> servers = AliveServers();
+  const size_t num_servers = std::max(1, spec.num_servers());
+  if (idle->size() < num_workers || servers.size() < num_servers) return false;
+  if (spec.num_servers() > 0) {  // the least loaded: fewest running jobs, then lowest id
+    std::map<uint64_t, int> load;
+    for (const auto& [number, other] : jobs_) {
+      if (other.info.state() != v1::RUNNING) continue;
+      for (uint64_t id : other.info.server_nodes()) ++load[id];
+    }
+    std::stable_sort(servers.begin(), servers.end(),
+                     [&load](uint64_t a, uint64_t b) { return load[a] < load[b]; });
+    servers.resize(num_servers);
+    std::sort(servers.begin(), servers.end());
+  }
+  std::vector<std::string> placement;
+  for (uint64_t id : servers) {
+    info.add_server_nodes(id);
+    info.add_server_addresses(nodes_[id].address());
+    placement.push_back(absl::StrCat("node ", id, " (", nodes_[id].address(), ")"));
+  }
+  info.set_shard_epoch(1);
+  std::vector<std::string> workers;
+  for (size_t i = 0; i < num_workers; ++i) {
+    const uint64_t id = (*idle)[i];
+    info.add_worker_nodes(id);
+    info.add_worker_ids(i);
+    nodes_[id].set_job_id(info.job_id());
+    changes->nodes.insert(id);
+    workers.push_back(absl::StrCat("node ", id, " as worker ", i));
+  }
+  idle->erase(idle->begin(), idle->begin() + num_workers);
+  info.set_next_worker_id(num_workers);
+  info.set_membership_epoch(1);
+  info.set_state(v1::RUNNING);
+  info.set_reason("");
+  info.set_start_time_unix_ms(ToMs(now));
+  changes->jobs.insert(job->number);
+  changes->sync = true;
+  const std::string event = absl::StrCat("started: servers ", absl::StrJoin(placement, ", "),
+                                         "; workers ", absl::StrJoin(workers, ", "));
+  AddEvent(job, event, now, changes);
+  LOG(INFO) << "job " << info.job_id() << " " << event;
+  return true;
+}
+
+v1::WorkerAssignment Scheduler::Assignment(const Job& job, int index) const {
+  const v1::JobInfo& info = job.info;
+  v1::WorkerAssignment a;
+  a.set_job_id(info.job_id());
+  *a.mutable_spec() = info.spec();
+  a.set_worker_id(info.worker_ids(index));
+  *a.mutable_worker_ids() = info.worker_ids();
+  a.set_membership_epoch(info.membership_epoch());
+  a.set_rank(index);
+  *a.mutable_servers() = info.server_addresses();
+  a.set_shard_epoch(info.shard_epoch());
+  return a;
+}
+
+}  // namespace ps

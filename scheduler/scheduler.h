@@ -1,0 +1,121 @@
+// The scheduler's logic: node membership, job lifecycle and placement, persisted in RocksDB.
+#ifndef PS_SCHEDULER_SCHEDULER_H_
+#define PS_SCHEDULER_SCHEDULER_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "ps/v1/scheduler.pb.h"
+#include "scheduler/scheduler_options.h"
+#include "scheduler/state_store.h"
+
+namespace ps {
+
+// Thread-safe: one mutex serializes every operation; each operation writes its changes to the
+// state store before it returns (job state and membership changes with a synced write).
+// Time comes only from the injected clock; nothing here sleeps or starts threads: the owner
+// calls Tick() periodically (SchedulerServer does, every options.tick_interval).
+//
+// Scheduling: PENDING jobs are considered in submit order, each started as soon as enough idle
+// workers and servers are alive (a job that cannot start does not hold back later, smaller
+// ones). Before that, RUNNING jobs short of workers take idle workers as replacements.
+class Scheduler {
+ public:
+  using Clock = std::function<absl::Time()>;
+
+  // Opens (or creates) options.state_dir and resumes from its contents: RUNNING jobs stay
+  // RUNNING, and every ALIVE node gets a fresh grace period (last heartbeat = now).
+  // `clock` must be thread-safe.
+  static absl::StatusOr<std::unique_ptr<Scheduler>> Open(const SchedulerOptions& options,
+                                                         Clock clock = absl::Now);
+
+  absl::StatusOr<v1::RegisterResponse> Register(const v1::RegisterRequest& req);
+  absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& req);
+  // Validates the spec (INVALID_ARGUMENT naming the field), fills its defaults, queues the job.
+  absl::StatusOr<std::string> SubmitJob(v1::JobSpec spec);
+  absl::StatusOr<v1::JobInfo> GetJob(const std::string& job_id) const;  // with events
+  std::vector<v1::JobInfo> ListJobs() const;                            // without events
+  absl::StatusOr<v1::JobInfo> CancelJob(const std::string& job_id);
+  std::vector<v1::NodeInfo> ListNodes() const;
+  // Declares silent nodes DEAD (and handles their jobs), then schedules.
+  absl::Status Tick();
+
+ private:
+  struct Job {
+    uint64_t number = 0;                                   // n of "job-<n>"
+    v1::JobInfo info;                                      // events live in `events`
+    std::deque<std::pair<uint64_t, v1::JobEvent>> events;  // (sequence number, event)
+    uint64_t next_event_seq = 1;
+  };
+  // What one operation changed; written in one batch by Commit().
+  struct Changes {
+    std::set<uint64_t> nodes;
+    std::set<uint64_t> jobs;  // job numbers
+    bool counters = false;
+    bool sync = false;
+    StateStore::Batch batch;  // events
+  };
+
+  Scheduler(const SchedulerOptions& options, Clock clock, std::unique_ptr<StateStore> store);
+  absl::Status Load() ABSL_LOCKS_EXCLUDED(mu_);
+
+  absl::Status Commit(Changes* changes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Job* FindJob(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  const Job* FindJob(const std::string& job_id) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  v1::JobInfo JobWithEvents(const Job& job) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  void AddEvent(Job* job, const std::string& message, absl::Time now, Changes* changes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SetReason(Job* job, const std::string& reason, Changes* changes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Node death and its consequences for the jobs it served.
+  void MarkDead(v1::NodeInfo* node, const std::string& why, absl::Time now, Changes* changes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RemoveWorker(Job* job, uint64_t node_id, const std::string& why, absl::Time now,
+                    Changes* changes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void HandleProgress(v1::NodeInfo* node, const v1::WorkerProgress& progress, absl::Time now,
+                      Changes* changes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // SUCCEEDED once every live worker reported finished.
+  void MaybeSucceed(Job* job, absl::Time now, Changes* changes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EndJob(Job* job, v1::JobState state, const std::string& reason, absl::Time now,
+              Changes* changes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Placement: Schedule() gives idle workers to RUNNING jobs short of workers, starts the
+  // PENDING jobs it can (TryStart takes their workers from `idle`) and sets the reason of
+  // the others.
+  void Schedule(absl::Time now, Changes* changes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AddWorkers(Job* job, std::vector<uint64_t>* idle, absl::Time now, Changes* changes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool TryStart(Job* job, std::vector<uint64_t>* idle, absl::Time now, Changes* changes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<uint64_t> IdleWorkers() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<uint64_t> AliveServers() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::WorkerAssignment Assignment(const Job& job, int index) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const SchedulerOptions options_;
+  const Clock clock_;
+  const std::unique_ptr<StateStore> store_;
+
+  mutable absl::Mutex mu_;
+  std::map<uint64_t, v1::NodeInfo> nodes_ ABSL_GUARDED_BY(mu_);  // by node id
+  std::map<uint64_t, Job> jobs_ ABSL_GUARDED_BY(mu_);            // by job number: submit order
+  uint64_t next_node_id_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t next_job_id_ ABSL_GUARDED_BY(mu_) = 1;
+};
+
+}  // namespace ps
+
+#endif  // PS_SCHEDULER_SCHEDULER_H_

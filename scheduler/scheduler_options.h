@@ -1,0 +1,50 @@
+// Options of ps_scheduler (filled from flags in scheduler/main.cc, or by tests).
+#ifndef PS_SCHEDULER_SCHEDULER_OPTIONS_H_
+#define PS_SCHEDULER_SCHEDULER_OPTIONS_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+
+namespace ps {
+
+struct SchedulerOptions {
+  // host:port the gRPC service listens on; port 0 picks a free port (SchedulerServer only).
+  std::string listen = "0.0.0.0:7000";
+  // RocksDB folder holding nodes, jobs and counters; created if missing. Required.
+  std::string state_dir;
+  // How often nodes heartbeat (told to them at Register).
+  absl::Duration heartbeat_interval = absl::Seconds(1);
+  // A node silent for longer than this is declared DEAD.
+  absl::Duration heartbeat_timeout = absl::Seconds(5);
+  // How often the background ticker checks for dead nodes and schedules (SchedulerServer only).
+  absl::Duration tick_interval = absl::Milliseconds(200);
+  // Events kept per job; older ones are dropped.
+  int max_events_per_job = 1000;
+
+  absl::Status Validate() const {
+    if (state_dir.empty()) return absl::InvalidArgumentError("--state_dir is required");
+    if (heartbeat_interval <= absl::ZeroDuration()) {
+      return absl::InvalidArgumentError("--heartbeat_interval must be positive");
+    }
+    if (heartbeat_timeout <= heartbeat_interval) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--heartbeat_timeout (", absl::FormatDuration(heartbeat_timeout),
+                       ") must be longer than --heartbeat_interval (",
+                       absl::FormatDuration(heartbeat_interval), ")"));
+    }
+    if (tick_interval <= absl::ZeroDuration()) {
+      return absl::InvalidArgumentError("tick_interval must be positive");
+    }
+    if (max_events_per_job < 1) {
+      return absl::InvalidArgumentError("max_events_per_job must be at least 1");
+    }
+    return absl::OkStatus();
+  }
+};
+
+}  // namespace ps
+
+#endif  // PS_SCHEDULER_SCHEDULER_OPTIONS_H_

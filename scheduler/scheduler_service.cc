@@ -1,0 +1,56 @@
+#include "scheduler/scheduler_service.h"
+
+#include <utility>
+
+#include "common/grpc_status.h"
+
+namespace ps {
+namespace {
+
+// Moves an OK value into *out; converts the status once.
+template <typename T>
+grpc::Status Answer(absl::StatusOr<T> result, T* out) {
+  if (result.ok()) *out = std::move(*result);
+  return ToGrpcStatus(result.status());
+}
+
+}  // namespace
+
+grpc::Status SchedulerService::Register(grpc::ServerContext*, const v1::RegisterRequest* req,
+                                        v1::RegisterResponse* resp) {
+  return Answer(scheduler_->Register(*req), resp);
+}
+
+grpc::Status SchedulerService::Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* req,
+                                         v1::HeartbeatResponse* resp) {
+  return Answer(scheduler_->Heartbeat(*req), resp);
+}
+
+grpc::Status SchedulerService::SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* req,
+                                         v1::SubmitJobResponse* resp) {
+  return Answer(scheduler_->SubmitJob(req->spec()), resp->mutable_job_id());
+}
+
+grpc::Status SchedulerService::GetJob(grpc::ServerContext*, const v1::GetJobRequest* req,
+                                      v1::JobInfo* resp) {
+  return Answer(scheduler_->GetJob(req->job_id()), resp);
+}
+
+grpc::Status SchedulerService::ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*,
+                                        v1::ListJobsResponse* resp) {
+  for (v1::JobInfo& job : scheduler_->ListJobs()) *resp->add_jobs() = std::move(job);
+  return grpc::Status::OK;
+}
+
+grpc::Status SchedulerService::CancelJob(grpc::ServerContext*, const v1::CancelJobRequest* req,
+                                         v1::JobInfo* resp) {
+  return Answer(scheduler_->CancelJob(req->job_id()), resp);
+}
+
+grpc::Status SchedulerService::ListNodes(grpc::ServerContext*, const v1::ListNodesRequest*,
+                                         v1::ListNodesResponse* resp) {
+  for (v1::NodeInfo& node : scheduler_->ListNodes()) *resp->add_nodes() = std::move(node);
+  return grpc::Status::OK;
+}
+
+}  // namespace ps

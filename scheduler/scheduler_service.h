@@ -1,0 +1,37 @@
+// The gRPC Scheduler service: thin handlers over Scheduler.
+#ifndef PS_SCHEDULER_SCHEDULER_SERVICE_H_
+#define PS_SCHEDULER_SCHEDULER_SERVICE_H_
+
+#include "ps/v1/scheduler.grpc.pb.h"
+#include "scheduler/scheduler.h"
+
+namespace ps {
+
+// Thread-safe (Scheduler is).
+class SchedulerService final : public v1::Scheduler::Service {
+ public:
+  // `scheduler` must outlive this.
+  explicit SchedulerService(Scheduler* scheduler) : scheduler_(scheduler) {}
+
+  grpc::Status Register(grpc::ServerContext* ctx, const v1::RegisterRequest* req,
+                        v1::RegisterResponse* resp) override;
+  grpc::Status Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
+                         v1::HeartbeatResponse* resp) override;
+  grpc::Status SubmitJob(grpc::ServerContext* ctx, const v1::SubmitJobRequest* req,
+                         v1::SubmitJobResponse* resp) override;
+  grpc::Status GetJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req,
+                      v1::JobInfo* resp) override;
+  grpc::Status ListJobs(grpc::ServerContext* ctx, const v1::ListJobsRequest* req,
+                        v1::ListJobsResponse* resp) override;
+  grpc::Status CancelJob(grpc::ServerContext* ctx, const v1::CancelJobRequest* req,
+                         v1::JobInfo* resp) override;
+  grpc::Status ListNodes(grpc::ServerContext* ctx, const v1::ListNodesRequest* req,
+                         v1::ListNodesResponse* resp) override;
+
+ private:
+  Scheduler* const scheduler_;
+};
+
+}  // namespace ps
+
+#endif  // PS_SCHEDULER_SCHEDULER_SERVICE_H_

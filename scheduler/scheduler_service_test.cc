@@ -1,0 +1,139 @@
+// The Scheduler gRPC service end to end: a real server in-process on a free port, called
+// through a real stub.
+#include "scheduler/scheduler_service.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "ps/v1/scheduler.grpc.pb.h"
+#include "scheduler/internal/test_util.h"
+#include "scheduler/scheduler_server.h"
+
+namespace ps {
+namespace {
+
+class SchedulerServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SchedulerOptions options;
+    options.listen = "127.0.0.1:0";
+    options.state_dir = dir_.path() + "/state";
+    // The ticker runs on real time but reads the fake clock, which stands still: nobody dies.
+    auto server = SchedulerServer::Start(options, clock_.AsFunction());
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    stub_ = v1::Scheduler::NewStub(grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
+                                                       grpc::InsecureChannelCredentials()));
+  }
+
+  uint64_t Register(v1::NodeRole role, const std::string& address) {
+    grpc::ClientContext ctx;
+    v1::RegisterRequest req;
+    req.set_role(role);
+    req.set_address(address);
+    v1::RegisterResponse resp;
+    grpc::Status s = stub_->Register(&ctx, req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return resp.node_id();
+  }
+
+  ScopedTempDir dir_;
+  FakeClock clock_;
+  std::unique_ptr<SchedulerServer> server_;
+  std::unique_ptr<v1::Scheduler::Stub> stub_;
+};
+
+TEST_F(SchedulerServiceTest, JobLifecycleOverGrpc) {
+  const uint64_t server = Register(v1::SERVER, "127.0.0.1:7100");
+  const uint64_t worker = Register(v1::WORKER, "");
+  EXPECT_NE(server, worker);
+
+  v1::SubmitJobRequest submit;
+  submit.mutable_spec()->set_model("spam_logreg");
+  submit.mutable_spec()->set_num_workers(1);
+  submit.mutable_spec()->set_hash_bits(40);
+  submit.mutable_spec()->set_data_dir(dir_.path());
+  v1::SubmitJobResponse submitted;
+  {
+    grpc::ClientContext ctx;
+    grpc::Status s = stub_->SubmitJob(&ctx, submit, &submitted);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(s.error_message().find("hash_bits"), std::string::npos) << s.error_message();
+  }
+  submit.mutable_spec()->set_hash_bits(0);
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub_->SubmitJob(&ctx, submit, &submitted).ok());
+  }
+  EXPECT_EQ(submitted.job_id(), "job-1");
+
+  v1::HeartbeatResponse beat;
+  {
+    grpc::ClientContext ctx;
+    v1::HeartbeatRequest req;
+    req.set_node_id(worker);
+    ASSERT_TRUE(stub_->Heartbeat(&ctx, req, &beat).ok());
+  }
+  EXPECT_FALSE(beat.reregister());
+  EXPECT_EQ(beat.assignment().job_id(), "job-1");
+  EXPECT_EQ(beat.assignment().spec().hash_bits(), 20);
+  ASSERT_EQ(beat.assignment().servers_size(), 1);
+  EXPECT_EQ(beat.assignment().servers(0), "127.0.0.1:7100");
+
+  v1::JobInfo job;
+  {
+    grpc::ClientContext ctx;
+    v1::GetJobRequest req;
+    req.set_job_id("job-1");
+    ASSERT_TRUE(stub_->GetJob(&ctx, req, &job).ok());
+  }
+  EXPECT_EQ(job.state(), v1::RUNNING);
+  EXPECT_GE(job.events_size(), 2);
+  v1::ListJobsResponse jobs;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub_->ListJobs(&ctx, v1::ListJobsRequest(), &jobs).ok());
+  }
+  ASSERT_EQ(jobs.jobs_size(), 1);
+  EXPECT_EQ(jobs.jobs(0).events_size(), 0);
+  v1::ListNodesResponse nodes;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub_->ListNodes(&ctx, v1::ListNodesRequest(), &nodes).ok());
+  }
+  ASSERT_EQ(nodes.nodes_size(), 2);
+  EXPECT_EQ(nodes.nodes(1).job_id(), "job-1");
+
+  v1::CancelJobRequest cancel;
+  cancel.set_job_id("job-1");
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub_->CancelJob(&ctx, cancel, &job).ok());
+  }
+  EXPECT_EQ(job.state(), v1::CANCELLED);
+  {
+    grpc::ClientContext ctx;
+    EXPECT_EQ(stub_->CancelJob(&ctx, cancel, &job).error_code(),
+              grpc::StatusCode::FAILED_PRECONDITION);
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::GetJobRequest req;
+    req.set_job_id("job-7");
+    EXPECT_EQ(stub_->GetJob(&ctx, req, &job).error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::HeartbeatRequest req;
+    req.set_node_id(12345);
+    ASSERT_TRUE(stub_->Heartbeat(&ctx, req, &beat).ok());
+    EXPECT_TRUE(beat.reregister());
+  }
+}
+
+}  // namespace
+}  // namespace ps

@@ -1,0 +1,90 @@
+// The training loop of one worker: clocks, epochs, its data shard, progress, cancellation.
+#ifndef PS_WORKER_JOB_RUNNER_H_
+#define PS_WORKER_JOB_RUNNER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "ps/v1/types.pb.h"
+#include "worker/client.h"
+#include "worker/model.h"
+
+namespace ps {
+
+struct JobRunnerOptions {
+  int epochs = 1;
+  int batch_size = 64;  // per worker
+  // The job's workers when it starts: with the training-set size it fixes the clocks per
+  // epoch, so that every worker runs the same clocks whatever happens to the others.
+  int num_workers = 1;
+  v1::ConsistencySpec consistency;
+  uint64_t seed = 1;
+  // Evaluate on the held-out set at the end of every epoch (on the worker of rank 0).
+  bool evaluate = false;
+
+  absl::Status Validate() const;
+};
+
+// A snapshot of a worker's progress.
+struct JobProgress {
+  int64_t clock = 0;  // steps the job has done (this worker's clock)
+  int64_t total_clocks = 0;
+  int epoch = 1;          // the data epoch of the clock (1-based)
+  double loss = 0;        // running mean over this worker's steps of the current epoch
+  double accuracy = 0;    // likewise
+  double test_loss = -1;  // the last evaluation; -1 before the first
+  double test_accuracy = -1;
+  double samples_per_second = 0;  // this worker, over the current epoch
+  bool finished = false;
+};
+
+// Runs a model's steps from the client's clock to the job's last clock. Run() is called by one
+// thread; SetShard(), Cancel() and progress() may be called from any thread while it runs.
+class JobRunner {
+ public:
+  // `model` and `client` must outlive the runner; the model's tables exist already.
+  JobRunner(Model* model, Client* client, JobRunnerOptions options);
+
+  // This worker reads examples i with i % num_ranks == rank, from the next step on.
+  void SetShard(uint32_t rank, uint32_t num_ranks);
+  // Stops Run() (CANCELLED) at the next step; calls in flight are cancelled.
+  void Cancel();
+  JobProgress progress() const;
+  int64_t total_clocks() const { return total_clocks_; }
+
+  // `on_epoch` sees the progress at every epoch end (after evaluation); `on_step` every
+  // `report_every` steps (0: never).
+  absl::Status Run(const std::function<void(const JobProgress&)>& on_epoch,
+                   const std::function<void(const JobProgress&)>& on_step, int report_every);
+
+ private:
+  // Fills `batch` with the next examples of the current shard (reshuffled every pass).
+  void NextBatch(std::vector<int64_t>* batch);
+
+  Model* const model_;
+  Client* const client_;
+  const JobRunnerOptions options_;
+  const int64_t clocks_per_epoch_;
+  const int64_t total_clocks_;
+  std::atomic<bool> cancelled_{false};
+
+  mutable absl::Mutex mu_;
+  uint32_t rank_ ABSL_GUARDED_BY(mu_) = 0;
+  uint32_t num_ranks_ ABSL_GUARDED_BY(mu_) = 1;
+  bool shard_changed_ ABSL_GUARDED_BY(mu_) = true;
+  JobProgress progress_ ABSL_GUARDED_BY(mu_);
+
+  // Run()'s thread only.
+  std::vector<int64_t> order_;
+  size_t next_ = 0;
+  uint64_t passes_ = 0;
+};
+
+}  // namespace ps
+
+#endif  // PS_WORKER_JOB_RUNNER_H_

@@ -1,0 +1,68 @@
+// ps_worker --scheduler: a daemon that runs the jobs the scheduler assigns, one at a time.
+#ifndef PS_WORKER_WORKER_DAEMON_H_
+#define PS_WORKER_WORKER_DAEMON_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "ps/v1/scheduler.pb.h"
+#include "worker/client.h"
+#include "worker/job_runner.h"
+
+namespace ps {
+
+struct WorkerDaemonOptions {
+  std::string scheduler;  // host:port
+  std::string hostname;
+  int64_t pid = 0;
+  // Deadline of one data-plane request (a sync pull waits on the slowest worker this long).
+  absl::Duration rpc_timeout = absl::Seconds(120);
+  // Log a progress line every this many steps (0: epochs only).
+  int log_every_steps = 100;
+};
+
+// Registers with the scheduler and heartbeats (progress out, orders in); runs each assigned
+// job with a JobRunner. Orders that arrive while a job runs are followed at once: a new
+// membership (a worker died or joined) is told to the servers and changes this worker's data
+// shard; a withdrawn assignment (cancelled, or this node was declared dead) stops the job.
+// Thread-safe: Stop() may be called from any thread.
+class WorkerDaemon {
+ public:
+  explicit WorkerDaemon(WorkerDaemonOptions options);
+
+  // Runs until Stop().
+  void Run();
+  void Stop();
+
+ private:
+  void FillHeartbeat(v1::HeartbeatRequest* req);
+  void OnHeartbeat(const v1::HeartbeatResponse& resp, bool reregistered);
+  // Runs one job to its end (or cancellation).
+  absl::Status RunJob(v1::WorkerAssignment assignment);
+  // Tells the servers a new worker set and moves this worker's shard.
+  void ApplyMembership(const v1::WorkerAssignment& a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static std::string KeyOf(const v1::WorkerAssignment& a);
+
+  const WorkerDaemonOptions options_;
+  absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<v1::WorkerAssignment> assignment_ ABSL_GUARDED_BY(mu_);  // the latest order
+  // The job being run: valid while running_key_ is set.
+  std::string running_key_ ABSL_GUARDED_BY(mu_);  // "job/worker id"
+  uint64_t running_epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  Client* client_ ABSL_GUARDED_BY(mu_) = nullptr;
+  JobRunner* runner_ ABSL_GUARDED_BY(mu_) = nullptr;
+  v1::ConsistencySpec consistency_ ABSL_GUARDED_BY(mu_);
+  // The last job run: not run again, and reported (finished or error) while still assigned.
+  std::string done_key_ ABSL_GUARDED_BY(mu_);
+  v1::WorkerProgress done_report_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace ps
+
+#endif  // PS_WORKER_WORKER_DAEMON_H_
