@@ -2,6 +2,7 @@
 
 #include <glog/logging.h>
 #include <grpcpp/create_channel.h>
+#include <grpcpp/support/channel_arguments.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -11,8 +12,14 @@ namespace ps {
 
 SchedulerLink::SchedulerLink(SchedulerLinkOptions options, FillFn fill, AnswerFn answer)
     : options_(std::move(options)), fill_(std::move(fill)), answer_(std::move(answer)) {
+  // Reconnect within a second of the scheduler coming back: gRPC's default backoff grows to
+  // minutes, long enough for a restarted scheduler to declare this node dead.
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   stub_ = v1::Scheduler::NewStub(
-      grpc::CreateChannel(options_.scheduler, grpc::InsecureChannelCredentials()));
+      grpc::CreateCustomChannel(options_.scheduler, grpc::InsecureChannelCredentials(), args));
 }
 
 SchedulerLink::~SchedulerLink() {
@@ -75,6 +82,7 @@ void SchedulerLink::Loop() {
     v1::HeartbeatResponse resp;
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+    ctx.set_wait_for_ready(true);  // ride out a reconnect instead of failing at once
     absl::Status s = FromGrpcStatus(stub_->Heartbeat(&ctx, req, &resp));
     if (!s.ok()) {
       // The data plane goes on; orders wait for the scheduler to come back.
