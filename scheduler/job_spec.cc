@@ -74,6 +74,21 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec) {
   if (!v1::ConsistencySpec::Mode_IsValid(consistency.mode())) {
     return Invalid(absl::StrCat("consistency.mode = ", consistency.mode(), " is not a mode"));
   }
+  const v1::LearningRateSchedule& lr = spec->lr_schedule();
+  if (!v1::LearningRateSchedule::Kind_IsValid(lr.kind())) {
+    return Invalid(absl::StrCat("lr_schedule.kind = ", lr.kind(), " is not a schedule"));
+  }
+  if (!(lr.gamma() >= 0 && lr.gamma() <= 1)) {
+    return Invalid(absl::StrCat("lr_schedule.gamma = ", lr.gamma(), " must be in [0, 1] (0: 0.1)"));
+  }
+  if (lr.step_epochs() < 0) {
+    return Invalid(
+        absl::StrCat("lr_schedule.step_epochs = ", lr.step_epochs(), " must be >= 0 (0: 1)"));
+  }
+  if (!(lr.final_fraction() >= 0 && lr.final_fraction() <= 1)) {
+    return Invalid(
+        absl::StrCat("lr_schedule.final_fraction = ", lr.final_fraction(), " must be in [0, 1]"));
+  }
   if (consistency.mode() == v1::ConsistencySpec::SSP && consistency.staleness() < 0) {
     return Invalid(
         absl::StrCat("consistency.staleness = ", consistency.staleness(), " must be >= 0"));

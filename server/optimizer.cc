@@ -17,8 +17,10 @@ class Sgd : public Optimizer {
   Sgd(float lr, float wd) : lr_(lr), wd_(wd) {}
   int state_per_value() const override { return 0; }
   void InitState(const float*, float*, int) const override {}
-  void Apply(const float* grad, int dim, int64_t, float* w, float*) const override {
-    for (int i = 0; i < dim; ++i) w[i] -= lr_ * Decayed(grad[i], w[i], wd_);
+  void ApplyScaled(const float* grad, int dim, int64_t, float lr_scale, float* w,
+                   float*) const override {
+    const float lr = lr_ * lr_scale;
+    for (int i = 0; i < dim; ++i) w[i] -= lr * Decayed(grad[i], w[i], wd_);
   }
 
  private:
@@ -33,10 +35,12 @@ class Momentum : public Optimizer {
   void InitState(const float*, float* state, int dim) const override {
     for (int i = 0; i < dim; ++i) state[i] = 0.0f;
   }
-  void Apply(const float* grad, int dim, int64_t, float* w, float* v) const override {
+  void ApplyScaled(const float* grad, int dim, int64_t, float lr_scale, float* w,
+                   float* v) const override {
+    const float lr = lr_ * lr_scale;
     for (int i = 0; i < dim; ++i) {
       v[i] = mu_ * v[i] + Decayed(grad[i], w[i], wd_);
-      w[i] -= lr_ * v[i];
+      w[i] -= lr * v[i];
     }
   }
 
@@ -53,11 +57,13 @@ class Adagrad : public Optimizer {
   void InitState(const float*, float* state, int dim) const override {
     for (int i = 0; i < dim; ++i) state[i] = init_acc_;
   }
-  void Apply(const float* grad, int dim, int64_t, float* w, float* acc) const override {
+  void ApplyScaled(const float* grad, int dim, int64_t, float lr_scale, float* w,
+                   float* acc) const override {
+    const float lr = lr_ * lr_scale;
     for (int i = 0; i < dim; ++i) {
       const float g = Decayed(grad[i], w[i], wd_);
       acc[i] += g * g;
-      w[i] -= lr_ * g / (std::sqrt(acc[i]) + eps_);
+      w[i] -= lr * g / (std::sqrt(acc[i]) + eps_);
     }
   }
 
@@ -74,7 +80,9 @@ class Adam : public Optimizer {
   void InitState(const float*, float* state, int dim) const override {
     for (int i = 0; i < 2 * dim; ++i) state[i] = 0.0f;
   }
-  void Apply(const float* grad, int dim, int64_t step, float* w, float* state) const override {
+  void ApplyScaled(const float* grad, int dim, int64_t step, float lr_scale, float* w,
+                   float* state) const override {
+    const float lr = lr_ * lr_scale;
     float* m = state;
     float* v = state + dim;
     const double t = static_cast<double>(step);
@@ -84,7 +92,7 @@ class Adam : public Optimizer {
       const float g = Decayed(grad[i], w[i], wd_);
       m[i] = b1_ * m[i] + (1.0f - b1_) * g;
       v[i] = b2_ * v[i] + (1.0f - b2_) * g * g;
-      w[i] -= lr_ * (m[i] / c1) / (std::sqrt(v[i] / c2) + eps_);
+      w[i] -= lr * (m[i] / c1) / (std::sqrt(v[i] / c2) + eps_);
     }
   }
 
@@ -109,20 +117,22 @@ class Ftrl : public Optimizer {
       z[i] = w[i] == 0.0f ? 0.0f : -w[i] * denom - (w[i] > 0 ? l1_ : -l1_);
     }
   }
-  void Apply(const float* grad, int dim, int64_t, float* w, float* state) const override {
+  void ApplyScaled(const float* grad, int dim, int64_t, float lr_scale, float* w,
+                   float* state) const override {
+    const float alpha = alpha_ * lr_scale;
     float* z = state;
     float* n = state + dim;
     for (int i = 0; i < dim; ++i) {
       const float g = grad[i];
       const float n_new = n[i] + g * g;
-      const float sigma = (std::sqrt(n_new) - std::sqrt(n[i])) / alpha_;
+      const float sigma = (std::sqrt(n_new) - std::sqrt(n[i])) / alpha;
       z[i] += g - sigma * w[i];
       n[i] = n_new;
       if (std::fabs(z[i]) <= l1_) {
         w[i] = 0.0f;
       } else {
         const float sign = z[i] < 0 ? -1.0f : 1.0f;
-        w[i] = -(z[i] - sign * l1_) / ((beta_ + std::sqrt(n[i])) / alpha_ + l2_);
+        w[i] = -(z[i] - sign * l1_) / ((beta_ + std::sqrt(n[i])) / alpha + l2_);
       }
     }
   }

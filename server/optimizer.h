@@ -26,8 +26,12 @@ class Optimizer {
   virtual void InitState(const float* values, float* state, int dim) const = 0;
   // Applies `grad` (dim floats) to `values` and `state`. `step` is the row's update count
   // including this one (1 for the first update; adam's bias correction uses it).
-  virtual void Apply(const float* grad, int dim, int64_t step, float* values,
-                     float* state) const = 0;
+  void Apply(const float* grad, int dim, int64_t step, float* values, float* state) const {
+    ApplyScaled(grad, dim, step, 1.0f, values, state);
+  }
+  // Apply() with the learning rate (ftrl: alpha) multiplied by `lr_scale` (a schedule's factor).
+  virtual void ApplyScaled(const float* grad, int dim, int64_t step, float lr_scale, float* values,
+                           float* state) const = 0;
 };
 
 }  // namespace ps

@@ -1,5 +1,6 @@
 #include "server/parameter_service.h"
 
+#include <cmath>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -64,6 +65,11 @@ absl::Status ParameterService::DoPush(const v1::PushRequest& req, bool* duplicat
     return absl::OkStatus();
   }
   PS_RETURN_IF_ERROR(gate_.CheckPush(req.job_id(), req.worker_id(), req.clock()));
+  const float lr_scale = req.lr_scale() == 0.0f ? 1.0f : req.lr_scale();
+  if (!std::isfinite(lr_scale) || lr_scale < 0.0f || lr_scale > 1000.0f) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("lr_scale ", req.lr_scale(), " is not in [0, 1000]; nothing was applied"));
+  }
   std::vector<TableStore::BlockView> views(req.blocks_size());
   for (int i = 0; i < req.blocks_size(); ++i) {
     PS_RETURN_IF_ERROR(
@@ -76,9 +82,9 @@ absl::Status ParameterService::DoPush(const v1::PushRequest& req, bool* duplicat
   PS_ASSIGN_OR_RETURN(auto mode, gate_.ModeOf(req.job_id()));
   for (const auto& view : views) {
     if (mode == v1::ConsistencySpec::SYNC) {
-      store_->Accumulate(view, req.clock());
+      store_->Accumulate(view, req.clock(), lr_scale);
     } else {
-      store_->Apply(view);
+      store_->Apply(view, lr_scale);
     }
   }
   return absl::OkStatus();

@@ -315,3 +315,22 @@ TEST_F(ParameterServiceTest, SyncRetryAfterTheClockAdvancedIsADuplicate) {
 
 }  // namespace
 }  // namespace ps
+
+namespace ps {
+namespace {
+
+TEST_F(ParameterServiceTest, BadLearningRateScaleIsRejectedAndChangesNothing) {
+  const std::vector<float> before = Values(kDense, {2});
+  for (float scale : {-1.0f, std::numeric_limits<float>::quiet_NaN(), 1e6f}) {
+    v1::PushRequest req = PushRequest({Block(kDense, {2}, {1, 2, 3, 4})}, 77);
+    req.set_lr_scale(scale);
+    v1::PushResponse resp;
+    grpc::Status s = Push(req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(s.error_message().find("lr_scale"), std::string::npos) << s.error_message();
+    EXPECT_EQ(Values(kDense, {2}), before);
+  }
+}
+
+}  // namespace
+}  // namespace ps

@@ -218,13 +218,14 @@ TableStore::Row& TableStore::RowFor(Slot& slot, const Table& table, uint64_t key
   return slot.rows.emplace(rk, NewRow(table, key)).first->second;
 }
 
-void TableStore::ApplyToRow(const Table& table, const float* grad, Row& row) const {
+void TableStore::ApplyToRow(const Table& table, const float* grad, float lr_scale, Row& row) const {
   if (options_.nonfinite == NonFinitePolicy::kSkipRow &&
       !AllFinite(absl::MakeConstSpan(grad, table.dim))) {
     return;
   }
   ++row.updates;
-  table.optimizer->Apply(grad, table.dim, row.updates, row.data.get(), row.data.get() + table.dim);
+  table.optimizer->ApplyScaled(grad, table.dim, row.updates, lr_scale, row.data.get(),
+                               row.data.get() + table.dim);
 }
 
 void TableStore::Pull(const BlockView& view, std::string* out) {
@@ -239,19 +240,23 @@ void TableStore::Pull(const BlockView& view, std::string* out) {
   }
 }
 
-void TableStore::Apply(const BlockView& view) {
+void TableStore::Apply(const BlockView& view, float lr_scale) {
   const Table& t = *view.table;
   const float* grad = view.values.data();
   for (uint64_t key : view.keys) {
     Slot& slot = slots_[SlotOf(t.spec.table_id(), key)];
     absl::MutexLock l(&slot.mu);
-    ApplyToRow(t, grad, RowFor(slot, t, key));
+    ApplyToRow(t, grad, lr_scale, RowFor(slot, t, key));
     grad += t.dim;
   }
 }
 
-void TableStore::Accumulate(const BlockView& view, int64_t clock) {
+void TableStore::Accumulate(const BlockView& view, int64_t clock, float lr_scale) {
   const Table& t = *view.table;
+  {
+    absl::MutexLock l(&scale_mu_);
+    pending_scale_[{t.spec.job_id(), clock}] = lr_scale;
+  }
   const float* grad = view.values.data();
   const bool skip_nonfinite = options_.nonfinite == NonFinitePolicy::kSkipRow;
   for (uint64_t key : view.keys) {
@@ -273,6 +278,15 @@ void TableStore::Accumulate(const BlockView& view, int64_t clock) {
 }
 
 void TableStore::ApplyAccumulated(const std::string& job_id, int64_t clock) {
+  float lr_scale = 1.0f;
+  {
+    absl::MutexLock l(&scale_mu_);
+    auto it = pending_scale_.find({job_id, clock});
+    if (it != pending_scale_.end()) {
+      lr_scale = it->second;
+      pending_scale_.erase(it);
+    }
+  }
   // The job's tables, looked up once (not per row under the slot locks).
   absl::flat_hash_map<uint32_t, const Table*> job_tables;
   {
@@ -293,7 +307,8 @@ void TableStore::ApplyAccumulated(const std::string& job_id, int64_t clock) {
         ++it;
         continue;
       }
-      ApplyToRow(*table->second, it->second.data(), RowFor(slot, *table->second, it->first.second));
+      ApplyToRow(*table->second, it->second.data(), lr_scale,
+                 RowFor(slot, *table->second, it->first.second));
       sums.erase(it++);
     }
     if (sums.empty()) slot.pending.erase(pending);

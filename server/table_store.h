@@ -74,10 +74,11 @@ class TableStore {
 
   // Writes the keys' values (dim floats each, in key order) to `out`; creates missing sparse rows.
   void Pull(const BlockView& view, std::string* out);
-  // Applies the gradients now (async / ssp).
-  void Apply(const BlockView& view);
-  // Adds the gradients to the sums of `clock` (sync); ApplyAccumulated applies them.
-  void Accumulate(const BlockView& view, int64_t clock);
+  // Applies the gradients now (async / ssp), the learning rate multiplied by `lr_scale`.
+  void Apply(const BlockView& view, float lr_scale = 1.0f);
+  // Adds the gradients to the sums of `clock` (sync); ApplyAccumulated applies them with the
+  // `lr_scale` of the clock's last push.
+  void Accumulate(const BlockView& view, int64_t clock, float lr_scale = 1.0f);
   // Applies (once per row) and clears the summed gradients of `clock` for tables of `job_id`.
   void ApplyAccumulated(const std::string& job_id, int64_t clock);
 
@@ -112,7 +113,7 @@ class TableStore {
   const Table* FindTable(uint32_t table_id) const;
   Row NewRow(const Table& table, uint64_t key) const;
   Row& RowFor(Slot& slot, const Table& table, uint64_t key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
-  void ApplyToRow(const Table& table, const float* grad, Row& row) const;
+  void ApplyToRow(const Table& table, const float* grad, float lr_scale, Row& row) const;
 
   const TableStoreOptions options_;
   const std::shared_ptr<const Shards> default_shards_;
@@ -120,6 +121,10 @@ class TableStore {
   absl::flat_hash_map<std::string, std::shared_ptr<const Shards>> job_shards_
       ABSL_GUARDED_BY(shards_mu_);
   std::unique_ptr<Slot[]> slots_;
+  absl::Mutex scale_mu_;  // a leaf lock
+  // sync: the learning-rate factor of each pending (job, clock).
+  absl::flat_hash_map<std::pair<std::string, int64_t>, float> pending_scale_
+      ABSL_GUARDED_BY(scale_mu_);
   mutable absl::Mutex tables_mu_;
   absl::flat_hash_map<uint32_t, std::unique_ptr<Table>> tables_ ABSL_GUARDED_BY(tables_mu_);
 };

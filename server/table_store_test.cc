@@ -403,3 +403,26 @@ TEST(TableStoreTest, ConcurrentPushesEndAtTheExactSum) {
 
 }  // namespace
 }  // namespace ps
+
+namespace ps {
+namespace {
+
+// A schedule's factor scales the learning rate: on arrival (async) and once per clock (sync).
+TEST(TableStoreTest, LearningRateScaleMultipliesTheStep) {
+  TableStore store({});
+  ASSERT_TRUE(store.CreateTable(DenseSpec(1, 2, 2, /*init=*/0.0f)).ok());  // sgd, lr 1
+  TableStore::BlockView view;
+  const KeyBlock push = Block(1, {0}, {-4, -8});
+  ASSERT_TRUE(store.Resolve(kJob, push, true, &view).ok());
+  store.Apply(view, 0.5f);
+  EXPECT_EQ(Floats(PullBytes(store, 1, {0})), std::vector<float>({2, 4}));
+  const KeyBlock sync = Block(1, {1}, {-4, -8});
+  ASSERT_TRUE(store.Resolve(kJob, sync, true, &view).ok());
+  store.Accumulate(view, 3, 0.25f);
+  store.Accumulate(view, 3, 0.25f);
+  store.ApplyAccumulated(kJob, 3);
+  EXPECT_EQ(Floats(PullBytes(store, 1, {1})), std::vector<float>({2, 4}));
+}
+
+}  // namespace
+}  // namespace ps

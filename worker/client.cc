@@ -553,6 +553,7 @@ Handle Client::PushAsync(std::vector<TableOp> ops) {
       r.set_request_id(next_request_id_++);
       r.set_clock(clock_.load());
       r.set_shard_epoch(map_.epoch());
+      r.set_lr_scale(lr_scale_.load());
       Call::FillBlocks(ops, dims, parts[server][p].segments, true, r.mutable_blocks());
       calls.push_back(std::move(call));
     }
@@ -590,6 +591,7 @@ Handle Client::PushPullAsync(std::vector<TableOp> push_ops, std::vector<TableOp>
       push->set_request_id(next_request_id_++);
       push->set_clock(clock);
       push->set_shard_epoch(map_.epoch());
+      push->set_lr_scale(lr_scale_.load());
       r.set_advance_clock(true);
       r.set_clock_parts(static_cast<uint32_t>(n));
       if (p < push_parts[server].size()) {

@@ -100,6 +100,8 @@ class Client {
   }
   // Advances this worker's clock by one on every server.
   absl::Status Clock();
+  // Multiplies the tables' learning rate for the pushes sent from now on (a schedule's factor).
+  void SetLearningRateScale(float scale) { lr_scale_.store(scale); }
   // Sets the local clock (a worker that joins a running job adopts the servers' clock for it).
   void SetClock(int64_t clock) { clock_.store(clock); }
   // Cancels every call in flight (their handles finish with CANCELLED); later calls are not
@@ -136,6 +138,7 @@ class Client {
   int live_calls_ ABSL_GUARDED_BY(calls_mu_) = 0;
   absl::flat_hash_map<Call*, std::weak_ptr<Call>> calls_ ABSL_GUARDED_BY(calls_mu_);
   std::atomic<int64_t> clock_{0};
+  std::atomic<float> lr_scale_{1.0f};
   std::atomic<uint64_t> next_request_id_;
   absl::Mutex dims_mu_;
   absl::flat_hash_map<uint32_t, int> dims_ ABSL_GUARDED_BY(dims_mu_);

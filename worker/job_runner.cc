@@ -1,6 +1,7 @@
 #include "worker/job_runner.h"
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -22,6 +23,26 @@ absl::Status JobRunnerOptions::Validate() const {
     return absl::InvalidArgumentError("ssp staleness must be >= 0");
   }
   return absl::OkStatus();
+}
+
+float LearningRateScale(const v1::LearningRateSchedule& schedule, int64_t clock,
+                        int64_t clocks_per_epoch, int64_t total_clocks) {
+  switch (schedule.kind()) {
+    case v1::LearningRateSchedule::STEP: {
+      const double gamma = schedule.gamma() > 0 ? schedule.gamma() : 0.1;
+      const int64_t every = schedule.step_epochs() > 0 ? schedule.step_epochs() : 1;
+      const int64_t epoch = clock / std::max<int64_t>(1, clocks_per_epoch);  // 0-based
+      return static_cast<float>(std::pow(gamma, static_cast<double>(epoch / every)));
+    }
+    case v1::LearningRateSchedule::COSINE: {
+      const double final_fraction = schedule.final_fraction();
+      const double t = static_cast<double>(clock) / std::max<int64_t>(1, total_clocks);
+      return static_cast<float>(final_fraction +
+                                (1 - final_fraction) * 0.5 * (1 + std::cos(M_PI * t)));
+    }
+    default:
+      return 1.0f;
+  }
 }
 
 JobRunner::JobRunner(Model* model, Client* client, JobRunnerOptions options)
@@ -102,6 +123,8 @@ absl::Status JobRunner::Run(const std::function<void(const JobProgress&)>& on_ep
     // Sync: the servers sum every live worker's gradient; each contributes its share of the mean.
     const float grad_scale =
         1.0f / (static_cast<float>(batch.size()) * (sync ? static_cast<float>(num_ranks) : 1.0f));
+    client_->SetLearningRateScale(
+        LearningRateScale(options_.lr_schedule, clock, clocks_per_epoch_, total_clocks_));
     auto step = model_->TrainStep(client_, batch, grad_scale);
     if (!step.ok()) {
       if (cancelled_) return absl::CancelledError("the job was cancelled");

@@ -10,6 +10,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "ps/v1/job.pb.h"
 #include "ps/v1/types.pb.h"
 #include "worker/client.h"
 #include "worker/model.h"
@@ -26,9 +27,17 @@ struct JobRunnerOptions {
   uint64_t seed = 1;
   // Evaluate on the held-out set at the end of every epoch (on the worker of rank 0).
   bool evaluate = false;
+  // Multiplies the tables' learning rate step by step (pushes carry the factor).
+  v1::LearningRateSchedule lr_schedule;
 
   absl::Status Validate() const;
 };
+
+// The learning-rate factor of step `clock` (0-based) of `total_clocks`:
+//   CONSTANT 1; STEP gamma^((epoch - 1) / step_epochs) (defaults 0.1 and 1);
+//   COSINE final + (1 - final) * (1 + cos(pi * clock / total)) / 2.
+float LearningRateScale(const v1::LearningRateSchedule& schedule, int64_t clock,
+                        int64_t clocks_per_epoch, int64_t total_clocks);
 
 // A snapshot of a worker's progress.
 struct JobProgress {

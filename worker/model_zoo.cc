@@ -41,6 +41,7 @@ JobRunnerOptions RunnerOptionsOf(const v1::JobSpec& spec) {
   o.consistency = spec.consistency();
   o.seed = spec.seed();
   o.evaluate = !spec.has_evaluate() || spec.evaluate();
+  o.lr_schedule = spec.lr_schedule();
   return o;
 }
 
