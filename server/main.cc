@@ -12,6 +12,7 @@
 #include "common/flags_usage.h"
 #include "common/process_tuning.h"
 #include "common/scheduler_link.h"
+#include "common/port_file.h"
 #include "common/signals.h"
 #include "server/parameter_server.h"
 
@@ -71,10 +72,8 @@ int main(int argc, char** argv) {
   LOG(INFO) << "ps_server " << options.server_index << " serving on port " << (*server)->port();
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
   if (!port_file.empty()) {
-    FILE* f = fopen((port_file + ".tmp").c_str(), "w");
-    if (f == nullptr || fprintf(f, "%d\n", (*server)->port()) < 0 || fclose(f) != 0 ||
-        rename((port_file + ".tmp").c_str(), port_file.c_str()) != 0) {
-      std::cerr << "ps_server: cannot write --port_file " << port_file << "\n";
+    if (absl::Status s = ps::WritePortFile(port_file, (*server)->port()); !s.ok()) {
+      std::cerr << "ps_server: " << s.message() << "\n";
       return 1;
     }
   }
