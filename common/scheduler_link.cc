@@ -10,6 +10,13 @@
 
 namespace ps {
 
+std::string AdvertisedAddress(const std::string& listen, int port, const std::string& hostname) {
+  const size_t colon = listen.rfind(':');
+  std::string host = colon == std::string::npos ? "" : listen.substr(0, colon);
+  if (host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::") host = hostname;
+  return absl::StrCat(host, ":", port);
+}
+
 SchedulerLink::SchedulerLink(SchedulerLinkOptions options, FillFn fill, AnswerFn answer)
     : options_(std::move(options)), fill_(std::move(fill)), answer_(std::move(answer)) {
   // Reconnect within a second of the scheduler coming back: gRPC's default backoff grows to
@@ -42,6 +49,7 @@ absl::Status SchedulerLink::Register() {
   req.set_address(options_.address);
   req.set_hostname(options_.hostname);
   req.set_pid(options_.pid);
+  req.set_metrics_address(options_.metrics_address);
   v1::RegisterResponse resp;
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));

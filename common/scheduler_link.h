@@ -23,8 +23,13 @@ struct SchedulerLinkOptions {
   std::string address;  // servers: the data-plane address workers reach them at
   std::string hostname;
   int64_t pid = 0;
+  std::string metrics_address;  // host:port of the node's /metrics (empty: none)
   absl::Duration rpc_timeout = absl::Seconds(3);
 };
+
+// The host:port peers reach a daemon listening on `listen` at, once bound to `port`: the listen
+// host, or `hostname` when it listens on every interface ("0.0.0.0", "[::]", "").
+std::string AdvertisedAddress(const std::string& listen, int port, const std::string& hostname);
 
 // Registers (retrying while the scheduler is away) and heartbeats on its own thread. The data
 // plane never waits on it: a scheduler that is down only delays orders. Thread-safe.

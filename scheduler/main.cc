@@ -1,14 +1,23 @@
 // ps_scheduler: the control plane (node membership, job lifecycle and placement).
 #include <glog/logging.h>
+#include <prometheus/registry.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <iostream>
+#include <memory>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/flags_usage.h"
+#include "common/metrics_server.h"
 #include "common/port_file.h"
+#include "common/process_metrics.h"
+#include "common/scheduler_link.h"
 #include "common/signals.h"
+#include "scheduler/scheduler_metrics.h"
 #include "scheduler/scheduler_server.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:7000", "host:port to serve on (port 0: pick a free one)");
@@ -19,6 +28,21 @@ ABSL_FLAG(std::string, port_file, "", "if set, write the bound port here once se
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1), "how often nodes heartbeat");
 ABSL_FLAG(absl::Duration, heartbeat_timeout, absl::Seconds(5),
           "a node silent for longer is declared dead");
+ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:0",
+          "host:port of the Prometheus /metrics endpoint (port 0: a free port; 'off': none)");
+ABSL_FLAG(std::string, metrics_port_file, "",
+          "if set, write the bound /metrics port here once serving");
+ABSL_FLAG(absl::Duration, drain_grace, absl::Milliseconds(500),
+          "on SIGTERM, how long the health service reports NOT_SERVING before shutting down");
+
+namespace {
+
+int Fail(const std::string& message) {
+  std::cerr << "ps_scheduler: " << message << "\n";
+  return 1;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   ps::SetUsage(
@@ -36,22 +60,45 @@ int main(int argc, char** argv) {
   options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
   options.heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);
 
-  auto server = ps::SchedulerServer::Start(options);
-  if (!server.ok()) {
-    std::cerr << "ps_scheduler: " << server.status().message() << "\n";
-    return 1;
+  // /metrics first: the scheduler reports its address (ListNodes) and exports from the start.
+  std::shared_ptr<prometheus::Registry> registry;
+  std::unique_ptr<ps::SchedulerMetrics> metrics;
+  std::unique_ptr<ps::ProcessMetrics> process_metrics;
+  std::unique_ptr<ps::MetricsServer> metrics_server;
+  if (const std::string listen = absl::GetFlag(FLAGS_metrics_listen); listen != "off") {
+    registry = std::make_shared<prometheus::Registry>();
+    metrics = std::make_unique<ps::SchedulerMetrics>(*registry);
+    auto process = ps::ProcessMetrics::Start(*registry, "scheduler");
+    if (!process.ok()) return Fail(std::string(process.status().message()));
+    process_metrics = std::move(*process);
+    auto started = ps::MetricsServer::Start(listen, registry);
+    if (!started.ok()) return Fail(absl::StrCat("--metrics_listen: ", started.status().message()));
+    metrics_server = std::move(*started);
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    options.metrics_address = ps::AdvertisedAddress(listen, metrics_server->port(), host);
+    LOG(INFO) << "ps_scheduler: metrics on port " << metrics_server->port() << " (/metrics)";
+    if (const std::string file = absl::GetFlag(FLAGS_metrics_port_file); !file.empty()) {
+      if (absl::Status s = ps::WritePortFile(file, metrics_server->port()); !s.ok()) {
+        return Fail(absl::StrCat("--metrics_port_file: ", s.message()));
+      }
+    }
   }
+
+  auto server = ps::SchedulerServer::Start(options, absl::Now, metrics.get());
+  if (!server.ok()) return Fail(std::string(server.status().message()));
   LOG(INFO) << "ps_scheduler serving on port " << (*server)->port() << ", state in "
             << options.state_dir;
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
   if (!port_file.empty()) {
     if (absl::Status s = ps::WritePortFile(port_file, (*server)->port()); !s.ok()) {
-      std::cerr << "ps_scheduler: " << s.message() << "\n";
-      return 1;
+      return Fail(std::string(s.message()));
     }
   }
   const int sig = ps::WaitForTerminationSignal();
-  LOG(INFO) << "ps_scheduler: signal " << sig << ", shutting down";
+  LOG(INFO) << "ps_scheduler: signal " << sig << ", draining (health NOT_SERVING), then stopping";
+  (*server)->Drain();
+  absl::SleepFor(absl::GetFlag(FLAGS_drain_grace));
   (*server)->Shutdown();
   return 0;
 }

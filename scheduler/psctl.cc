@@ -81,7 +81,8 @@ constexpr char kUsageText[] = R"(psctl: the command-line client of the parameter
 Usage: psctl [--scheduler=host:port] [--output=text|json] COMMAND [ARGS] [FLAGS]
 
 Commands:
-  nodes                  the cluster's nodes: id, role, state, address, host/pid, heartbeat, job
+  nodes                  the cluster's nodes: id, role, state, address, metrics address,
+                         host/pid, heartbeat, job (and the scheduler's metrics address)
   submit [FILE] [FLAGS]  submit a job (FILE: a ps.v1.JobSpec textproto; the submit flags
                          below override its fields); prints the job id alone on stdout:
                            JOB=$(psctl submit deploy/jobs/fashion_mlp.textproto)
@@ -557,10 +558,11 @@ int Psctl::Nodes() {
   }
   const absl::Time now = absl::Now();
   Table table;
-  table.AddRow({"NODE", "ROLE", "STATE", "ADDRESS", "HOST/PID", "HEARTBEAT", "JOB"});
+  table.AddRow({"NODE", "ROLE", "STATE", "ADDRESS", "METRICS", "HOST/PID", "HEARTBEAT", "JOB"});
   for (const auto& n : response.nodes()) {
     table.AddRow({absl::StrCat(n.node_id()), Lower(ps::v1::NodeRole_Name(n.role())),
                   ps::v1::NodeState_Name(n.state()), n.address().empty() ? "-" : n.address(),
+                  n.metrics_address().empty() ? "-" : n.metrics_address(),
                   absl::StrCat(n.hostname(), "/", n.pid()),
                   n.last_heartbeat_unix_ms() > 0
                       ? absl::StrCat(Age(n.last_heartbeat_unix_ms(), now), " ago")
@@ -568,6 +570,9 @@ int Psctl::Nodes() {
                   n.job_id().empty() ? "-" : n.job_id()});
   }
   table.Print(std::cout);
+  if (!response.metrics_address().empty()) {
+    std::cout << "scheduler metrics: " << response.metrics_address() << "\n";
+  }
   return kOk;
 }
 

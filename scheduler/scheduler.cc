@@ -44,14 +44,15 @@ int IndexOf(const Field& field, T value) {
 }  // namespace
 
 Scheduler::Scheduler(const SchedulerOptions& options, Clock clock,
-                     std::unique_ptr<StateStore> store)
-    : options_(options), clock_(std::move(clock)), store_(std::move(store)) {}
+                     std::unique_ptr<StateStore> store, SchedulerMetrics* metrics)
+    : options_(options), clock_(std::move(clock)), store_(std::move(store)), metrics_(metrics) {}
 
 absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Open(const SchedulerOptions& options,
-                                                           Clock clock) {
+                                                           Clock clock, SchedulerMetrics* metrics) {
   PS_RETURN_IF_ERROR(options.Validate());
   PS_ASSIGN_OR_RETURN(std::unique_ptr<StateStore> store, StateStore::Open(options.state_dir));
-  std::unique_ptr<Scheduler> scheduler(new Scheduler(options, std::move(clock), std::move(store)));
+  std::unique_ptr<Scheduler> scheduler(
+      new Scheduler(options, std::move(clock), std::move(store), metrics));
   PS_RETURN_IF_ERROR(scheduler->Load());
   return scheduler;
 }
@@ -109,7 +110,32 @@ absl::Status Scheduler::Commit(Changes* changes) {
   // and the caller gets the error.
   absl::Status s = store_->Write(changes->batch, changes->sync);
   if (!s.ok()) LOG(ERROR) << "cannot persist the scheduler state: " << s;
+  // Every change of a node's or a job's state is a synced write.
+  if (changes->sync) UpdateMetrics();
   return s;
+}
+
+void Scheduler::UpdateMetrics() {
+  if (metrics_ == nullptr) return;
+  std::map<std::pair<v1::NodeRole, v1::NodeState>, int64_t> nodes;
+  for (v1::NodeRole role : {v1::SERVER, v1::WORKER}) {
+    for (v1::NodeState state : {v1::ALIVE, v1::DEAD}) nodes[{role, state}] = 0;
+  }
+  for (const auto& [id, node] : nodes_) ++nodes[{node.role(), node.state()}];
+  for (const auto& [key, count] : nodes) metrics_->SetNodeCount(key.first, key.second, count);
+  std::map<v1::JobState, int64_t> jobs;
+  for (v1::JobState state : {v1::PENDING, v1::RUNNING, v1::SUCCEEDED, v1::FAILED, v1::CANCELLED}) {
+    jobs[state] = 0;
+  }
+  std::set<std::string> running;
+  for (const auto& [number, job] : jobs_) {
+    ++jobs[job.info.state()];
+    if (job.info.state() != v1::RUNNING) continue;
+    running.insert(job.info.job_id());
+    metrics_->SetJobEpochs(job.info.job_id(), job.info.shard_epoch(), job.info.membership_epoch());
+  }
+  for (const auto& [state, count] : jobs) metrics_->SetJobCount(state, count);
+  metrics_->RemoveJobsExcept(running);
 }
 
 Scheduler::Job* Scheduler::FindJob(const std::string& job_id) {
@@ -180,6 +206,7 @@ absl::StatusOr<v1::RegisterResponse> Scheduler::Register(const v1::RegisterReque
   node.set_address(req.address());
   node.set_hostname(req.hostname());
   node.set_pid(req.pid());
+  node.set_metrics_address(req.metrics_address());
   node.set_last_heartbeat_unix_ms(ToMs(now));
   node.set_registered_unix_ms(ToMs(now));
   changes.nodes.insert(id);
@@ -206,6 +233,9 @@ absl::StatusOr<v1::HeartbeatResponse> Scheduler::Heartbeat(const v1::HeartbeatRe
   const absl::Time now = clock_();
   v1::NodeInfo& node = it->second;
   Changes changes;
+  if (metrics_ != nullptr) {
+    metrics_->ObserveHeartbeatLag(now - absl::FromUnixMillis(node.last_heartbeat_unix_ms()));
+  }
   node.set_last_heartbeat_unix_ms(ToMs(now));
   changes.nodes.insert(node.node_id());
   if (node.role() == v1::WORKER && req.has_progress() && !req.progress().job_id().empty()) {
@@ -242,6 +272,9 @@ void Scheduler::HandleProgress(v1::NodeInfo* node, const v1::WorkerProgress& pro
   if (index == 0) {  // rank 0 (the lowest remaining one) speaks for the job
     *job->info.mutable_progress() = progress;
     changes->jobs.insert(job->number);
+    if (metrics_ != nullptr) {
+      metrics_->SetJobProgress(job->info.job_id(), progress.clock(), progress.test_accuracy());
+    }
   }
   if (progress.finished() && IndexOf(job->info.finished_worker_ids(), worker_id) < 0) {
     job->info.add_finished_worker_ids(worker_id);
@@ -266,6 +299,7 @@ void Scheduler::EndJob(Job* job, v1::JobState state, const std::string& reason, 
   info.set_state(state);
   info.set_reason(reason);
   info.set_end_time_unix_ms(ToMs(now));
+  job->deaths.clear();
   changes->jobs.insert(job->number);
   changes->sync = true;
   for (uint64_t id : info.worker_nodes()) {
@@ -365,6 +399,7 @@ absl::Status Scheduler::Tick() {
 void Scheduler::MarkDead(v1::NodeInfo* node, const std::string& why, absl::Time now,
                          Changes* changes) {
   node->set_state(v1::DEAD);
+  if (metrics_ != nullptr) metrics_->NodeDied(node->role());
   changes->nodes.insert(node->node_id());
   changes->sync = true;
   LOG(INFO) << "node " << node->node_id() << " (" << RoleName(node->role())
@@ -402,6 +437,7 @@ void Scheduler::RemoveWorker(Job* job, uint64_t node_id, const std::string& why,
     info.mutable_finished_worker_ids()->erase(info.finished_worker_ids().begin() + finished);
   }
   info.set_membership_epoch(info.membership_epoch() + 1);
+  if (metrics_ != nullptr) metrics_->MembershipChanged();
   changes->jobs.insert(job->number);
   changes->sync = true;
   const std::string event = absl::StrCat("worker ", worker_id, " (node ", node_id, ") dead: ", why);
@@ -412,6 +448,7 @@ void Scheduler::RemoveWorker(Job* job, uint64_t node_id, const std::string& why,
   }
   AddEvent(job, absl::StrCat(event, "; continuing with ", Plural(info.worker_ids_size(), "worker")),
            now, changes);
+  job->deaths.push_back(now);
   MaybeSucceed(job, now, changes);
 }
 
@@ -469,6 +506,11 @@ void Scheduler::AddWorkers(Job* job, std::vector<uint64_t>* idle, absl::Time now
     info.add_worker_nodes(id);
     info.add_worker_ids(worker_id);
     info.set_membership_epoch(info.membership_epoch() + 1);
+    if (metrics_ != nullptr) metrics_->MembershipChanged();
+    if (!job->deaths.empty()) {  // a replacement
+      if (metrics_ != nullptr) metrics_->Recovered(now - job->deaths.front());
+      job->deaths.pop_front();
+    }
     nodes_[id].set_job_id(info.job_id());
     changes->nodes.insert(id);
     changes->jobs.insert(job->number);

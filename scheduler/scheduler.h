@@ -18,6 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "ps/v1/scheduler.pb.h"
+#include "scheduler/scheduler_metrics.h"
 #include "scheduler/scheduler_options.h"
 #include "scheduler/state_store.h"
 
@@ -37,9 +38,10 @@ class Scheduler {
 
   // Opens (or creates) options.state_dir and resumes from its contents: RUNNING jobs stay
   // RUNNING, and every ALIVE node gets a fresh grace period (last heartbeat = now).
-  // `clock` must be thread-safe.
+  // `clock` must be thread-safe. `metrics` (null: none) must outlive the scheduler.
   static absl::StatusOr<std::unique_ptr<Scheduler>> Open(const SchedulerOptions& options,
-                                                         Clock clock = absl::Now);
+                                                         Clock clock = absl::Now,
+                                                         SchedulerMetrics* metrics = nullptr);
 
   absl::StatusOr<v1::RegisterResponse> Register(const v1::RegisterRequest& req);
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& req);
@@ -49,6 +51,8 @@ class Scheduler {
   std::vector<v1::JobInfo> ListJobs() const;                            // without events
   absl::StatusOr<v1::JobInfo> CancelJob(const std::string& job_id);
   std::vector<v1::NodeInfo> ListNodes() const;
+  // host:port of the scheduler's own /metrics (options.metrics_address).
+  const std::string& metrics_address() const { return options_.metrics_address; }
   // Declares silent nodes DEAD (and handles their jobs), then schedules.
   absl::Status Tick();
 
@@ -58,6 +62,9 @@ class Scheduler {
     v1::JobInfo info;                                      // events live in `events`
     std::deque<std::pair<uint64_t, v1::JobEvent>> events;  // (sequence number, event)
     uint64_t next_event_seq = 1;
+    // When each worker that died while the job ran did (oldest first), until one joins in its
+    // place. In memory only: a restarted scheduler counts no recovery for earlier deaths.
+    std::deque<absl::Time> deaths;
   };
   // What one operation changed; written in one batch by Commit().
   struct Changes {
@@ -68,10 +75,13 @@ class Scheduler {
     StateStore::Batch batch;  // events
   };
 
-  Scheduler(const SchedulerOptions& options, Clock clock, std::unique_ptr<StateStore> store);
+  Scheduler(const SchedulerOptions& options, Clock clock, std::unique_ptr<StateStore> store,
+            SchedulerMetrics* metrics);
   absl::Status Load() ABSL_LOCKS_EXCLUDED(mu_);
 
   absl::Status Commit(Changes* changes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Recounts the nodes and jobs gauges and the running jobs' series (after a change of state).
+  void UpdateMetrics() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Job* FindJob(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   const Job* FindJob(const std::string& job_id) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   v1::JobInfo JobWithEvents(const Job& job) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
@@ -108,6 +118,7 @@ class Scheduler {
   const SchedulerOptions options_;
   const Clock clock_;
   const std::unique_ptr<StateStore> store_;
+  SchedulerMetrics* const metrics_;  // null: none
 
   mutable absl::Mutex mu_;
   std::map<uint64_t, v1::NodeInfo> nodes_ ABSL_GUARDED_BY(mu_);  // by node id

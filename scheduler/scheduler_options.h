@@ -21,6 +21,8 @@ struct SchedulerOptions {
   absl::Duration heartbeat_timeout = absl::Seconds(5);
   // How often the background ticker checks for dead nodes and schedules (SchedulerServer only).
   absl::Duration tick_interval = absl::Milliseconds(200);
+  // host:port of this scheduler's /metrics, reported by ListNodes (empty: none).
+  std::string metrics_address;
   // Events kept per job; older ones are dropped.
   int max_events_per_job = 1000;
 

@@ -1,29 +1,37 @@
 #include "scheduler/scheduler_server.h"
 
 #include <glog/logging.h>
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_builder.h>
 
-#include <chrono>
-
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/status_macros.h"
 
 namespace ps {
 
 absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
-    const SchedulerOptions& options, Scheduler::Clock clock) {
+    const SchedulerOptions& options, Scheduler::Clock clock, SchedulerMetrics* metrics) {
   PS_RETURN_IF_ERROR(options.Validate());
   if (options.listen.empty()) return absl::InvalidArgumentError("--listen is empty");
   std::unique_ptr<SchedulerServer> s(new SchedulerServer);
-  PS_ASSIGN_OR_RETURN(s->scheduler_, Scheduler::Open(options, std::move(clock)));
+  PS_ASSIGN_OR_RETURN(s->scheduler_, Scheduler::Open(options, std::move(clock), metrics));
   s->service_ = std::make_unique<SchedulerService>(s->scheduler_.get());
+  // Both are process-wide switches read when a server is built.
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &s->port_);
   builder.RegisterService(s->service_.get());
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr || s->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
+  }
+  if (grpc::HealthCheckServiceInterface* health = s->server_->GetHealthCheckService()) {
+    health->SetServingStatus(v1::Scheduler::service_full_name(), true);
+    health->SetServingStatus(true);  // "" (the whole server) and every service
   }
   s->ticker_ = std::thread(
       [server = s.get(), interval = options.tick_interval] { server->TickLoop(interval); });
@@ -45,10 +53,14 @@ void SchedulerServer::TickLoop(absl::Duration interval) {
   }
 }
 
-void SchedulerServer::Shutdown(absl::Duration grace) {
-  if (server_ != nullptr) {
-    server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoSeconds(grace));
+void SchedulerServer::Drain() {
+  if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) {
+    health->SetServingStatus(false);
   }
+}
+
+void SchedulerServer::Shutdown(absl::Duration grace) {
+  if (server_ != nullptr) server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;

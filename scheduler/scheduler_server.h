@@ -18,15 +18,21 @@
 namespace ps {
 
 // Owns the scheduler, the service, the gRPC server and a thread that calls Scheduler::Tick()
-// every options.tick_interval (of real time). Thread-safe after Start().
+// every options.tick_interval (of real time). The server also serves grpc.health.v1.Health
+// (SERVING from Start() until Drain()) and server reflection. Thread-safe after Start().
 class SchedulerServer {
  public:
-  static absl::StatusOr<std::unique_ptr<SchedulerServer>> Start(const SchedulerOptions& options,
-                                                                Scheduler::Clock clock = absl::Now);
+  // `metrics` (null: none) must outlive the server.
+  static absl::StatusOr<std::unique_ptr<SchedulerServer>> Start(
+      const SchedulerOptions& options, Scheduler::Clock clock = absl::Now,
+      SchedulerMetrics* metrics = nullptr);
   ~SchedulerServer();
 
   int port() const { return port_; }
   Scheduler* scheduler() { return scheduler_.get(); }
+  // Health turns NOT_SERVING (load balancers and probes stop sending); calls are still served
+  // until Shutdown().
+  void Drain();
   // Stops serving (waiting up to `grace` for calls in flight) and stops the ticker. Idempotent.
   void Shutdown(absl::Duration grace = absl::Seconds(1));
 

@@ -50,6 +50,7 @@ grpc::Status SchedulerService::CancelJob(grpc::ServerContext*, const v1::CancelJ
 grpc::Status SchedulerService::ListNodes(grpc::ServerContext*, const v1::ListNodesRequest*,
                                          v1::ListNodesResponse* resp) {
   for (v1::NodeInfo& node : scheduler_->ListNodes()) *resp->add_nodes() = std::move(node);
+  resp->set_metrics_address(scheduler_->metrics_address());
   return grpc::Status::OK;
 }
 

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "server/reject_reason.h"
 
 namespace ps {
 
@@ -118,8 +119,10 @@ absl::StatusOr<ConsistencyGate::Job*> ConsistencyGate::Find(const std::string& j
   absl::ReaderMutexLock l(&mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("job '", job_id, "' is not configured on this server (ConfigureJob first)"));
+    return Rejected(
+        RejectReason::kUnconfiguredJob,
+        absl::FailedPreconditionError(absl::StrCat(
+            "job '", job_id, "' is not configured on this server (ConfigureJob first)")));
   }
   return it->second.get();
 }
@@ -152,14 +155,16 @@ absl::Status ConsistencyGate::CheckPush(const std::string& job_id, uint32_t work
         absl::StrCat("worker ", worker_id, " is not a live worker of job ", job_id));
   }
   if (clock > it->second) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("push for clock ", clock, " is ahead of worker ", worker_id, "'s clock ",
-                     it->second, " (advance the clock first)"));
+    return Rejected(RejectReason::kBadClock,
+                    absl::FailedPreconditionError(
+                        absl::StrCat("push for clock ", clock, " is ahead of worker ", worker_id,
+                                     "'s clock ", it->second, " (advance the clock first)")));
   }
   if (job->spec.mode() == ConsistencySpec::SYNC && clock < it->second) {
-    return absl::FailedPreconditionError(absl::StrCat("sync push for clock ", clock,
-                                                      " is late: worker ", worker_id,
-                                                      " already advanced to clock ", it->second));
+    return Rejected(RejectReason::kBadClock,
+                    absl::FailedPreconditionError(
+                        absl::StrCat("sync push for clock ", clock, " is late: worker ", worker_id,
+                                     " already advanced to clock ", it->second)));
   }
   return absl::OkStatus();
 }
@@ -178,9 +183,10 @@ absl::StatusOr<int64_t> ConsistencyGate::AdvanceClock(const std::string& job_id,
           absl::StrCat("worker ", worker_id, " is not a live worker of job ", job_id));
     }
     if (new_clock > it->second + 1) {
-      return absl::FailedPreconditionError(absl::StrCat("clock ", new_clock,
-                                                        " is more than one ahead of worker ",
-                                                        worker_id, "'s clock ", it->second));
+      return Rejected(RejectReason::kBadClock,
+                      absl::FailedPreconditionError(
+                          absl::StrCat("clock ", new_clock, " is more than one ahead of worker ",
+                                       worker_id, "'s clock ", it->second)));
     }
     if (new_clock <= it->second) return job->MinClock();
     it->second = new_clock;
@@ -223,13 +229,19 @@ void ConsistencyGate::ApplyFinishedClocks(Job* job) {
   }
 }
 
-absl::StatusOr<ConsistencyGate::PullTicket> ConsistencyGate::WaitForPull(const std::string& job_id,
-                                                                         int64_t clock,
-                                                                         absl::Time deadline) {
+absl::StatusOr<ConsistencyGate::PullTicket> ConsistencyGate::WaitForPull(
+    const std::string& job_id, int64_t clock, absl::Time deadline, prometheus::Gauge* waiting) {
   auto found = Find(job_id);
   if (!found.ok()) return found.status();
   Job* job = *found;
   const absl::Time start = absl::Now();
+  // Counts this pull in `waiting` while it blocks (pulls that pass at once are never counted).
+  struct WaitingScope {
+    prometheus::Gauge* gauge = nullptr;
+    ~WaitingScope() {
+      if (gauge != nullptr) gauge->Decrement();
+    }
+  } waiting_scope;
   absl::MutexLock l(&job->mu);
   while (true) {
     bool ready = false;
@@ -244,6 +256,10 @@ absl::StatusOr<ConsistencyGate::PullTicket> ConsistencyGate::WaitForPull(const s
         ready = true;
     }
     if (ready) break;
+    if (waiting != nullptr && waiting_scope.gauge == nullptr) {
+      waiting->Increment();
+      waiting_scope.gauge = waiting;
+    }
     if (job->cv.WaitWithDeadline(&job->mu, deadline) && absl::Now() >= deadline) {
       return absl::DeadlineExceededError(
           absl::StrCat("pull at clock ", clock, " of job ", job_id, " waited ",

@@ -2,6 +2,8 @@
 #ifndef PS_SERVER_CONSISTENCY_GATE_H_
 #define PS_SERVER_CONSISTENCY_GATE_H_
 
+#include <prometheus/gauge.h>
+
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -61,9 +63,10 @@ class ConsistencyGate {
     absl::Duration waited;
   };
   // Blocks until a pull by a worker at `clock` may be served, or until `deadline`
-  // (DEADLINE_EXCEEDED naming the slowest worker).
+  // (DEADLINE_EXCEEDED naming the slowest worker). If `waiting` is set, it counts the pull while
+  // it blocks.
   absl::StatusOr<PullTicket> WaitForPull(const std::string& job_id, int64_t clock,
-                                         absl::Time deadline);
+                                         absl::Time deadline, prometheus::Gauge* waiting = nullptr);
 
  private:
   struct Job;

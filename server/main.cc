@@ -1,5 +1,6 @@
 // ps_server: one parameter server daemon.
 #include <glog/logging.h>
+#include <prometheus/registry.h>
 #include <unistd.h>
 
 #include <iostream>
@@ -9,10 +10,13 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/flags_usage.h"
+#include "common/metrics_server.h"
+#include "common/port_file.h"
+#include "common/process_metrics.h"
 #include "common/process_tuning.h"
 #include "common/scheduler_link.h"
-#include "common/port_file.h"
 #include "common/signals.h"
 #include "server/parameter_server.h"
 
@@ -34,6 +38,14 @@ ABSL_FLAG(std::string, scheduler, "",
 ABSL_FLAG(std::string, advertise, "",
           "host:port workers reach this server at (default: the --listen host, or this "
           "machine's hostname when listening on 0.0.0.0, with the bound port)");
+ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:0",
+          "host:port to serve Prometheus /metrics on (port 0: a free one, logged and written to "
+          "--metrics_port_file); 'off' disables metrics");
+ABSL_FLAG(std::string, metrics_port_file, "",
+          "if set, write the bound /metrics port here once serving");
+ABSL_FLAG(absl::Duration, drain_grace, absl::Seconds(1),
+          "on SIGTERM/SIGINT: health turns NOT_SERVING, requests are still served this long, "
+          "then the server shuts down");
 
 int main(int argc, char** argv) {
   ps::SetUsage(
@@ -64,7 +76,39 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  auto server = ps::ParameterServer::Start(options);
+  const absl::Duration drain_grace = absl::GetFlag(FLAGS_drain_grace);
+  if (drain_grace < absl::ZeroDuration()) {
+    std::cerr << "ps_server: --drain_grace must not be negative\n";
+    return 2;
+  }
+  const std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  const bool metrics_on = metrics_listen != "off";
+
+  // Declared before everything that registers in it: destroyed last.
+  auto registry = std::make_shared<prometheus::Registry>();
+  std::unique_ptr<ps::ProcessMetrics> process_metrics;
+  if (metrics_on) {
+    auto started = ps::ProcessMetrics::Start(*registry, "server");
+    if (!started.ok()) {
+      std::cerr << "ps_server: " << started.status().message() << "\n";
+      return 1;
+    }
+    process_metrics = std::move(*started);
+  }
+  std::unique_ptr<ps::MetricsServer> metrics_server;
+  if (metrics_on) {
+    auto started = ps::MetricsServer::Start(metrics_listen, registry);
+    if (!started.ok()) {
+      std::cerr << "ps_server: --metrics_listen=" << metrics_listen << ": "
+                << started.status().message() << "\n";
+      return 1;
+    }
+    metrics_server = std::move(*started);
+    LOG(INFO) << "ps_server: /metrics on port " << metrics_server->port();
+  } else {
+    LOG(INFO) << "ps_server: metrics off";
+  }
+  auto server = ps::ParameterServer::Start(options, metrics_on ? registry.get() : nullptr);
   if (!server.ok()) {
     std::cerr << "ps_server: " << server.status().message() << "\n";
     return 1;
@@ -77,31 +121,42 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
+  const std::string metrics_port_file = absl::GetFlag(FLAGS_metrics_port_file);
+  if (!metrics_port_file.empty() && metrics_server != nullptr) {
+    if (absl::Status s = ps::WritePortFile(metrics_port_file, metrics_server->port()); !s.ok()) {
+      std::cerr << "ps_server: " << s.message() << "\n";
+      return 1;
+    }
+  }
   std::unique_ptr<ps::SchedulerLink> link;
   if (const std::string scheduler = absl::GetFlag(FLAGS_scheduler); !scheduler.empty()) {
     char host[256] = {};
     gethostname(host, sizeof(host) - 1);
     std::string address = absl::GetFlag(FLAGS_advertise);
-    if (address.empty()) {
-      std::string listen_host = options.listen.substr(0, options.listen.rfind(':'));
-      if (listen_host.empty() || listen_host == "0.0.0.0" || listen_host == "[::]") {
-        listen_host = host;
-      }
-      address = absl::StrCat(listen_host, ":", (*server)->port());
-    }
+    if (address.empty()) address = ps::AdvertisedAddress(options.listen, (*server)->port(), host);
     ps::SchedulerLinkOptions lo;
     lo.scheduler = scheduler;
     lo.role = ps::v1::SERVER;
     lo.address = address;
     lo.hostname = host;
     lo.pid = getpid();
+    if (metrics_server != nullptr) {
+      // Reachable where the data plane is: a wildcard metrics host becomes the advertised host.
+      lo.metrics_address = ps::AdvertisedAddress(metrics_listen, metrics_server->port(),
+                                                 address.substr(0, address.rfind(':')));
+    }
     link = std::make_unique<ps::SchedulerLink>(lo, nullptr, nullptr);
     link->Start();
-    LOG(INFO) << "ps_server: registering with scheduler " << scheduler << " as " << address;
+    LOG(INFO) << "ps_server: registering with scheduler " << scheduler << " as " << address
+              << (lo.metrics_address.empty() ? "" : ", metrics at " + lo.metrics_address);
   }
   const int sig = ps::WaitForTerminationSignal();
-  link.reset();  // stop heartbeating first: the scheduler sees this server leave
-  LOG(INFO) << "ps_server: signal " << sig << ", shutting down";
+  LOG(INFO) << "ps_server: signal " << sig << ", draining for "
+            << absl::FormatDuration(drain_grace);
+  (*server)->Drain();
+  link.reset();  // stop heartbeating: the scheduler sees this server leave
+  absl::SleepFor(drain_grace);
+  LOG(INFO) << "ps_server: shutting down";
   (*server)->Shutdown();
   return 0;
 }

@@ -1,5 +1,8 @@
 #include "server/parameter_server.h"
 
+#include <glog/logging.h>
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/resource_quota.h>
 #include <grpcpp/server_builder.h>
 
@@ -24,7 +27,7 @@ absl::Status ParameterServerOptions::Validate() const {
 }
 
 absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
-    ParameterServerOptions options) {
+    ParameterServerOptions options, prometheus::Registry* registry) {
   absl::Status valid = options.Validate();
   if (!valid.ok()) return valid;
   ShardMap map;
@@ -47,9 +50,18 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
   store_options.nonfinite = options.nonfinite;
 
   std::unique_ptr<ParameterServer> ps(new ParameterServer);
-  ps->store_ = std::make_unique<TableStore>(std::move(store_options));
-  ps->service_ = std::make_unique<ParameterService>(ps->store_.get(), options.max_pull_wait);
+  if (registry != nullptr) {
+    auto metrics = ServerMetrics::Create(*registry);
+    if (!metrics.ok()) return metrics.status();
+    ps->metrics_ = std::move(*metrics);
+  }
+  ps->store_ = std::make_unique<TableStore>(std::move(store_options), ps->metrics_.get());
+  ps->service_ = std::make_unique<ParameterService>(ps->store_.get(), options.max_pull_wait,
+                                                    ps->metrics_.get());
 
+  // Process-wide gRPC settings, read by every ServerBuilder built after them.
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &ps->port_);
   builder.RegisterService(ps->service_.get());
@@ -64,7 +76,18 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
   if (ps->server_ == nullptr || ps->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
   }
+  if (grpc::HealthCheckServiceInterface* health = ps->server_->GetHealthCheckService()) {
+    health->SetServingStatus(v1::ParameterServer::service_full_name(), true);
+  }
   return ps;
+}
+
+void ParameterServer::Drain() {
+  if (server_ == nullptr) return;
+  if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) {
+    health->SetServingStatus(false);  // every service name, "" included
+  }
+  LOG(INFO) << "parameter server on port " << port_ << " draining: health is NOT_SERVING";
 }
 
 ParameterServer::~ParameterServer() { Shutdown(); }

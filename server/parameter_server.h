@@ -3,6 +3,7 @@
 #define PS_SERVER_PARAMETER_SERVER_H_
 
 #include <grpcpp/server.h>
+#include <prometheus/registry.h>
 
 #include <memory>
 #include <string>
@@ -12,6 +13,7 @@
 #include "absl/time/time.h"
 #include "common/shard_map.h"
 #include "server/parameter_service.h"
+#include "server/server_metrics.h"
 #include "server/table_store.h"
 
 namespace ps {
@@ -35,20 +37,28 @@ struct ParameterServerOptions {
   absl::Status Validate() const;
 };
 
-// Owns the store, the service and the gRPC server. Thread-safe after Start().
+// Owns the store, the service and the gRPC server (with grpc.health.v1 and server reflection).
+// Thread-safe after Start().
 class ParameterServer {
  public:
-  static absl::StatusOr<std::unique_ptr<ParameterServer>> Start(ParameterServerOptions options);
+  // Registers the ps_server_* metrics in `registry` (may be null: no metrics; else it must
+  // outlive the server).
+  static absl::StatusOr<std::unique_ptr<ParameterServer>> Start(
+      ParameterServerOptions options, prometheus::Registry* registry = nullptr);
   ~ParameterServer();
 
   int port() const { return port_; }
   TableStore* store() { return store_.get(); }
+  // Health checks ("" and "ps.v1.ParameterServer") answer NOT_SERVING from now on, so load
+  // balancers and probes stop sending work; requests are still served until Shutdown().
+  void Drain();
   // Stops accepting requests and cancels waiting ones (within `grace`).
   void Shutdown(absl::Duration grace = absl::Seconds(1));
   void Wait();
 
  private:
   ParameterServer() = default;
+  std::unique_ptr<ServerMetrics> metrics_;  // null without a registry
   std::unique_ptr<TableStore> store_;
   std::unique_ptr<ParameterService> service_;
   std::unique_ptr<grpc::Server> server_;

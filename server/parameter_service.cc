@@ -7,11 +7,14 @@
 #include "common/grpc_status.h"
 #include "common/shard_map.h"
 #include "common/status_macros.h"
+#include "server/reject_reason.h"
 
 namespace ps {
 
-ParameterService::ParameterService(TableStore* store, absl::Duration max_pull_wait)
+ParameterService::ParameterService(TableStore* store, absl::Duration max_pull_wait,
+                                   ServerMetrics* metrics)
     : store_(store),
+      metrics_(metrics),
       max_pull_wait_(max_pull_wait),
       gate_([store](const std::string& job_id, int64_t clock) {
         store->ApplyAccumulated(job_id, clock);
@@ -23,52 +26,75 @@ absl::Time ParameterService::PullDeadline(const grpc::ServerContext* ctx) const 
   return std::min(limit, rpc);
 }
 
+grpc::Status ParameterService::Finish(ServerMethod method, absl::Time start,
+                                      const google::protobuf::Message& req,
+                                      const google::protobuf::Message& resp,
+                                      const absl::Status& status) const {
+  if (metrics_ != nullptr) {
+    metrics_->RecordRequest(method, status, req.ByteSizeLong(),
+                            status.ok() ? resp.ByteSizeLong() : 0, absl::Now() - start);
+  }
+  return ToGrpcStatus(status);
+}
+
+absl::Status ParameterService::DoConfigureJob(const v1::ConfigureJobRequest& req,
+                                              v1::ConfigureJobResponse* resp) {
+  if (!req.owned_slots().empty()) {
+    PS_ASSIGN_OR_RETURN(auto owned, DecodeSlotBitmap(req.owned_slots()));
+    PS_RETURN_IF_ERROR(store_->SetJobShards(req.job_id(), std::move(owned), req.shard_epoch()));
+  }
+  std::vector<uint32_t> workers(req.worker_ids().begin(), req.worker_ids().end());
+  PS_RETURN_IF_ERROR(
+      gate_.Configure(req.job_id(), req.consistency(), workers, req.membership_epoch()));
+  for (const auto& [worker, clock] : gate_.Clocks(req.job_id())) {
+    (*resp->mutable_worker_clocks())[worker] = clock;
+  }
+  if (metrics_ != nullptr) {
+    if (ServerMetrics::Job* job = metrics_->AddJob(req.job_id())) {
+      job->owned_slots->Set(store_->NumOwnedSlots(req.job_id()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 grpc::Status ParameterService::ConfigureJob(grpc::ServerContext*,
                                             const v1::ConfigureJobRequest* req,
                                             v1::ConfigureJobResponse* resp) {
-  if (!req->owned_slots().empty()) {
-    auto owned = DecodeSlotBitmap(req->owned_slots());
-    if (!owned.ok()) return ToGrpcStatus(owned.status());
-    absl::Status s = store_->SetJobShards(req->job_id(), std::move(*owned), req->shard_epoch());
-    if (!s.ok()) return ToGrpcStatus(s);
-  }
-  std::vector<uint32_t> workers(req->worker_ids().begin(), req->worker_ids().end());
-  absl::Status s =
-      gate_.Configure(req->job_id(), req->consistency(), workers, req->membership_epoch());
-  if (!s.ok()) return ToGrpcStatus(s);
-  for (const auto& [worker, clock] : gate_.Clocks(req->job_id())) {
-    (*resp->mutable_worker_clocks())[worker] = clock;
-  }
-  return grpc::Status::OK;
+  const absl::Time start = absl::Now();
+  return Finish(ServerMethod::kConfigureJob, start, *req, *resp, DoConfigureJob(*req, resp));
 }
 
 grpc::Status ParameterService::CreateTable(grpc::ServerContext*, const v1::CreateTableRequest* req,
-                                           v1::CreateTableResponse*) {
-  return ToGrpcStatus(store_->CreateTable(req->spec()));
+                                           v1::CreateTableResponse* resp) {
+  const absl::Time start = absl::Now();
+  return Finish(ServerMethod::kCreateTable, start, *req, *resp, store_->CreateTable(req->spec()));
 }
 
 grpc::Status ParameterService::DescribeTable(grpc::ServerContext*,
                                              const v1::DescribeTableRequest* req,
                                              v1::DescribeTableResponse* resp) {
+  const absl::Time start = absl::Now();
   auto r = store_->Describe(req->table_id());
-  if (!r.ok()) return ToGrpcStatus(r.status());
-  *resp = std::move(*r);
-  return grpc::Status::OK;
+  if (r.ok()) *resp = std::move(*r);
+  return Finish(ServerMethod::kDescribeTable, start, *req, *resp, r.status());
 }
 
 absl::Status ParameterService::DoPush(const v1::PushRequest& req, bool* duplicate) {
   *duplicate = false;
+  ServerMetrics::Job* job = metrics_ == nullptr ? nullptr : metrics_->FindJob(req.job_id());
   // A retry of an applied push is acknowledged before the clock checks: its worker may have
   // advanced since (a PushPull whose answer was lost), which would make it look late.
   if (deduper_.Seen(req.job_id(), req.worker_id(), req.request_id())) {
     *duplicate = true;
+    if (job != nullptr) job->duplicate_pushes->Increment();
     return absl::OkStatus();
   }
   PS_RETURN_IF_ERROR(gate_.CheckPush(req.job_id(), req.worker_id(), req.clock()));
   const float lr_scale = req.lr_scale() == 0.0f ? 1.0f : req.lr_scale();
   if (!std::isfinite(lr_scale) || lr_scale < 0.0f || lr_scale > 1000.0f) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("lr_scale ", req.lr_scale(), " is not in [0, 1000]; nothing was applied"));
+    return Rejected(RejectReason::kBadLrScale,
+                    absl::InvalidArgumentError(absl::StrCat(
+                        "lr_scale ", req.lr_scale(), " is not in [0, 1000]; nothing was applied")));
   }
   std::vector<TableStore::BlockView> views(req.blocks_size());
   for (int i = 0; i < req.blocks_size(); ++i) {
@@ -77,16 +103,20 @@ absl::Status ParameterService::DoPush(const v1::PushRequest& req, bool* duplicat
   }
   if (!deduper_.FirstTime(req.job_id(), req.worker_id(), req.request_id())) {
     *duplicate = true;
+    if (job != nullptr) job->duplicate_pushes->Increment();
     return absl::OkStatus();
   }
   PS_ASSIGN_OR_RETURN(auto mode, gate_.ModeOf(req.job_id()));
+  size_t keys = 0;
   for (const auto& view : views) {
     if (mode == v1::ConsistencySpec::SYNC) {
       store_->Accumulate(view, req.clock(), lr_scale);
     } else {
       store_->Apply(view, lr_scale);
     }
+    keys += view.keys.size();
   }
+  if (job != nullptr) job->pushed_keys->Increment(static_cast<double>(keys));
   return absl::OkStatus();
 }
 
@@ -94,64 +124,79 @@ absl::Status ParameterService::DoPull(
     const std::string& job_id, int64_t clock,
     const google::protobuf::RepeatedPtrField<v1::KeyBlock>& blocks, absl::Time deadline,
     v1::PullResponse* resp) {
+  ServerMetrics::Job* job = metrics_ == nullptr ? nullptr : metrics_->FindJob(job_id);
   std::vector<TableStore::BlockView> views(blocks.size());
   for (int i = 0; i < blocks.size(); ++i) {
     PS_RETURN_IF_ERROR(store_->Resolve(job_id, blocks[i], /*with_values=*/false, &views[i]));
   }
-  PS_ASSIGN_OR_RETURN(ConsistencyGate::PullTicket ticket,
-                      gate_.WaitForPull(job_id, clock, deadline));
+  PS_ASSIGN_OR_RETURN(
+      ConsistencyGate::PullTicket ticket,
+      gate_.WaitForPull(job_id, clock, deadline, job == nullptr ? nullptr : job->waiting_pulls));
+  size_t keys = 0;
   for (int i = 0; i < blocks.size(); ++i) {
     v1::KeyBlock* out = resp->add_blocks();
     out->set_table_id(blocks[i].table_id());
     store_->Pull(views[i], out->mutable_values());
+    keys += views[i].keys.size();
   }
   resp->set_min_clock(ticket.min_clock);
   resp->set_wait_micros(absl::ToInt64Microseconds(ticket.waited));
+  if (job != nullptr) {
+    job->pull_wait->Observe(absl::ToDoubleSeconds(ticket.waited));
+    job->pulled_keys->Increment(static_cast<double>(keys));
+  }
   return absl::OkStatus();
 }
 
 grpc::Status ParameterService::Pull(grpc::ServerContext* ctx, const v1::PullRequest* req,
                                     v1::PullResponse* resp) {
-  return ToGrpcStatus(DoPull(req->job_id(), req->clock(), req->blocks(), PullDeadline(ctx), resp));
+  const absl::Time start = absl::Now();
+  return Finish(ServerMethod::kPull, start, *req, *resp,
+                DoPull(req->job_id(), req->clock(), req->blocks(), PullDeadline(ctx), resp));
 }
 
 grpc::Status ParameterService::Push(grpc::ServerContext*, const v1::PushRequest* req,
                                     v1::PushResponse* resp) {
+  const absl::Time start = absl::Now();
   bool duplicate = false;
   absl::Status s = DoPush(*req, &duplicate);
   resp->set_duplicate(duplicate);
-  return ToGrpcStatus(s);
+  return Finish(ServerMethod::kPush, start, *req, *resp, s);
+}
+
+absl::Status ParameterService::DoPushPull(const v1::PushPullRequest& req, absl::Time deadline,
+                                          v1::PullResponse* resp) {
+  const v1::PushRequest& push = req.push();
+  bool duplicate = false;
+  PS_RETURN_IF_ERROR(DoPush(push, &duplicate));
+  int64_t pull_clock = push.clock();
+  if (req.advance_clock()) {
+    pull_clock = push.clock() + 1;
+    if (!duplicate) {
+      PS_ASSIGN_OR_RETURN(bool last, gate_.CountClockPart(push.job_id(), push.worker_id(),
+                                                          push.clock(), req.clock_parts()));
+      if (last) {
+        PS_RETURN_IF_ERROR(
+            gate_.AdvanceClock(push.job_id(), push.worker_id(), pull_clock).status());
+      }
+    }
+  }
+  return DoPull(push.job_id(), pull_clock, req.pull_blocks(), deadline, resp);
 }
 
 grpc::Status ParameterService::PushPull(grpc::ServerContext* ctx, const v1::PushPullRequest* req,
                                         v1::PullResponse* resp) {
-  const v1::PushRequest& push = req->push();
-  bool duplicate = false;
-  absl::Status s = DoPush(push, &duplicate);
-  if (!s.ok()) return ToGrpcStatus(s);
-  int64_t pull_clock = push.clock();
-  if (req->advance_clock()) {
-    pull_clock = push.clock() + 1;
-    if (!duplicate) {
-      auto last =
-          gate_.CountClockPart(push.job_id(), push.worker_id(), push.clock(), req->clock_parts());
-      if (!last.ok()) return ToGrpcStatus(last.status());
-      if (*last) {
-        auto advanced = gate_.AdvanceClock(push.job_id(), push.worker_id(), pull_clock);
-        if (!advanced.ok()) return ToGrpcStatus(advanced.status());
-      }
-    }
-  }
-  return ToGrpcStatus(
-      DoPull(push.job_id(), pull_clock, req->pull_blocks(), PullDeadline(ctx), resp));
+  const absl::Time start = absl::Now();
+  return Finish(ServerMethod::kPushPull, start, *req, *resp,
+                DoPushPull(*req, PullDeadline(ctx), resp));
 }
 
 grpc::Status ParameterService::Clock(grpc::ServerContext*, const v1::ClockRequest* req,
                                      v1::ClockResponse* resp) {
+  const absl::Time start = absl::Now();
   auto min_clock = gate_.AdvanceClock(req->job_id(), req->worker_id(), req->clock());
-  if (!min_clock.ok()) return ToGrpcStatus(min_clock.status());
-  resp->set_min_clock(*min_clock);
-  return grpc::Status::OK;
+  if (min_clock.ok()) resp->set_min_clock(*min_clock);
+  return Finish(ServerMethod::kClock, start, *req, *resp, min_clock.status());
 }
 
 }  // namespace ps

@@ -10,6 +10,7 @@
 #include "ps/v1/parameter_server.grpc.pb.h"
 #include "server/consistency_gate.h"
 #include "server/request_deduper.h"
+#include "server/server_metrics.h"
 #include "server/table_store.h"
 
 namespace ps {
@@ -17,8 +18,10 @@ namespace ps {
 // Thread-safe (gRPC calls handlers concurrently). Pulls may block on the consistency gate.
 class ParameterService final : public v1::ParameterServer::Service {
  public:
-  // `store` must outlive this. `max_pull_wait` bounds how long a pull waits for slow workers.
-  ParameterService(TableStore* store, absl::Duration max_pull_wait);
+  // `store` and `metrics` (may be null: no metrics) must outlive this. `max_pull_wait` bounds
+  // how long a pull waits for slow workers.
+  ParameterService(TableStore* store, absl::Duration max_pull_wait,
+                   ServerMetrics* metrics = nullptr);
 
   grpc::Status ConfigureJob(grpc::ServerContext* ctx, const v1::ConfigureJobRequest* req,
                             v1::ConfigureJobResponse* resp) override;
@@ -43,8 +46,15 @@ class ParameterService final : public v1::ParameterServer::Service {
 
  private:
   absl::Time PullDeadline(const grpc::ServerContext* ctx) const;
+  absl::Status DoConfigureJob(const v1::ConfigureJobRequest& req, v1::ConfigureJobResponse* resp);
+  absl::Status DoPushPull(const v1::PushPullRequest& req, absl::Time deadline,
+                          v1::PullResponse* resp);
+  // Counts the finished RPC (started at `start`) and converts its status.
+  grpc::Status Finish(ServerMethod method, absl::Time start, const google::protobuf::Message& req,
+                      const google::protobuf::Message& resp, const absl::Status& status) const;
 
   TableStore* const store_;
+  ServerMetrics* const metrics_;
   const absl::Duration max_pull_wait_;
   ConsistencyGate gate_;
   RequestDeduper deduper_;

@@ -8,13 +8,15 @@
 #include "common/shard_map.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "server/initializer.h"
+#include "server/reject_reason.h"
 
 namespace ps {
 
 using v1::TableSpec;
 
-TableStore::TableStore(TableStoreOptions options)
+TableStore::TableStore(TableStoreOptions options, ServerMetrics* metrics)
     : options_(std::move(options)),
+      metrics_(metrics),
       default_shards_(std::make_shared<Shards>(Shards{options_.owned_slots, options_.shard_epoch})),
       slots_(new Slot[kNumSlots]) {}
 
@@ -48,6 +50,14 @@ absl::Status TableStore::SetJobShards(const std::string& job_id, std::vector<boo
 }
 
 TableStore::~TableStore() = default;
+
+uint32_t TableStore::NumOwnedSlots(const std::string& job_id) const {
+  const std::shared_ptr<const Shards> shards = ShardsOf(job_id);
+  if (shards->owned.empty()) return kNumSlots;
+  uint32_t n = 0;
+  for (bool owned : shards->owned) n += owned;
+  return n;
+}
 
 const TableStore::Table* TableStore::FindTable(uint32_t table_id) const {
   absl::ReaderMutexLock l(&tables_mu_);
@@ -102,6 +112,11 @@ absl::Status TableStore::CreateTable(const TableSpec& spec) {
           absl::StrCat("table ", spec.table_id(), " already exists with another spec (name '",
                        it->second->spec.name(), "', job '", it->second->spec.job_id(), "')"));
     }
+    if (metrics_ != nullptr) {
+      const std::string name =
+          spec.name().empty() ? absl::StrCat("table_", spec.table_id()) : spec.name();
+      table->metrics = metrics_->AddTable(spec.job_id(), name);
+    }
     t = table.get();
     tables_.emplace(spec.table_id(), std::move(table));
   }
@@ -123,7 +138,8 @@ absl::Status TableStore::CreateTable(const TableSpec& spec) {
 absl::StatusOr<v1::DescribeTableResponse> TableStore::Describe(uint32_t table_id) const {
   const Table* t = FindTable(table_id);
   if (t == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("unknown table id ", table_id));
+    return Rejected(RejectReason::kUnknownTable,
+                    absl::InvalidArgumentError(absl::StrCat("unknown table id ", table_id)));
   }
   v1::DescribeTableResponse r;
   *r.mutable_spec() = t->spec;
@@ -144,20 +160,24 @@ absl::Status TableStore::Resolve(const std::string& job_id, const v1::KeyBlock& 
                                  bool with_values, BlockView* view) const {
   const Table* t = FindTable(block.table_id());
   if (t == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("unknown table id ", block.table_id()));
+    return Rejected(RejectReason::kUnknownTable, absl::InvalidArgumentError(absl::StrCat(
+                                                     "unknown table id ", block.table_id())));
   }
   if (t->spec.job_id() != job_id) {
-    return absl::InvalidArgumentError(absl::StrCat("table ", block.table_id(), " belongs to job '",
-                                                   t->spec.job_id(), "', not '", job_id, "'"));
+    return Rejected(RejectReason::kWrongJob, absl::InvalidArgumentError(absl::StrCat(
+                                                 "table ", block.table_id(), " belongs to job '",
+                                                 t->spec.job_id(), "', not '", job_id, "'")));
   }
   absl::Status s = DecodeKeys(block.keys(), &view->keys);
-  if (!s.ok())
-    return absl::InvalidArgumentError(
-        absl::StrCat("table ", t->spec.table_id(), ": ", s.message()));
+  if (!s.ok()) {
+    return Rejected(RejectReason::kBadSize, absl::InvalidArgumentError(absl::StrCat(
+                                                "table ", t->spec.table_id(), ": ", s.message())));
+  }
   if (view->keys.size() > options_.max_keys_per_block) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("table ", t->spec.table_id(), ": ", view->keys.size(),
-                     " keys in one block; at most ", options_.max_keys_per_block));
+    return Rejected(RejectReason::kBadSize,
+                    absl::InvalidArgumentError(
+                        absl::StrCat("table ", t->spec.table_id(), ": ", view->keys.size(),
+                                     " keys in one block; at most ", options_.max_keys_per_block)));
   }
   absl::flat_hash_set<uint64_t> seen;
   seen.reserve(view->keys.size());
@@ -165,39 +185,50 @@ absl::Status TableStore::Resolve(const std::string& job_id, const v1::KeyBlock& 
   const std::shared_ptr<const Shards> shards = ShardsOf(job_id);
   for (uint64_t key : view->keys) {
     if (dense && key >= t->spec.num_rows()) {
-      return absl::InvalidArgumentError(absl::StrCat("table ", t->spec.table_id(), ": key ", key,
-                                                     " is out of range for a dense table of ",
-                                                     t->spec.num_rows(), " rows"));
+      return Rejected(RejectReason::kKeyOutOfRange,
+                      absl::InvalidArgumentError(absl::StrCat(
+                          "table ", t->spec.table_id(), ": key ", key,
+                          " is out of range for a dense table of ", t->spec.num_rows(), " rows")));
     }
     if (!seen.insert(key).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("table ", t->spec.table_id(), ": duplicate key ", key, " in one request"));
+      return Rejected(
+          RejectReason::kDuplicateKey,
+          absl::InvalidArgumentError(absl::StrCat("table ", t->spec.table_id(), ": duplicate key ",
+                                                  key, " in one request")));
     }
     const uint32_t slot = SlotOf(t->spec.table_id(), key);
     if (!shards->Owns(slot)) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("wrong shard: slot ", slot, " (table ", t->spec.table_id(), ", key ", key,
-                       ") is not owned by this server; shard map epoch ", shards->epoch));
+      return Rejected(RejectReason::kWrongShard,
+                      absl::FailedPreconditionError(absl::StrCat(
+                          "wrong shard: slot ", slot, " (table ", t->spec.table_id(), ", key ", key,
+                          ") is not owned by this server; shard map epoch ", shards->epoch)));
     }
   }
   view->values = {};
   if (with_values) {
     s = DecodeValues(block.values(), &view->values);
-    if (!s.ok())
-      return absl::InvalidArgumentError(
-          absl::StrCat("table ", t->spec.table_id(), ": ", s.message()));
+    if (!s.ok()) {
+      return Rejected(RejectReason::kBadSize,
+                      absl::InvalidArgumentError(
+                          absl::StrCat("table ", t->spec.table_id(), ": ", s.message())));
+    }
     if (view->values.size() != view->keys.size() * t->dim) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "table ", t->spec.table_id(), ": ", view->values.size(), " values for ",
-          view->keys.size(), " keys of dim ", t->dim, " (want ", view->keys.size() * t->dim, ")"));
+      return Rejected(RejectReason::kBadSize,
+                      absl::InvalidArgumentError(
+                          absl::StrCat("table ", t->spec.table_id(), ": ", view->values.size(),
+                                       " values for ", view->keys.size(), " keys of dim ", t->dim,
+                                       " (want ", view->keys.size() * t->dim, ")")));
     }
     if (options_.nonfinite == NonFinitePolicy::kReject && !AllFinite(view->values)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "table ", t->spec.table_id(), ": gradient holds NaN or Inf; nothing was applied"));
+      return Rejected(
+          RejectReason::kNonFinite,
+          absl::InvalidArgumentError(absl::StrCat(
+              "table ", t->spec.table_id(), ": gradient holds NaN or Inf; nothing was applied")));
     }
   } else if (!block.values().empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("table ", t->spec.table_id(), ": a pull block must not carry values"));
+    return Rejected(RejectReason::kBadSize,
+                    absl::InvalidArgumentError(absl::StrCat(
+                        "table ", t->spec.table_id(), ": a pull block must not carry values")));
   }
   view->table = t;
   return absl::OkStatus();
@@ -215,6 +246,10 @@ TableStore::Row& TableStore::RowFor(Slot& slot, const Table& table, uint64_t key
   const RowKey rk{table.spec.table_id(), key};
   auto it = slot.rows.find(rk);
   if (it != slot.rows.end()) return it->second;
+  if (table.metrics.rows != nullptr) {
+    table.metrics.rows->Increment();
+    table.metrics.bytes->Increment(static_cast<double>(table.row_floats) * sizeof(float));
+  }
   return slot.rows.emplace(rk, NewRow(table, key)).first->second;
 }
 

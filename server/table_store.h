@@ -16,6 +16,7 @@
 #include "absl/types/span.h"
 #include "ps/v1/parameter_server.pb.h"
 #include "server/optimizer.h"
+#include "server/server_metrics.h"
 
 namespace ps {
 
@@ -47,7 +48,8 @@ class TableStore {
     v1::TableSpec spec;
     std::unique_ptr<Optimizer> optimizer;
     int dim = 0;
-    int row_floats = 0;  // dim * (1 + optimizer state per value)
+    int row_floats = 0;            // dim * (1 + optimizer state per value)
+    ServerMetrics::Table metrics;  // null gauges without metrics
   };
   // A validated block of a request.
   struct BlockView {
@@ -56,7 +58,8 @@ class TableStore {
     absl::Span<const float> values;  // gradients (push); empty for pull
   };
 
-  explicit TableStore(TableStoreOptions options);
+  // `metrics` (may be null: no metrics) must outlive this.
+  explicit TableStore(TableStoreOptions options, ServerMetrics* metrics = nullptr);
   ~TableStore();
   TableStore(const TableStore&) = delete;
   TableStore& operator=(const TableStore&) = delete;
@@ -85,6 +88,9 @@ class TableStore {
   // Sets the slots this server owns for `job_id`'s tables (kNumSlots entries). A smaller epoch
   // than the job's current one is FAILED_PRECONDITION; the same epoch must bring the same slots.
   absl::Status SetJobShards(const std::string& job_id, std::vector<bool> owned, uint64_t epoch);
+
+  // Slots this server owns for `job_id` (its own shards, else the default ones).
+  uint32_t NumOwnedSlots(const std::string& job_id) const;
 
   // Rows held for a table (0 for an unknown one).
   uint64_t NumRows(uint32_t table_id) const;
@@ -116,6 +122,7 @@ class TableStore {
   void ApplyToRow(const Table& table, const float* grad, float lr_scale, Row& row) const;
 
   const TableStoreOptions options_;
+  ServerMetrics* const metrics_;
   const std::shared_ptr<const Shards> default_shards_;
   mutable absl::Mutex shards_mu_;  // a leaf lock
   absl::flat_hash_map<std::string, std::shared_ptr<const Shards>> job_shards_

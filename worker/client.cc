@@ -37,6 +37,10 @@ absl::Status ClientOptions::Validate() const {
 // Handle
 
 struct Handle::State {
+  // Set before the first part starts; read-only afterwards.
+  ClientObserver* observer = nullptr;
+  int64_t pull_clock = -1;  // requests with a pull: the clock it pulls at
+
   absl::Mutex mu;
   int pending ABSL_GUARDED_BY(mu) = 0;
   absl::Status status ABSL_GUARDED_BY(mu);
@@ -46,20 +50,32 @@ struct Handle::State {
 
   void Finish(const absl::Status& s, int64_t part_min_clock, absl::Duration wait) {
     bool last;
+    int64_t staleness = -1;
     {
       absl::MutexLock l(&mu);
       if (status.ok() && !s.ok()) status = s;
       min_clock = std::min(min_clock, part_min_clock);
       max_wait = std::max(max_wait, wait);
       last = --pending == 0;
+      if (last && status.ok() && pull_clock >= 0 &&
+          min_clock != std::numeric_limits<int64_t>::max()) {
+        staleness = std::max<int64_t>(0, pull_clock - min_clock);
+      }
     }
+    if (staleness >= 0 && observer != nullptr) observer->OnPullStaleness(staleness);
     if (last) done.Notify();
   }
 };
 
 absl::Status Handle::Wait() const {
   if (state_ == nullptr) return absl::FailedPreconditionError("empty handle");
-  state_->done.WaitForNotification();
+  if (state_->observer != nullptr && !state_->done.HasBeenNotified()) {
+    const absl::Time start = absl::Now();
+    state_->done.WaitForNotification();
+    state_->observer->OnBlocked(absl::Now() - start);
+  } else {
+    state_->done.WaitForNotification();
+  }
   absl::MutexLock l(&state_->mu);
   return state_->status;
 }
@@ -199,9 +215,11 @@ class Client::Call {
   v1::PushPullRequest push_pull;
   std::vector<Segment> pull_segments;  // where the response blocks go
 
-  static void FillBlocks(const std::vector<TableOp>& ops, const std::vector<int>& dims,
-                         const std::vector<Segment>& segments, bool with_values,
-                         google::protobuf::RepeatedPtrField<v1::KeyBlock>* blocks) {
+  // Fills the request's blocks; returns the number of keys.
+  static int64_t FillBlocks(const std::vector<TableOp>& ops, const std::vector<int>& dims,
+                            const std::vector<Segment>& segments, bool with_values,
+                            google::protobuf::RepeatedPtrField<v1::KeyBlock>* blocks) {
+    int64_t num_keys = 0;
     for (const Segment& seg : segments) {
       const TableOp& op = ops[seg.op];
       v1::KeyBlock* b = blocks->Add();
@@ -210,6 +228,7 @@ class Client::Call {
       keys->resize(seg.idx.size() * sizeof(uint64_t));
       uint64_t* k = reinterpret_cast<uint64_t*>(keys->data());
       for (uint32_t i : seg.idx) *k++ = op.keys[i];
+      num_keys += static_cast<int64_t>(seg.idx.size());
       if (with_values) {
         const size_t row = static_cast<size_t>(dims[seg.op]) * sizeof(float);
         std::string* values = b->mutable_values();
@@ -221,6 +240,7 @@ class Client::Call {
         }
       }
     }
+    return num_keys;
   }
 
   // Starts the RPC; `self` keeps this call alive until it finishes.
@@ -251,6 +271,11 @@ class Client::Call {
   }
 
   void set_launcher(std::shared_ptr<Launcher> launcher) { launcher_ = std::move(launcher); }
+  // Keys this part pushes and pulls (reported to the observer when it succeeds).
+  void set_num_keys(int64_t pushed, int64_t pulled) {
+    pushed_keys_ = pushed;
+    pulled_keys_ = pulled;
+  }
   int server() const { return server_; }
 
   ~Call() {
@@ -273,8 +298,10 @@ class Client::Call {
   }
 
   void OnDone(std::shared_ptr<Call> self, const grpc::Status& s) {
+    ClientObserver* const observer = state_->observer;
     if (s.error_code() == grpc::StatusCode::UNAVAILABLE &&
         attempts_++ < client_->options_.max_retries) {
+      if (observer != nullptr) observer->OnRetry();
       Start(std::move(self));
       return;
     }
@@ -289,6 +316,10 @@ class Client::Call {
       status = Scatter();
       min_clock = response_.min_clock();
       wait = absl::Microseconds(response_.wait_micros());
+    }
+    if (status.ok() && observer != nullptr) {
+      if (pushed_keys_ > 0) observer->OnPushAccepted(pushed_keys_);
+      if (pulled_keys_ > 0) observer->OnPullAnswered(pulled_keys_);
     }
     if (launcher_ != nullptr) {
       // Queued parts hold the launcher; the last one to leave the queue breaks the cycle.
@@ -336,6 +367,8 @@ class Client::Call {
   v1::PullResponse response_;
   v1::PushResponse push_response_;
   int attempts_ = 0;
+  int64_t pushed_keys_ = 0;
+  int64_t pulled_keys_ = 0;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -509,6 +542,8 @@ Handle Client::PullAsync(std::vector<TableOp> ops) {
   auto parts = Split(ops, dims, /*with_values=*/false);
   std::vector<std::shared_ptr<Call>> calls;
   auto state = std::make_shared<Handle::State>();
+  state->observer = observer_.load();
+  state->pull_clock = clock_.load();
   for (int server = 0; server < static_cast<int>(parts.size()); ++server) {
     for (size_t p = 0; p < parts[server].size(); ++p) {
       auto call = std::make_shared<Call>(this, Call::kPull, server, p, state, ops, dims);
@@ -516,7 +551,8 @@ Handle Client::PullAsync(std::vector<TableOp> ops) {
       call->pull.set_worker_id(options_.worker_id);
       call->pull.set_clock(clock_.load());
       call->pull.set_shard_epoch(map_.epoch());
-      Call::FillBlocks(ops, dims, parts[server][p].segments, false, call->pull.mutable_blocks());
+      call->set_num_keys(0, Call::FillBlocks(ops, dims, parts[server][p].segments, false,
+                                             call->pull.mutable_blocks()));
       call->pull_segments = std::move(parts[server][p].segments);
       calls.push_back(std::move(call));
     }
@@ -543,6 +579,7 @@ Handle Client::PushAsync(std::vector<TableOp> ops) {
   auto parts = Split(ops, dims, /*with_values=*/true);
   std::vector<std::shared_ptr<Call>> calls;
   auto state = std::make_shared<Handle::State>();
+  state->observer = observer_.load();
   for (int server = 0; server < static_cast<int>(parts.size()); ++server) {
     for (size_t p = 0; p < parts[server].size(); ++p) {
       auto call =
@@ -554,7 +591,8 @@ Handle Client::PushAsync(std::vector<TableOp> ops) {
       r.set_clock(clock_.load());
       r.set_shard_epoch(map_.epoch());
       r.set_lr_scale(lr_scale_.load());
-      Call::FillBlocks(ops, dims, parts[server][p].segments, true, r.mutable_blocks());
+      call->set_num_keys(
+          Call::FillBlocks(ops, dims, parts[server][p].segments, true, r.mutable_blocks()), 0);
       calls.push_back(std::move(call));
     }
   }
@@ -577,6 +615,8 @@ Handle Client::PushPullAsync(std::vector<TableOp> push_ops, std::vector<TableOp>
   const int64_t clock = clock_.fetch_add(1);
   std::vector<std::shared_ptr<Call>> calls;
   auto state = std::make_shared<Handle::State>();
+  state->observer = observer_.load();
+  state->pull_clock = pull_ops.empty() ? -1 : clock + 1;
   for (int server = 0; server < static_cast<int>(push_parts.size()); ++server) {
     // Every server hears of the clock: at least one part each.
     const size_t n =
@@ -594,15 +634,17 @@ Handle Client::PushPullAsync(std::vector<TableOp> push_ops, std::vector<TableOp>
       push->set_lr_scale(lr_scale_.load());
       r.set_advance_clock(true);
       r.set_clock_parts(static_cast<uint32_t>(n));
+      int64_t pushed = 0, pulled = 0;
       if (p < push_parts[server].size()) {
-        Call::FillBlocks(push_ops, push_dims, push_parts[server][p].segments, true,
-                         push->mutable_blocks());
+        pushed = Call::FillBlocks(push_ops, push_dims, push_parts[server][p].segments, true,
+                                  push->mutable_blocks());
       }
       if (p < pull_parts[server].size()) {
-        Call::FillBlocks(pull_ops, pull_dims, pull_parts[server][p].segments, false,
-                         r.mutable_pull_blocks());
+        pulled = Call::FillBlocks(pull_ops, pull_dims, pull_parts[server][p].segments, false,
+                                  r.mutable_pull_blocks());
         call->pull_segments = std::move(pull_parts[server][p].segments);
       }
+      call->set_num_keys(pushed, pulled);
       calls.push_back(std::move(call));
     }
   }
@@ -622,11 +664,16 @@ absl::Status Client::Clock() {
   req.set_job_id(options_.job_id);
   req.set_worker_id(options_.worker_id);
   req.set_clock(clock_.load() + 1);
-  PS_RETURN_IF_ERROR(
+  const absl::Time start = absl::Now();
+  absl::Status s =
       ForEachServer(stubs_.size(), options_.rpc_timeout, [&](size_t i, grpc::ClientContext* ctx) {
         v1::ClockResponse resp;
         return stubs_[i][0]->Clock(ctx, req, &resp);
-      }));
+      });
+  if (ClientObserver* observer = observer_.load(); observer != nullptr) {
+    observer->OnBlocked(absl::Now() - start);
+  }
+  PS_RETURN_IF_ERROR(s);
   clock_.fetch_add(1);
   return absl::OkStatus();
 }

@@ -41,6 +41,25 @@ struct ClientOptions {
   absl::Status Validate() const;
 };
 
+// Sees what a Client does on the wire, e.g. to export metrics. Called on gRPC's callback
+// threads and the caller's: implementations must be thread-safe, cheap, and must not call back
+// into the client.
+class ClientObserver {
+ public:
+  virtual ~ClientObserver() = default;
+  // A part of a push (or push-pull) the servers answered OK, with the keys it pushed.
+  virtual void OnPushAccepted(int64_t keys) = 0;
+  // A part of a pull (or push-pull) the servers answered OK, with the keys it pulled.
+  virtual void OnPullAnswered(int64_t keys) = 0;
+  // A request with a pull succeeded: the clock it pulled at minus the smallest min_clock the
+  // servers reported (how far the slowest worker lags; 0 in sync mode).
+  virtual void OnPullStaleness(int64_t clocks) = 0;
+  // An RPC is tried again (it failed with UNAVAILABLE).
+  virtual void OnRetry() = 0;
+  // The caller was blocked this long on requests in flight (Handle::Wait(), Clock()).
+  virtual void OnBlocked(absl::Duration blocked) = 0;
+};
+
 // One table's part of a request. `keys` and the buffers are borrowed until the handle is done.
 struct TableOp {
   uint32_t table_id = 0;
@@ -104,6 +123,9 @@ class Client {
   void SetLearningRateScale(float scale) { lr_scale_.store(scale); }
   // Sets the local clock (a worker that joins a running job adopts the servers' clock for it).
   void SetClock(int64_t clock) { clock_.store(clock); }
+  // Reports requests started from now on to `observer` (null: none). Call while no request is
+  // in flight; `observer` must outlive the client or be replaced first.
+  void set_observer(ClientObserver* observer) { observer_.store(observer); }
   // Cancels every call in flight (their handles finish with CANCELLED); later calls are not
   // affected. Thread-safe: used to stop a job whose pulls wait on workers that are gone.
   void CancelInFlight();
@@ -139,6 +161,7 @@ class Client {
   absl::flat_hash_map<Call*, std::weak_ptr<Call>> calls_ ABSL_GUARDED_BY(calls_mu_);
   std::atomic<int64_t> clock_{0};
   std::atomic<float> lr_scale_{1.0f};
+  std::atomic<ClientObserver*> observer_{nullptr};
   std::atomic<uint64_t> next_request_id_;
   absl::Mutex dims_mu_;
   absl::flat_hash_map<uint32_t, int> dims_ ABSL_GUARDED_BY(dims_mu_);

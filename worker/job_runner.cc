@@ -45,16 +45,22 @@ float LearningRateScale(const v1::LearningRateSchedule& schedule, int64_t clock,
   }
 }
 
-JobRunner::JobRunner(Model* model, Client* client, JobRunnerOptions options)
+JobRunner::JobRunner(Model* model, Client* client, JobRunnerOptions options, WorkerMetrics* metrics)
     : model_(model),
       client_(client),
       options_(std::move(options)),
       clocks_per_epoch_(std::max<int64_t>(
           1, model->num_train_examples() /
                  (static_cast<int64_t>(options_.batch_size) * options_.num_workers))),
-      total_clocks_(clocks_per_epoch_ * options_.epochs) {
+      total_clocks_(clocks_per_epoch_ * options_.epochs),
+      metrics_(metrics == nullptr ? nullptr : metrics->ForJob(client->job_id())) {
+  if (metrics_ != nullptr) client_->set_observer(metrics_.get());
   absl::MutexLock l(&mu_);
   progress_.total_clocks = total_clocks_;
+}
+
+JobRunner::~JobRunner() {
+  if (metrics_ != nullptr) client_->set_observer(nullptr);
 }
 
 void JobRunner::SetShard(uint32_t rank, uint32_t num_ranks) {
@@ -125,12 +131,20 @@ absl::Status JobRunner::Run(const std::function<void(const JobProgress&)>& on_ep
         1.0f / (static_cast<float>(batch.size()) * (sync ? static_cast<float>(num_ranks) : 1.0f));
     client_->SetLearningRateScale(
         LearningRateScale(options_.lr_schedule, clock, clocks_per_epoch_, total_clocks_));
+    const absl::Time step_start = absl::Now();
+    const absl::Duration blocked_before =
+        metrics_ != nullptr ? metrics_->blocked() : absl::ZeroDuration();
     auto step = model_->TrainStep(client_, batch, grad_scale);
     if (!step.ok()) {
       if (cancelled_) return absl::CancelledError("the job was cancelled");
       return absl::Status(
           step.status().code(),
           absl::StrCat("step ", clock + 1, " of ", total_clocks_, ": ", step.status().message()));
+    }
+    if (metrics_ != nullptr) {
+      const absl::Duration total = absl::Now() - step_start;
+      const absl::Duration comm = std::min(total, metrics_->blocked() - blocked_before);
+      metrics_->RecordStep(step->examples, total - comm, comm);
     }
     epoch_stats.loss_sum += step->loss_sum;
     epoch_stats.correct += step->correct;
@@ -149,6 +163,7 @@ absl::Status JobRunner::Run(const std::function<void(const JobProgress&)>& on_ep
           epoch_stats.examples / std::max(1e-9, absl::ToDoubleSeconds(absl::Now() - epoch_start));
       p = progress_;
     }
+    if (metrics_ != nullptr) metrics_->SetProgress(p);
     if (on_step && report_every > 0 && ++steps_in_report % report_every == 0 && !epoch_end) {
       on_step(p);
     }
@@ -166,6 +181,7 @@ absl::Status JobRunner::Run(const std::function<void(const JobProgress&)>& on_ep
       progress_.test_accuracy =
           static_cast<double>(eval->correct) / std::max<int64_t>(1, eval->examples);
       p = progress_;
+      if (metrics_ != nullptr) metrics_->SetProgress(p);
     }
     if (on_epoch) on_epoch(p);
     epoch_stats = StepStats();

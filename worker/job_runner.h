@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -14,6 +15,7 @@
 #include "ps/v1/types.pb.h"
 #include "worker/client.h"
 #include "worker/model.h"
+#include "worker/worker_metrics.h"
 
 namespace ps {
 
@@ -57,7 +59,13 @@ struct JobProgress {
 class JobRunner {
  public:
   // `model` and `client` must outlive the runner; the model's tables exist already.
-  JobRunner(Model* model, Client* client, JobRunnerOptions options);
+  // `metrics` (null: none) must outlive the runner and the client: the runner exports the job's
+  // progress there and makes it the client's observer.
+  JobRunner(Model* model, Client* client, JobRunnerOptions options,
+            WorkerMetrics* metrics = nullptr);
+  ~JobRunner();
+  JobRunner(const JobRunner&) = delete;
+  JobRunner& operator=(const JobRunner&) = delete;
 
   // This worker reads examples i with i % num_ranks == rank, from the next step on.
   void SetShard(uint32_t rank, uint32_t num_ranks);
@@ -80,6 +88,7 @@ class JobRunner {
   const JobRunnerOptions options_;
   const int64_t clocks_per_epoch_;
   const int64_t total_clocks_;
+  const std::shared_ptr<WorkerMetrics::Job> metrics_;  // null: no metrics
   std::atomic<bool> cancelled_{false};
 
   mutable absl::Mutex mu_;

@@ -2,10 +2,12 @@
 //   --scheduler=host:port  a daemon: registers, runs the jobs the scheduler assigns;
 //   --servers=a,b,...      one job given by flags, then exit (no scheduler needed).
 #include <glog/logging.h>
+#include <prometheus/registry.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -15,15 +17,22 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "common/flags_usage.h"
+#include "common/metrics_server.h"
+#include "common/port_file.h"
+#include "common/process_metrics.h"
 #include "common/process_tuning.h"
+#include "common/scheduler_link.h"
 #include "common/signals.h"
 #include "worker/client.h"
+#include "worker/health_server.h"
 #include "worker/job_runner.h"
 #include "worker/model_zoo.h"
 #include "worker/worker_daemon.h"
+#include "worker/worker_metrics.h"
 
 ABSL_FLAG(std::string, scheduler, "",
           "daemon mode: the scheduler's host:port; the worker runs the jobs it assigns");
@@ -55,12 +64,52 @@ ABSL_FLAG(bool, evaluate, false, "standalone: evaluate on the held-out set after
 ABSL_FLAG(int, log_every_steps, 100, "print a progress line every this many steps (0: never)");
 ABSL_FLAG(absl::Duration, rpc_timeout, absl::Seconds(120),
           "deadline of one data-plane request (a sync pull waits this long for the slowest)");
+ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:0",
+          "host:port of the Prometheus /metrics endpoint (port 0: a free port; 'off': none)");
+ABSL_FLAG(std::string, metrics_port_file, "",
+          "if set, write the bound /metrics port here once serving");
+ABSL_FLAG(std::string, health_listen, "0.0.0.0:0",
+          "daemon mode: host:port of the gRPC health service (grpc.health.v1; port 0: a free "
+          "port; 'off': none)");
 
 namespace {
 
 int UsageError(const std::string& message) {
   std::cerr << "ps_worker: " << message << "\n";
   return 2;
+}
+
+// The worker's /metrics: its registry, the families, the HTTP endpoint (all null with
+// --metrics_listen=off).
+struct Metrics {
+  std::shared_ptr<prometheus::Registry> registry;
+  std::unique_ptr<ps::WorkerMetrics> worker;
+  std::unique_ptr<ps::ProcessMetrics> process;
+  std::unique_ptr<ps::MetricsServer> server;
+};
+
+// Starts /metrics per --metrics_listen; an error names the flag.
+absl::StatusOr<Metrics> StartMetrics() {
+  Metrics m;
+  const std::string listen = absl::GetFlag(FLAGS_metrics_listen);
+  if (listen == "off") return m;
+  m.registry = std::make_shared<prometheus::Registry>();
+  m.worker = std::make_unique<ps::WorkerMetrics>(*m.registry);
+  auto process = ps::ProcessMetrics::Start(*m.registry, "worker");
+  if (!process.ok()) return process.status();
+  m.process = std::move(*process);
+  auto server = ps::MetricsServer::Start(listen, m.registry);
+  if (!server.ok()) {
+    return absl::Status(server.status().code(),
+                        absl::StrCat("--metrics_listen: ", server.status().message()));
+  }
+  m.server = std::move(*server);
+  LOG(INFO) << "ps_worker: metrics on port " << m.server->port() << " (/metrics)";
+  if (const std::string file = absl::GetFlag(FLAGS_metrics_port_file); !file.empty()) {
+    absl::Status s = ps::WritePortFile(file, m.server->port());
+    if (!s.ok()) return absl::Status(s.code(), absl::StrCat("--metrics_port_file: ", s.message()));
+  }
+  return m;
 }
 
 // The job spec of standalone mode, from the flags.
@@ -132,6 +181,8 @@ int RunStandalone() {
   co.rpc_timeout = absl::GetFlag(FLAGS_rpc_timeout);
   auto client = ps::Client::Connect(co);
   if (!client.ok()) return UsageError(std::string(client.status().message()));
+  auto metrics = StartMetrics();
+  if (!metrics.ok()) return UsageError(std::string(metrics.status().message()));
   const std::string who = absl::StrCat("worker ", worker_id, "/", spec->num_workers());
 
   auto fail = [&](const absl::Status& s) {
@@ -148,7 +199,7 @@ int RunStandalone() {
   for (const auto& table : (*model)->Tables(co.job_id, ps::FirstTableIdOf(co.job_id))) {
     if (absl::Status s = (*client)->CreateTable(table); !s.ok()) return fail(s);
   }
-  ps::JobRunner runner(model->get(), client->get(), ro);
+  ps::JobRunner runner(model->get(), client->get(), ro, metrics->worker.get());
   runner.SetShard(worker_id, spec->num_workers());
   const int epochs = ro.epochs;
   auto on_step = [&](const ps::JobProgress& p) {
@@ -185,14 +236,30 @@ int RunDaemon() {
   o.pid = getpid();
   o.rpc_timeout = absl::GetFlag(FLAGS_rpc_timeout);
   o.log_every_steps = absl::GetFlag(FLAGS_log_every_steps);
-  ps::WorkerDaemon daemon(o);
+  auto metrics = StartMetrics();
+  if (!metrics.ok()) return UsageError(std::string(metrics.status().message()));
+  if (metrics->server != nullptr) {
+    o.metrics_address =
+        ps::AdvertisedAddress(absl::GetFlag(FLAGS_metrics_listen), metrics->server->port(), host);
+  }
+  std::unique_ptr<ps::HealthServer> health;
+  if (const std::string listen = absl::GetFlag(FLAGS_health_listen); listen != "off") {
+    auto started = ps::HealthServer::Start(listen);
+    if (!started.ok()) {
+      return UsageError(absl::StrCat("--health_listen: ", started.status().message()));
+    }
+    health = std::move(*started);
+    LOG(INFO) << "ps_worker: gRPC health service on port " << health->port();
+  }
+  ps::WorkerDaemon daemon(o, metrics->worker.get(), health.get());
   std::thread signals([&daemon] {
     const int sig = ps::WaitForTerminationSignal();
     LOG(INFO) << "ps_worker: signal " << sig << ", stopping";
-    daemon.Stop();
+    daemon.Stop();  // NOT_SERVING first, then the job stops
   });
   signals.detach();
   daemon.Run();
+  if (health != nullptr) health->Shutdown();
   return 0;
 }
 

@@ -39,7 +39,9 @@ std::string ProgressLine(const std::string& who, const JobProgress& p) {
 
 }  // namespace
 
-WorkerDaemon::WorkerDaemon(WorkerDaemonOptions options) : options_(std::move(options)) {}
+WorkerDaemon::WorkerDaemon(WorkerDaemonOptions options, WorkerMetrics* metrics,
+                           HealthServer* health)
+    : options_(std::move(options)), metrics_(metrics), health_(health) {}
 
 std::string WorkerDaemon::KeyOf(const v1::WorkerAssignment& a) {
   return absl::StrCat(a.job_id(), "/", a.worker_id());
@@ -48,6 +50,7 @@ std::string WorkerDaemon::KeyOf(const v1::WorkerAssignment& a) {
 void WorkerDaemon::Stop() {
   absl::MutexLock l(&mu_);
   stopping_ = true;
+  if (health_ != nullptr) health_->SetServing(false);
   if (runner_ != nullptr) runner_->Cancel();
 }
 
@@ -83,6 +86,7 @@ void WorkerDaemon::ApplyMembership(const v1::WorkerAssignment& a) {
 
 void WorkerDaemon::OnHeartbeat(const v1::HeartbeatResponse& resp, bool reregistered) {
   absl::MutexLock l(&mu_);
+  if (health_ != nullptr && !stopping_) health_->SetServing(true);  // registered
   std::optional<v1::WorkerAssignment> order;
   if (resp.has_assignment() && !resp.assignment().job_id().empty()) order = resp.assignment();
   if (runner_ != nullptr) {
@@ -104,6 +108,7 @@ void WorkerDaemon::Run() {
   lo.role = v1::WORKER;
   lo.hostname = options_.hostname;
   lo.pid = options_.pid;
+  lo.metrics_address = options_.metrics_address;
   SchedulerLink link(
       lo, [this](v1::HeartbeatRequest* req) { FillHeartbeat(req); },
       [this](const v1::HeartbeatResponse& resp, bool reregistered) {
@@ -172,7 +177,7 @@ absl::Status WorkerDaemon::RunJob(v1::WorkerAssignment a) {
     PS_RETURN_IF_ERROR(client->CreateTable(t));
   }
   client->SetClock(std::max<int64_t>(clock, 0));  // -1 cannot happen: this worker is in the set
-  JobRunner runner(model.get(), client.get(), ro);
+  JobRunner runner(model.get(), client.get(), ro, metrics_);
   runner.SetShard(a.rank(), static_cast<uint32_t>(a.worker_ids_size()));
   {
     absl::MutexLock l(&mu_);

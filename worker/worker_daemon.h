@@ -12,7 +12,9 @@
 #include "absl/time/time.h"
 #include "ps/v1/scheduler.pb.h"
 #include "worker/client.h"
+#include "worker/health_server.h"
 #include "worker/job_runner.h"
+#include "worker/worker_metrics.h"
 
 namespace ps {
 
@@ -20,6 +22,8 @@ struct WorkerDaemonOptions {
   std::string scheduler;  // host:port
   std::string hostname;
   int64_t pid = 0;
+  // host:port of this worker's /metrics, told to the scheduler (empty: none).
+  std::string metrics_address;
   // Deadline of one data-plane request (a sync pull waits on the slowest worker this long).
   absl::Duration rpc_timeout = absl::Seconds(120);
   // Log a progress line every this many steps (0: epochs only).
@@ -30,10 +34,13 @@ struct WorkerDaemonOptions {
 // job with a JobRunner. Orders that arrive while a job runs are followed at once: a new
 // membership (a worker died or joined) is told to the servers and changes this worker's data
 // shard; a withdrawn assignment (cancelled, or this node was declared dead) stops the job.
+// Health: SERVING from the first heartbeat answer (registered) until Stop(), NOT_SERVING after.
 // Thread-safe: Stop() may be called from any thread.
 class WorkerDaemon {
  public:
-  explicit WorkerDaemon(WorkerDaemonOptions options);
+  // `metrics` and `health` (each may be null) must outlive this.
+  explicit WorkerDaemon(WorkerDaemonOptions options, WorkerMetrics* metrics = nullptr,
+                        HealthServer* health = nullptr);
 
   // Runs until Stop().
   void Run();
@@ -49,6 +56,8 @@ class WorkerDaemon {
   static std::string KeyOf(const v1::WorkerAssignment& a);
 
   const WorkerDaemonOptions options_;
+  WorkerMetrics* const metrics_;
+  HealthServer* const health_;
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<v1::WorkerAssignment> assignment_ ABSL_GUARDED_BY(mu_);  // the latest order

@@ -10,9 +10,13 @@
 #   status                                     which daemons run, and `psctl nodes`
 #   kill-worker N | kill-server N              kill -9 worker / server N (fault demos)
 #   add-worker | add-server                    start one more worker / server
+#   prometheus                                 start a Prometheus (free port) that scrapes the
+#                                              cluster; prints its URL; `down` stops it
 #
 # Everything lives in run/cluster/: logs (*.log), pid files (*.pid), the scheduler's state
-# (scheduler/) and env (PS_SCHEDULER=..., for `source run/cluster/env`).
+# (scheduler/) and env (PS_SCHEDULER=..., for `source run/cluster/env`). Daemons whose binary
+# has --metrics_listen serve /metrics on a free loopback port (run/cluster/<name>.metrics_port);
+# prometheus-targets.json lists them for deploy/prometheus/prometheus.yml (file_sd).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${BUILD_DIR:-build}
@@ -21,6 +25,7 @@ scheduler_bin=$build/scheduler/ps_scheduler
 server_bin=$build/server/ps_server
 worker_bin=$build/worker/ps_worker
 psctl=$build/scheduler/psctl
+prometheus_bin=${PROMETHEUS:-prometheus}
 wait_s=${CLUSTER_WAIT_S:-60}  # longest `up` waits for the nodes to register
 grace_s=${CLUSTER_GRACE_S:-10}
 
@@ -33,12 +38,49 @@ alive() {
   [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && grep -qa "ps_" "/proc/$pid/cmdline" 2>/dev/null
 }
 
-# start NAME BINARY FLAGS...: starts a daemon in its own session (it outlives this script).
+# has_metrics BINARY: the binary takes --metrics_listen (older builds do not; --help exits 1).
+has_metrics() {
+  grep -q metrics_listen <<<"$("$1" --help 2>&1 || true)"
+}
+
+# start NAME BINARY FLAGS...: starts a daemon in its own session (it outlives this script),
+# serving /metrics on a free loopback port when the binary can.
 start() {
-  local name=$1
+  local name=$1 bin=$2
   shift
-  setsid "$@" >"$run/$name.log" 2>&1 </dev/null &
+  rm -f "$run/$name.metrics_port"
+  local metrics=()
+  has_metrics "$bin" &&
+    metrics=(--metrics_listen=127.0.0.1:0 --metrics_port_file="$run/$name.metrics_port")
+  # Ours first: a --metrics_listen in --server_flags / --worker_flags wins.
+  setsid "$bin" "${metrics[@]}" "${@:2}" >"$run/$name.log" 2>&1 </dev/null &
   echo $! >"$run/$name.pid"
+}
+
+# write_targets: run/cluster/prometheus-targets.json (Prometheus file_sd) with the /metrics
+# address of every running daemon that has one. Called once the daemons registered, by when
+# they have written their metrics port files; waits 5 s at most for a late one.
+write_targets() {
+  local f name role entries=() port
+  for f in "$run"/scheduler.pid "$run"/server*.pid "$run"/worker*.pid; do
+    alive "$f" || continue  # also false for a missing file
+    name=$(basename "$f" .pid)
+    role=${name%%[0-9]*}
+    local bin_var="${role}_bin"
+    has_metrics "${!bin_var}" || continue
+    for _ in $(seq 50); do
+      [ -s "$run/$name.metrics_port" ] && break
+      alive "$f" || break
+      sleep 0.1
+    done
+    port=$(cat "$run/$name.metrics_port" 2>/dev/null) || {
+      echo "cluster: $name wrote no $run/$name.metrics_port; not scraped" >&2; continue; }
+    entries+=("{\"targets\": [\"127.0.0.1:$port\"], \"labels\": {\"role\": \"$role\", \"node\": \"$name\"}}")
+  done
+  local IFS=,
+  # Written next to the old file and renamed: Prometheus never reads half a file.
+  printf '[%s]\n' "${entries[*]}" | sed 's/},{/},\n {/g' >"$run/prometheus-targets.json.tmp"
+  mv "$run/prometheus-targets.json.tmp" "$run/prometheus-targets.json"
 }
 
 # wait_port NAME: prints the port the daemon wrote to run/NAME.port.
@@ -79,10 +121,11 @@ start_worker() {
   start "worker$i" "$worker_bin" --scheduler="$(scheduler_address)" ${worker_flags:-}
 }
 
-# The pids of ours that `psctl nodes` shows ALIVE, one per line.
+# The pids of ours that `psctl nodes` shows ALIVE, one per line (from the HOST/PID column,
+# found by its shape: columns were added before it).
 alive_node_pids() {
   "$psctl" --scheduler="$(scheduler_address)" nodes 2>/dev/null |
-    awk '$3 == "ALIVE" { n = split($5, a, "/"); print a[n] }'
+    awk '$3 == "ALIVE" { for (i = 4; i <= NF; i++) if ($i ~ /\/[0-9]+$/) { n = split($i, a, "/"); print a[n]; break } }'
 }
 
 # wait_registered: waits until every started daemon shows ALIVE in `psctl nodes`.
@@ -126,7 +169,9 @@ cmd_up() {
   done
   mkdir -p "$run"
   alive "$run/scheduler.pid" && die "already up (scheduler pid $(cat "$run/scheduler.pid")); run '$0 down' first"
-  rm -f "$run"/*.pid "$run"/*.port "$run"/*.log "$run/env"
+  prometheus_alive && die "a Prometheus from an earlier cluster still runs; run '$0 down' first"
+  rm -f "$run"/*.pid "$run"/*.port "$run"/*.metrics_port "$run"/*.log "$run/env" \
+    "$run/prometheus-targets.json"
   [ "$fresh" -eq 1 ] && rm -rf "$run/scheduler"
   echo "$server_flags" >"$run/server_flags"
   echo "$worker_flags" >"$run/worker_flags"
@@ -140,21 +185,25 @@ cmd_up() {
   for i in $(seq 0 $((workers - 1))); do start_worker "$i"; done
   for i in $(seq 0 $((servers - 1))); do wait_port "server$i" >/dev/null || { cmd_down >/dev/null; exit 1; }; done
   wait_registered || { cmd_down >/dev/null; exit 1; }
+  write_targets
   echo "PS_SCHEDULER=$address" >"$run/env"
   echo "cluster up: scheduler $address, $servers servers, $workers workers; logs in $run/"
   "$psctl" --scheduler="$address" nodes
   echo
   echo "Use it with:  export PS_SCHEDULER=$address"
   echo "              $psctl submit deploy/jobs/fashion_mlp.textproto"
+  [ -s "$run/scheduler.metrics_port" ] &&
+    echo "Metrics:      $0 prometheus   (targets in $run/prometheus-targets.json)"
+  return 0
 }
 
 cmd_down() {
   [ -d "$run" ] || { echo "cluster: nothing to stop"; return 0; }
   local pids=() f
   # Workers first, then servers, then the scheduler: nobody reports the others missing.
-  for f in "$run"/worker*.pid "$run"/server*.pid "$run"/scheduler.pid; do
+  for f in "$run"/worker*.pid "$run"/server*.pid "$run"/scheduler.pid "$run"/prometheus.pid; do
     [ -e "$f" ] || continue
-    if alive "$f"; then
+    if alive "$f" || { [ "$f" = "$run/prometheus.pid" ] && prometheus_alive; }; then
       kill -TERM "$(cat "$f")" 2>/dev/null || true
       pids+=("$(cat "$f")")
     fi
@@ -170,7 +219,8 @@ cmd_down() {
     echo "cluster: still running after ${grace_s}s, killing: ${pids[*]}"
     kill -KILL "${pids[@]}" 2>/dev/null || true
   fi
-  rm -f "$run"/*.pid "$run"/*.port "$run/env"
+  rm -f "$run"/*.pid "$run"/*.port "$run"/*.metrics_port "$run/env" "$run/prometheus-targets.json" \
+    "$run/prometheus.url"
   echo "cluster down (logs and scheduler state kept in $run/)"
 }
 
@@ -182,6 +232,11 @@ cmd_status() {
     if alive "$f"; then state=running; else state=exited; fi
     printf '%-10s pid %-8s %s\n' "$(basename "$f" .pid)" "$(cat "$f")" "$state"
   done
+  if prometheus_alive; then
+    any=1
+    printf '%-10s pid %-8s running: %s\n' prometheus "$(cat "$run/prometheus.pid")" \
+      "$(cat "$run/prometheus.url" 2>/dev/null)"
+  fi
   [ "$any" -eq 1 ] || { echo "cluster: not up"; return 3; }
   if alive "$run/scheduler.pid"; then
     echo
@@ -205,7 +260,48 @@ cmd_add() {  # cmd_add worker|server
   i=$(next_index "$1")
   "start_$1" "$i"
   [ "$1" = server ] && { wait_port "server$i" >/dev/null || exit 1; }
+  write_targets
   echo "started $1 $i (pid $(cat "$run/$1$i.pid")); log in $run/$1$i.log"
+}
+
+prometheus_alive() {
+  local pid
+  pid=$(cat "$run/prometheus.pid" 2>/dev/null) || return 1
+  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && grep -qa "prometheus" "/proc/$pid/cmdline" 2>/dev/null
+}
+
+# cmd_prometheus: a Prometheus on a free loopback port scraping the cluster through
+# deploy/prometheus/prometheus.yml (file_sd on run/cluster/prometheus-targets.json); its data in
+# run/cluster/prometheus/, its log in run/cluster/prometheus.log.
+cmd_prometheus() {
+  command -v "$prometheus_bin" >/dev/null || die "no $prometheus_bin (Debian: apt-get install prometheus)"
+  mkdir -p "$run"
+  if prometheus_alive; then
+    echo "Prometheus already runs (pid $(cat "$run/prometheus.pid")): $(cat "$run/prometheus.url")"
+    return 0
+  fi
+  [ -s "$run/prometheus-targets.json" ] ||
+    echo "cluster: no $run/prometheus-targets.json yet (cluster not up, or binaries without --metrics_listen)" >&2
+  local port
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  setsid "$prometheus_bin" --config.file=deploy/prometheus/prometheus.yml \
+    --storage.tsdb.path="$run/prometheus" --web.listen-address="127.0.0.1:$port" \
+    >"$run/prometheus.log" 2>&1 </dev/null &
+  echo $! >"$run/prometheus.pid"
+  local url="http://127.0.0.1:$port"
+  for _ in $(seq $((wait_s * 10))); do
+    curl -fs "$url/-/ready" >/dev/null 2>&1 && {
+      echo "$url" >"$run/prometheus.url"
+      echo "Prometheus: $url   (e.g. $url/graph?g0.expr=ps_worker_samples_per_second)"
+      echo "Grafana: import deploy/grafana/ps-cluster.json with this Prometheus as data source"
+      return 0
+    }
+    prometheus_alive || break
+    sleep 0.1
+  done
+  echo "cluster: Prometheus did not start; the end of $run/prometheus.log:" >&2
+  tail -n 20 "$run/prometheus.log" >&2
+  return 1
 }
 
 case "${1:-}" in
@@ -215,6 +311,7 @@ case "${1:-}" in
   kill-worker) cmd_kill worker "${2:-}" ;;
   kill-server) cmd_kill server "${2:-}" ;;
   add-worker) cmd_add worker ;;
-  add-server) cmd_add server ;;
-  *) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+ add-server) cmd_add server ;;
+  prometheus) cmd_prometheus ;;
+  *) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

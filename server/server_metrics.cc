@@ -1,0 +1,205 @@
+#include "server/server_metrics.h"
+
+#include <glog/logging.h>
+
+#include <exception>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+
+namespace ps {
+namespace {
+
+// The one place prometheus-cpp's exceptions (invalid names, a name registered with another
+// type) are converted: runs `f` and returns INTERNAL if it throws.
+template <typename F>
+absl::Status CatchPrometheus(const char* what, F&& f) {
+  try {
+    std::forward<F>(f)();
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("registering ", what, ": ", e.what()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+const char* ServerMethodName(ServerMethod method) {
+  switch (method) {
+    case ServerMethod::kPull:
+      return "pull";
+    case ServerMethod::kPush:
+      return "push";
+    case ServerMethod::kPushPull:
+      return "push_pull";
+    case ServerMethod::kClock:
+      return "clock";
+    case ServerMethod::kConfigureJob:
+      return "configure_job";
+    case ServerMethod::kCreateTable:
+      return "create_table";
+    case ServerMethod::kDescribeTable:
+      return "describe_table";
+  }
+  return "unknown";
+}
+
+prometheus::Histogram::BucketBoundaries ServerMetrics::LatencyBuckets() {
+  return {50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3,
+          0.1,   0.25,   0.5,    1,      2.5,  5,      10,   25,    60};
+}
+
+absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Create(
+    prometheus::Registry& registry) {
+  std::unique_ptr<ServerMetrics> m(new ServerMetrics);
+  absl::Status s = CatchPrometheus("ps_server metrics", [&] {
+    m->requests_ = &prometheus::BuildCounter()
+                        .Name("ps_server_requests_total")
+                        .Help("RPCs served, by method")
+                        .Register(registry);
+    m->errors_ = &prometheus::BuildCounter()
+                      .Name("ps_server_request_errors_total")
+                      .Help("RPCs answered with an error, by method and gRPC code")
+                      .Register(registry);
+    m->rejected_ = &prometheus::BuildCounter()
+                        .Name("ps_server_rejected_requests_total")
+                        .Help("Requests refused before they touched state, by reason")
+                        .Register(registry);
+    m->bytes_ = &prometheus::BuildCounter()
+                     .Name("ps_server_request_bytes_total")
+                     .Help("Serialized request (in) and response (out) bytes, by method")
+                     .Register(registry);
+    m->duration_ = &prometheus::BuildHistogram()
+                        .Name("ps_server_request_duration_seconds")
+                        .Help("Time to serve an RPC, pull waits included, by method")
+                        .Register(registry);
+    m->pushed_keys_ = &prometheus::BuildCounter()
+                           .Name("ps_server_pushed_keys_total")
+                           .Help("Keys applied or accumulated by accepted, first-time pushes")
+                           .Register(registry);
+    m->pulled_keys_ = &prometheus::BuildCounter()
+                           .Name("ps_server_pulled_keys_total")
+                           .Help("Keys served by pulls")
+                           .Register(registry);
+    m->duplicate_pushes_ = &prometheus::BuildCounter()
+                                .Name("ps_server_duplicate_pushes_total")
+                                .Help("Retried pushes acknowledged without applying them again")
+                                .Register(registry);
+    m->rows_ = &prometheus::BuildGauge()
+                    .Name("ps_server_rows")
+                    .Help("Rows this server holds, by job and table")
+                    .Register(registry);
+    m->table_bytes_ = &prometheus::BuildGauge()
+                           .Name("ps_server_table_bytes")
+                           .Help("Bytes of the rows this server holds, optimizer state included")
+                           .Register(registry);
+    m->owned_slots_ = &prometheus::BuildGauge()
+                           .Name("ps_server_owned_slots")
+                           .Help("Virtual slots this server owns for the job")
+                           .Register(registry);
+    m->pull_wait_ = &prometheus::BuildHistogram()
+                         .Name("ps_server_pull_wait_seconds")
+                         .Help("Time pulls waited on the consistency gate (sync / ssp)")
+                         .Register(registry);
+    m->waiting_pulls_ = &prometheus::BuildGauge()
+                             .Name("ps_server_waiting_pulls")
+                             .Help("Pulls blocked on the consistency gate right now")
+                             .Register(registry);
+    for (int i = 0; i < kNumServerMethods; ++i) {
+      const std::string method = ServerMethodName(static_cast<ServerMethod>(i));
+      MethodSeries& series = m->methods_[i];
+      series.requests = &m->requests_->Add({{"method", method}});
+      series.bytes_in = &m->bytes_->Add({{"method", method}, {"direction", "in"}});
+      series.bytes_out = &m->bytes_->Add({{"method", method}, {"direction", "out"}});
+      series.duration = &m->duration_->Add({{"method", method}}, LatencyBuckets());
+    }
+    for (int i = 1; i < kNumRejectReasons; ++i) {
+      m->rejected_by_reason_[i] = &m->rejected_->Add(
+          {{"reason", std::string(RejectReasonName(static_cast<RejectReason>(i)))}});
+    }
+  });
+  if (!s.ok()) return s;
+  return m;
+}
+
+prometheus::Counter* ServerMetrics::ErrorCounter(ServerMethod method, absl::StatusCode code) {
+  int c = static_cast<int>(code);
+  if (c <= 0 || c >= kNumCodes) c = static_cast<int>(absl::StatusCode::kUnknown);
+  std::atomic<prometheus::Counter*>& slot = methods_[static_cast<int>(method)].errors[c];
+  prometheus::Counter* counter = slot.load(std::memory_order_acquire);
+  if (counter != nullptr) return counter;
+  // Family::Add returns the existing series for the same labels: racing threads agree.
+  const std::string name =
+      absl::AsciiStrToLower(absl::StatusCodeToString(static_cast<absl::StatusCode>(c)));
+  absl::Status s = CatchPrometheus("ps_server_request_errors_total", [&] {
+    counter = &errors_->Add({{"method", ServerMethodName(method)}, {"code", name}});
+  });
+  if (!s.ok()) {
+    LOG_EVERY_N(WARNING, 100) << s;
+    return nullptr;
+  }
+  slot.store(counter, std::memory_order_release);
+  return counter;
+}
+
+void ServerMetrics::RecordRequest(ServerMethod method, const absl::Status& status,
+                                  size_t request_bytes, size_t response_bytes,
+                                  absl::Duration elapsed) {
+  MethodSeries& series = methods_[static_cast<int>(method)];
+  series.requests->Increment();
+  series.bytes_in->Increment(static_cast<double>(request_bytes));
+  if (status.ok()) series.bytes_out->Increment(static_cast<double>(response_bytes));
+  series.duration->Observe(absl::ToDoubleSeconds(elapsed));
+  if (status.ok()) return;
+  if (prometheus::Counter* errors = ErrorCounter(method, status.code())) errors->Increment();
+  const RejectReason reason = RejectReasonOf(status);
+  if (reason != RejectReason::kNone) rejected_by_reason_[static_cast<int>(reason)]->Increment();
+}
+
+ServerMetrics::Job* ServerMetrics::FindJob(const std::string& job_id) const {
+  absl::ReaderMutexLock l(&jobs_mu_);
+  auto it = jobs_.find(job_id);
+  return it == jobs_.end() ? nullptr : it->second.get();
+}
+
+ServerMetrics::Job* ServerMetrics::AddJob(const std::string& job_id) {
+  if (Job* job = FindJob(job_id)) return job;
+  absl::MutexLock l(&jobs_mu_);
+  std::unique_ptr<Job>& job = jobs_[job_id];
+  if (job != nullptr) return job.get();
+  auto added = std::make_unique<Job>();
+  const prometheus::Labels labels = {{"job", job_id}};
+  absl::Status s = CatchPrometheus("ps_server job metrics", [&] {
+    added->pushed_keys = &pushed_keys_->Add(labels);
+    added->pulled_keys = &pulled_keys_->Add(labels);
+    added->duplicate_pushes = &duplicate_pushes_->Add(labels);
+    added->owned_slots = &owned_slots_->Add(labels);
+    added->waiting_pulls = &waiting_pulls_->Add(labels);
+    added->pull_wait = &pull_wait_->Add(labels, LatencyBuckets());
+  });
+  if (!s.ok()) {
+    LOG(WARNING) << "no metrics for job '" << job_id << "': " << s;
+    jobs_.erase(job_id);
+    return nullptr;
+  }
+  job = std::move(added);
+  return job.get();
+}
+
+ServerMetrics::Table ServerMetrics::AddTable(const std::string& job_id,
+                                             const std::string& table_name) {
+  Table table;
+  const prometheus::Labels labels = {{"job", job_id}, {"table", table_name}};
+  absl::Status s = CatchPrometheus("ps_server table metrics", [&] {
+    table.rows = &rows_->Add(labels);
+    table.bytes = &table_bytes_->Add(labels);
+  });
+  if (!s.ok()) {
+    LOG(WARNING) << "no metrics for table '" << table_name << "' of job '" << job_id << "': " << s;
+    return Table{};
+  }
+  return table;
+}
+
+}  // namespace ps
