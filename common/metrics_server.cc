@@ -19,8 +19,7 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
     const auto ports = server->exposer_->GetListeningPorts();
     if (!ports.empty()) server->port_ = ports.front();
   } catch (const std::exception& e) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot serve metrics on ", listen, ": ", e.what()));
+    return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", listen, ": ", e.what()));
   }
   server->registry_ = std::move(registry);
   return server;

@@ -2,11 +2,11 @@
 #ifndef PS_COMMON_METRICS_SERVER_H_
 #define PS_COMMON_METRICS_SERVER_H_
 
-#include <memory>
-#include <string>
-
 #include <prometheus/exposer.h>
 #include <prometheus/registry.h>
+
+#include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 
