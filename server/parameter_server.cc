@@ -48,6 +48,7 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
   store_options.owned_slots = map.SlotsOf(options.server_index);
   store_options.shard_epoch = map.epoch();
   store_options.nonfinite = options.nonfinite;
+  store_options.max_pull_bytes = static_cast<uint64_t>(options.max_message_bytes);
 
   std::unique_ptr<ParameterServer> ps(new ParameterServer);
   if (registry != nullptr) {

@@ -129,6 +129,7 @@ absl::Status ParameterService::DoPull(
   for (int i = 0; i < blocks.size(); ++i) {
     PS_RETURN_IF_ERROR(store_->Resolve(job_id, blocks[i], /*with_values=*/false, &views[i]));
   }
+  PS_RETURN_IF_ERROR(store_->CheckPullSize(views));
   PS_ASSIGN_OR_RETURN(
       ConsistencyGate::PullTicket ticket,
       gate_.WaitForPull(job_id, clock, deadline, job == nullptr ? nullptr : job->waiting_pulls));

@@ -334,3 +334,41 @@ TEST_F(ParameterServiceTest, BadLearningRateScaleIsRejectedAndChangesNothing) {
 
 }  // namespace
 }  // namespace ps
+
+namespace ps {
+namespace {
+
+// A pull whose answer could not be sent (keys x dim too large) is refused before any row is
+// created: neither an allocation that kills the server nor rows that fill its memory.
+TEST_F(ParameterServiceTest, OversizePullAnswerIsRefusedAndCreatesNoRows) {
+  v1::TableSpec wide;
+  wide.set_table_id(99);
+  wide.set_name("wide");
+  wide.set_job_id("job");
+  wide.set_kind(v1::SPARSE);
+  wide.set_dim(1 << 20);
+  v1::CreateTableRequest create;
+  *create.mutable_spec() = wide;
+  v1::CreateTableResponse created;
+  grpc::ClientContext cctx;
+  ASSERT_TRUE(stub_->CreateTable(&cctx, create, &created).ok());
+  std::vector<uint64_t> keys(100000);
+  for (size_t i = 0; i < keys.size(); ++i) keys[i] = i;
+  v1::PullRequest pull;
+  pull.set_job_id("job");
+  *pull.add_blocks() = Block(99, keys);
+  v1::PullResponse resp;
+  grpc::ClientContext ctx;
+  grpc::Status s = stub_->Pull(&ctx, pull, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("would answer"), std::string::npos) << s.error_message();
+  v1::DescribeTableRequest describe;
+  describe.set_table_id(99);
+  v1::DescribeTableResponse described;
+  grpc::ClientContext dctx;
+  ASSERT_TRUE(stub_->DescribeTable(&dctx, describe, &described).ok());
+  EXPECT_EQ(described.rows_on_server(), 0u);
+}
+
+}  // namespace
+}  // namespace ps

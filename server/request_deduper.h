@@ -22,8 +22,15 @@ class RequestDeduper {
   explicit RequestDeduper(size_t window = 1 << 16) : window_(window) {}
 
   // True if (job, worker, request_id) was recorded by FirstTime (and is still in the window).
+  // Never creates state: it runs before the request is validated.
   bool Seen(const std::string& job_id, uint32_t worker_id, uint64_t request_id) {
-    Window* w = WindowFor(job_id, worker_id);
+    Window* w;
+    {
+      absl::ReaderMutexLock l(&mu_);
+      auto it = windows_.find(std::make_pair(job_id, worker_id));
+      if (it == windows_.end()) return false;
+      w = it->second.get();
+    }
     absl::MutexLock l(&w->mu);
     return w->ids.contains(request_id);
   }

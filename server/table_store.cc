@@ -179,6 +179,14 @@ absl::Status TableStore::Resolve(const std::string& job_id, const v1::KeyBlock& 
                         absl::StrCat("table ", t->spec.table_id(), ": ", view->keys.size(),
                                      " keys in one block; at most ", options_.max_keys_per_block)));
   }
+  if (!with_values && view->keys.size() * t->dim * sizeof(float) > options_.max_pull_bytes) {
+    return Rejected(
+        RejectReason::kBadSize,
+        absl::InvalidArgumentError(absl::StrCat(
+            "table ", t->spec.table_id(), ": a pull of ", view->keys.size(), " keys of dim ",
+            t->dim, " would answer ", view->keys.size() * t->dim * sizeof(float),
+            " bytes; at most ", options_.max_pull_bytes, " (pull fewer keys per request)")));
+  }
   absl::flat_hash_set<uint64_t> seen;
   seen.reserve(view->keys.size());
   const bool dense = t->spec.kind() == v1::DENSE;
@@ -232,6 +240,16 @@ absl::Status TableStore::Resolve(const std::string& job_id, const v1::KeyBlock& 
   }
   view->table = t;
   return absl::OkStatus();
+}
+
+absl::Status TableStore::CheckPullSize(absl::Span<const BlockView> views) const {
+  uint64_t bytes = 0;
+  for (const BlockView& v : views) bytes += v.keys.size() * v.table->dim * sizeof(float);
+  if (bytes <= options_.max_pull_bytes) return absl::OkStatus();
+  return Rejected(RejectReason::kBadSize,
+                  absl::InvalidArgumentError(
+                      absl::StrCat("the pull would answer ", bytes, " bytes; at most ",
+                                   options_.max_pull_bytes, " (pull fewer keys per request)")));
 }
 
 TableStore::Row TableStore::NewRow(const Table& table, uint64_t key) const {

@@ -34,6 +34,9 @@ struct TableStoreOptions {
   NonFinitePolicy nonfinite = NonFinitePolicy::kReject;
   // Largest number of keys in one block of a request.
   size_t max_keys_per_block = size_t{1} << 22;
+  // Largest answer a pull may ask for (keys x dim x 4 bytes, all blocks together); a larger
+  // one is refused before any row is created (it could not be sent anyway).
+  uint64_t max_pull_bytes = uint64_t{256} << 20;
   // Largest row dimension a table may declare.
   uint32_t max_dim = 1u << 20;
   // Largest dense table (values + optimizer state, whole table, all servers), bytes.
@@ -75,6 +78,8 @@ class TableStore {
   absl::Status Resolve(const std::string& job_id, const v1::KeyBlock& block, bool with_values,
                        BlockView* view) const;
 
+  // INVALID_ARGUMENT if the blocks of one pull together would answer more than max_pull_bytes.
+  absl::Status CheckPullSize(absl::Span<const BlockView> views) const;
   // Writes the keys' values (dim floats each, in key order) to `out`; creates missing sparse rows.
   void Pull(const BlockView& view, std::string* out);
   // Applies the gradients now (async / ssp), the learning rate multiplied by `lr_scale`.

@@ -250,9 +250,15 @@ class Client::Call {
       absl::MutexLock l(&c->client_->calls_mu_);
       c->client_->calls_.emplace(c, self);
     }
+    if (c->client_->cancelled_.load()) {
+      // Cancelled: queued parts and retries end here instead of reaching a server.
+      c->OnDone(self, grpc::Status(grpc::StatusCode::CANCELLED, "the client was cancelled"));
+      return;
+    }
     c->SetContext(std::make_unique<grpc::ClientContext>());
     c->ctx_->set_deadline(absl::ToChronoTime(absl::Now() + c->client_->options_.rpc_timeout));
     c->ctx_->set_wait_for_ready(true);
+    if (c->client_->cancelled_.load()) c->ctx_->TryCancel();  // CancelInFlight raced us
     auto* stub = c->client_->Stub(c->server_, c->index_);
     auto done = [self](grpc::Status s) { self->OnDone(self, s); };
     switch (c->kind_) {
@@ -431,6 +437,7 @@ absl::Status ForEachServer(size_t n, absl::Duration timeout, Fn rpc) {
 }  // namespace
 
 void Client::CancelInFlight() {
+  cancelled_ = true;
   std::vector<std::shared_ptr<Call>> calls;
   {
     absl::MutexLock l(&calls_mu_);

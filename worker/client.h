@@ -126,9 +126,11 @@ class Client {
   // Reports requests started from now on to `observer` (null: none). Call while no request is
   // in flight; `observer` must outlive the client or be replaced first.
   void set_observer(ClientObserver* observer) { observer_.store(observer); }
-  // Cancels every call in flight (their handles finish with CANCELLED); later calls are not
-  // affected. Thread-safe: used to stop a job whose pulls wait on workers that are gone.
+  // Cancels every call in flight, queued parts and every later call (their handles finish with
+  // CANCELLED): the client is done. Thread-safe: stops a job whose pulls wait on workers that
+  // are gone.
   void CancelInFlight();
+  bool cancelled() const { return cancelled_.load(); }
 
   int64_t clock() const { return clock_.load(); }
   uint32_t worker_id() const { return options_.worker_id; }
@@ -161,6 +163,7 @@ class Client {
   absl::flat_hash_map<Call*, std::weak_ptr<Call>> calls_ ABSL_GUARDED_BY(calls_mu_);
   std::atomic<int64_t> clock_{0};
   std::atomic<float> lr_scale_{1.0f};
+  std::atomic<bool> cancelled_{false};
   std::atomic<ClientObserver*> observer_{nullptr};
   std::atomic<uint64_t> next_request_id_;
   absl::Mutex dims_mu_;

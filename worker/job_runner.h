@@ -72,6 +72,8 @@ class JobRunner {
   // Stops Run() (CANCELLED) at the next step; calls in flight are cancelled.
   void Cancel();
   JobProgress progress() const;
+  // True once Cancel() was called (a CANCELLED from Run() is then this stop, not a failure).
+  bool cancelled() const { return cancelled_.load(); }
   int64_t total_clocks() const { return total_clocks_; }
 
   // `on_epoch` sees the progress at every epoch end (after evaluation); `on_step` every

@@ -69,23 +69,51 @@ void WorkerDaemon::FillHeartbeat(v1::HeartbeatRequest* req) {
   }
 }
 
-void WorkerDaemon::ApplyMembership(const v1::WorkerAssignment& a) {
+void WorkerDaemon::ApplyMembership(Client* client, const v1::ConsistencySpec& consistency,
+                                   const v1::WorkerAssignment& a) {
+  // No lock held: ConfigureJob may take long (a slow server), and heartbeats must go on. The
+  // client stays alive: RunJob waits for applying_ to clear before it destroys the client.
   std::vector<uint32_t> workers(a.worker_ids().begin(), a.worker_ids().end());
-  absl::Status s = client_->ConfigureJob(consistency_, workers, a.membership_epoch());
+  absl::Status s = client->ConfigureJob(consistency, workers, a.membership_epoch());
+  absl::MutexLock l(&mu_);
+  applying_ = false;
   if (!s.ok() && s.code() != absl::StatusCode::kFailedPrecondition) {
     LOG(WARNING) << a.job_id() << ": telling the servers membership epoch " << a.membership_epoch()
                  << " failed: " << s << " (retrying on the next order)";
     return;
   }
   // FAILED_PRECONDITION: another worker told them a newer epoch already.
-  running_epoch_ = a.membership_epoch();
+  if (runner_ == nullptr || KeyOf(a) != running_key_) return;
+  running_epoch_ = std::max(running_epoch_, a.membership_epoch());
   runner_->SetShard(a.rank(), static_cast<uint32_t>(a.worker_ids_size()));
   LOG(INFO) << a.job_id() << ": membership epoch " << a.membership_epoch() << ", "
             << a.worker_ids_size() << " workers; this worker is rank " << a.rank();
 }
 
+bool WorkerDaemon::TakeMembershipOrder(MembershipOrder* order) {
+  if (runner_ == nullptr || applying_ || !assignment_.has_value() ||
+      KeyOf(*assignment_) != running_key_ || assignment_->membership_epoch() <= running_epoch_) {
+    return false;
+  }
+  applying_ = true;
+  order->client = client_;
+  order->consistency = consistency_;
+  order->assignment = *assignment_;
+  return true;
+}
+
 void WorkerDaemon::OnHeartbeat(const v1::HeartbeatResponse& resp, bool reregistered) {
-  absl::MutexLock l(&mu_);
+  MembershipOrder membership;
+  bool apply = false;
+  {
+    absl::MutexLock l(&mu_);
+    apply = HandleOrders(resp, reregistered, &membership);
+  }
+  if (apply) ApplyMembership(membership.client, membership.consistency, membership.assignment);
+}
+
+bool WorkerDaemon::HandleOrders(const v1::HeartbeatResponse& resp, bool reregistered,
+                                MembershipOrder* membership) {
   if (health_ != nullptr && !stopping_) health_->SetServing(true);  // registered
   std::optional<v1::WorkerAssignment> order;
   if (resp.has_assignment() && !resp.assignment().job_id().empty()) order = resp.assignment();
@@ -95,11 +123,10 @@ void WorkerDaemon::OnHeartbeat(const v1::HeartbeatResponse& resp, bool reregiste
       LOG(WARNING) << running_key_ << ": the scheduler withdrew the assignment"
                    << (reregistered ? " (this node was declared dead)" : "") << "; stopping";
       runner_->Cancel();
-    } else if (order->membership_epoch() > running_epoch_) {
-      ApplyMembership(*order);
     }
   }
   assignment_ = std::move(order);
+  return TakeMembershipOrder(membership);
 }
 
 void WorkerDaemon::Run() {
@@ -147,6 +174,10 @@ void WorkerDaemon::Run() {
 }
 
 absl::Status WorkerDaemon::RunJob(v1::WorkerAssignment a) {
+  {
+    absl::MutexLock l(&mu_);
+    done_report_ = v1::WorkerProgress();  // nothing of the previous job leaks into this one
+  }
   ClientOptions co;
   co.servers.assign(a.servers().begin(), a.servers().end());
   co.job_id = a.job_id();
@@ -177,6 +208,8 @@ absl::Status WorkerDaemon::RunJob(v1::WorkerAssignment a) {
     PS_RETURN_IF_ERROR(client->CreateTable(t));
   }
   client->SetClock(std::max<int64_t>(clock, 0));  // -1 cannot happen: this worker is in the set
+  MembershipOrder membership;
+  bool apply_now = false;
   JobRunner runner(model.get(), client.get(), ro, metrics_);
   runner.SetShard(a.rank(), static_cast<uint32_t>(a.worker_ids_size()));
   {
@@ -190,16 +223,25 @@ absl::Status WorkerDaemon::RunJob(v1::WorkerAssignment a) {
     // An order that came while this worker was starting.
     if (!assignment_.has_value() || KeyOf(*assignment_) != running_key_) {
       runner.Cancel();
-    } else if (assignment_->membership_epoch() > running_epoch_) {
-      ApplyMembership(*assignment_);
+    } else {
+      apply_now = TakeMembershipOrder(&membership);
     }
+  }
+  if (apply_now) {
+    ApplyMembership(membership.client, membership.consistency, membership.assignment);
   }
   const std::string who = absl::StrCat(a.job_id(), " worker ", a.worker_id());
   LOG(INFO) << who << ": starting at clock " << client->clock() << " of " << runner.total_clocks();
   absl::Status s = runner.Run([&](const JobProgress& p) { LOG(INFO) << ProgressLine(who, p); },
                               [&](const JobProgress& p) { LOG(INFO) << ProgressLine(who, p); },
                               options_.log_every_steps);
+  if (s.code() == absl::StatusCode::kCancelled && !runner.cancelled()) {
+    // A CANCELLED that this worker did not ask for is a failure to report, not a stop.
+    s = absl::UnavailableError(absl::StrCat("a request was cancelled: ", s.message()));
+  }
   absl::MutexLock l(&mu_);
+  mu_.Await(absl::Condition(
+      +[](bool* applying) { return !*applying; }, &applying_));  // ApplyMembership uses client
   done_report_ = v1::WorkerProgress();
   FillProgress(runner.progress(), &done_report_);
   client_ = nullptr;

@@ -51,8 +51,20 @@ class WorkerDaemon {
   void OnHeartbeat(const v1::HeartbeatResponse& resp, bool reregistered);
   // Runs one job to its end (or cancellation).
   absl::Status RunJob(v1::WorkerAssignment assignment);
-  // Tells the servers a new worker set and moves this worker's shard.
-  void ApplyMembership(const v1::WorkerAssignment& a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A membership change to tell the servers, taken under mu_ and applied without it.
+  struct MembershipOrder {
+    Client* client = nullptr;
+    v1::ConsistencySpec consistency;
+    v1::WorkerAssignment assignment;
+  };
+  // Follows a heartbeat's orders; true if `membership` must then be applied (without mu_).
+  bool HandleOrders(const v1::HeartbeatResponse& resp, bool reregistered,
+                    MembershipOrder* membership) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // True (and applying_ set) if the latest order has a newer membership for the running job.
+  bool TakeMembershipOrder(MembershipOrder* order) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Tells the servers a new worker set and moves this worker's shard. Called without mu_.
+  void ApplyMembership(Client* client, const v1::ConsistencySpec& consistency,
+                       const v1::WorkerAssignment& a) ABSL_LOCKS_EXCLUDED(mu_);
   static std::string KeyOf(const v1::WorkerAssignment& a);
 
   const WorkerDaemonOptions options_;
@@ -67,6 +79,7 @@ class WorkerDaemon {
   Client* client_ ABSL_GUARDED_BY(mu_) = nullptr;
   JobRunner* runner_ ABSL_GUARDED_BY(mu_) = nullptr;
   v1::ConsistencySpec consistency_ ABSL_GUARDED_BY(mu_);
+  bool applying_ ABSL_GUARDED_BY(mu_) = false;  // an ApplyMembership runs (uses client_)
   // The last job run: not run again, and reported (finished or error) while still assigned.
   std::string done_key_ ABSL_GUARDED_BY(mu_);
   v1::WorkerProgress done_report_ ABSL_GUARDED_BY(mu_);
