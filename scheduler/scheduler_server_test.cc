@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "common/testing/daemon_probes.h"
 #include "gtest/gtest.h"
 #include "ps/v1/scheduler.grpc.pb.h"
 #include "scheduler/internal/test_util.h"
@@ -19,41 +20,8 @@
 namespace ps {
 namespace {
 
-// Health/Check of `service` ("" = the whole server): 1 SERVING, 2 NOT_SERVING, 0 UNKNOWN, -1 on
-// error. The request is hand-encoded: HealthCheckRequest{service = 1 (string)}.
 int CheckHealth(int port, const std::string& service = "") {
-  grpc::GenericStub stub(
-      grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
-  std::string encoded;
-  if (!service.empty()) {
-    encoded.push_back(0x0a);                               // field 1, length-delimited
-    encoded.push_back(static_cast<char>(service.size()));  // names shorter than 128 bytes
-    encoded += service;
-  }
-  grpc::Slice slice(encoded);
-  grpc::ByteBuffer request(&slice, 1);
-  grpc::ByteBuffer response;
-  grpc::Status status;
-  absl::Notification done;
-  stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
-                 [&](grpc::Status s) {
-                   status = std::move(s);
-                   done.Notify();
-                 });
-  done.WaitForNotification();
-  if (!status.ok()) return -1;
-  std::vector<grpc::Slice> slices;
-  if (!response.Dump(&slices).ok()) return -1;
-  std::string bytes;
-  for (const grpc::Slice& s : slices) {
-    bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  }
-  // HealthCheckResponse{status = 1 (enum varint)}: 0x08 <status>; empty means UNKNOWN (0).
-  if (bytes.empty()) return 0;
-  if (bytes.size() != 2 || bytes[0] != 0x08) return -1;
-  return bytes[1];
+  return testing::HealthStatus(absl::StrCat("127.0.0.1:", port), service);
 }
 
 TEST(SchedulerServerTest, HealthIsServingUntilDrained) {

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/testing/daemon_probes.h"
 #include "gtest/gtest.h"
 #include "server/parameter_server.h"
 #include "worker/client.h"
@@ -78,30 +79,9 @@ class FakeModel : public Model {
   std::vector<float> grads_;
 };
 
-// A sample of the registry: the value of a counter or gauge, or a histogram's count; -1 if the
-// series does not exist.
 double Sample(prometheus::Registry& registry, const std::string& name,
-              const std::map<std::string, std::string>& labels, bool histogram_sum = false) {
-  for (const prometheus::MetricFamily& family : registry.Collect()) {
-    if (family.name != name) continue;
-    for (const prometheus::ClientMetric& m : family.metric) {
-      std::map<std::string, std::string> have;
-      for (const auto& l : m.label) have[l.name] = l.value;
-      if (have != labels) continue;
-      switch (family.type) {
-        case prometheus::MetricType::Counter:
-          return m.counter.value;
-        case prometheus::MetricType::Gauge:
-          return m.gauge.value;
-        case prometheus::MetricType::Histogram:
-          return histogram_sum ? m.histogram.sample_sum
-                               : static_cast<double>(m.histogram.sample_count);
-        default:
-          return -1;
-      }
-    }
-  }
-  return -1;
+              const std::map<std::string, std::string>& labels = {}, bool histogram_sum = false) {
+  return testing::MetricValue(registry, name, labels, histogram_sum);
 }
 
 class WorkerMetricsTest : public ::testing::Test {
