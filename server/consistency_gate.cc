@@ -169,6 +169,17 @@ absl::Status ConsistencyGate::CheckPush(const std::string& job_id, uint32_t work
   return absl::OkStatus();
 }
 
+absl::Status ConsistencyGate::CheckPushAndRun(const std::string& job_id, uint32_t worker_id,
+                                              int64_t clock,
+                                              absl::FunctionRef<absl::Status()> then) {
+  auto found = Find(job_id);
+  if (!found.ok()) return found.status();
+  absl::ReaderMutexLock hold_applies(&(*found)->apply_mu);
+  absl::Status s = CheckPush(job_id, worker_id, clock);
+  if (!s.ok()) return s;
+  return then();
+}
+
 absl::StatusOr<int64_t> ConsistencyGate::AdvanceClock(const std::string& job_id, uint32_t worker_id,
                                                       int64_t new_clock) {
   auto found = Find(job_id);

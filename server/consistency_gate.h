@@ -13,6 +13,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -48,6 +49,12 @@ class ConsistencyGate {
   // Checks that `worker_id` may push gradients for `clock` now: it must be a live worker, and
   // the clock must not be ahead of its own (nor, in sync mode, behind it).
   absl::Status CheckPush(const std::string& job_id, uint32_t worker_id, int64_t clock) const;
+
+  // CheckPush, then `then()` (which accumulates the push) while the job's sync applies are held
+  // off (shared with other pushes): a push that passed the check cannot land in a clock that
+  // another request applied in between.
+  absl::Status CheckPushAndRun(const std::string& job_id, uint32_t worker_id, int64_t clock,
+                               absl::FunctionRef<absl::Status()> then);
 
   // Moves the worker's clock to `new_clock`, which may be at most one ahead of its current clock
   // (older clocks are a no-op). Returns the job's minimum clock afterwards.

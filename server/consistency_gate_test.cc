@@ -300,3 +300,35 @@ TEST_F(ConsistencyGateTest, ModeOfAndClockParts) {
 
 }  // namespace
 }  // namespace ps
+
+namespace ps {
+namespace {
+
+// While a push holds CheckPushAndRun, the job's sync clock is not applied: a push that passed
+// the clock check always lands in a clock that is still pending.
+TEST(ConsistencyGateRaceTest, SyncApplyWaitsForAPushInProgress) {
+  std::atomic<int> applied{0};
+  ConsistencyGate gate([&](const std::string&, int64_t) { applied.fetch_add(1); });
+  v1::ConsistencySpec sync;
+  sync.set_mode(v1::ConsistencySpec::SYNC);
+  ASSERT_TRUE(gate.Configure("j", sync, {0}, 1).ok());
+  absl::Notification in_push, advanced;
+  std::thread advancer;
+  absl::Status s = gate.CheckPushAndRun("j", 0, 0, [&] {
+    // Another request of the same worker advances its clock meanwhile: clock 0 would be
+    // applied now, but must wait for this push.
+    advancer = std::thread([&] {
+      EXPECT_TRUE(gate.AdvanceClock("j", 0, 1).ok());
+      advanced.Notify();
+    });
+    EXPECT_FALSE(advanced.WaitForNotificationWithTimeout(absl::Milliseconds(100)));
+    EXPECT_EQ(applied.load(), 0);
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(s.ok()) << s;
+  advancer.join();
+  EXPECT_EQ(applied.load(), 1);
+}
+
+}  // namespace
+}  // namespace ps

@@ -89,7 +89,12 @@ absl::Status ParameterService::DoPush(const v1::PushRequest& req, bool* duplicat
     if (job != nullptr) job->duplicate_pushes->Increment();
     return absl::OkStatus();
   }
-  PS_RETURN_IF_ERROR(gate_.CheckPush(req.job_id(), req.worker_id(), req.clock()));
+  return gate_.CheckPushAndRun(req.job_id(), req.worker_id(), req.clock(),
+                               [&] { return ApplyPush(req, job, duplicate); });
+}
+
+absl::Status ParameterService::ApplyPush(const v1::PushRequest& req, ServerMetrics::Job* job,
+                                         bool* duplicate) {
   const float lr_scale = req.lr_scale() == 0.0f ? 1.0f : req.lr_scale();
   if (!std::isfinite(lr_scale) || lr_scale < 0.0f || lr_scale > 1000.0f) {
     return Rejected(RejectReason::kBadLrScale,

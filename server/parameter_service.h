@@ -46,6 +46,8 @@ class ParameterService final : public v1::ParameterServer::Service {
 
  private:
   absl::Time PullDeadline(const grpc::ServerContext* ctx) const;
+  // DoPush after the clock check, with the job's sync applies held off.
+  absl::Status ApplyPush(const v1::PushRequest& req, ServerMetrics::Job* job, bool* duplicate);
   absl::Status DoConfigureJob(const v1::ConfigureJobRequest& req, v1::ConfigureJobResponse* resp);
   absl::Status DoPushPull(const v1::PushPullRequest& req, absl::Time deadline,
                           v1::PullResponse* resp);
