@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,6 +27,8 @@ absl::StatusOr<Subprocess> Subprocess::Start(const std::vector<std::string>& arg
   const pid_t pid = fork();
   if (pid < 0) return absl::ErrnoToStatus(errno, "fork");
   if (pid == 0) {
+    // Die with the test: a test killed by ctest's timeout must not leave servers behind.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
     const int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd >= 0) {
       dup2(fd, 1);
