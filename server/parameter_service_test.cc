@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/codec.h"
+#include "common/testing/key_blocks.h"
 #include "gtest/gtest.h"
 #include "ps/v1/parameter_server.grpc.pb.h"
 #include "server/parameter_server.h"
@@ -20,6 +21,8 @@
 namespace ps {
 namespace {
 
+using testing::Block;
+using testing::Floats;
 using v1::KeyBlock;
 
 constexpr char kJob[] = "job";
@@ -28,21 +31,6 @@ constexpr uint32_t kSparse = 2;  // dim 2, uniform init
 constexpr int kMaxMessageBytes = 1 << 20;
 const float kNaN = std::numeric_limits<float>::quiet_NaN();
 const float kInf = std::numeric_limits<float>::infinity();
-
-KeyBlock Block(uint32_t table_id, const std::vector<uint64_t>& keys,
-               const std::vector<float>& values = {}) {
-  KeyBlock b;
-  b.set_table_id(table_id);
-  AppendKeys(keys, b.mutable_keys());
-  AppendValues(values.data(), values.size(), b.mutable_values());
-  return b;
-}
-
-std::vector<float> Floats(const std::string& bytes) {
-  std::vector<float> v(bytes.size() / sizeof(float));
-  std::memcpy(v.data(), bytes.data(), bytes.size());
-  return v;
-}
 
 v1::TableSpec Spec(uint32_t id, v1::TableKind kind, uint32_t dim, const std::string& job) {
   v1::TableSpec spec;

@@ -26,6 +26,7 @@
 #include "common/codec.h"
 #include "common/process_metrics.h"
 #include "common/shard_map.h"
+#include "common/testing/key_blocks.h"
 #include "gtest/gtest.h"
 #include "ps/v1/parameter_server.grpc.pb.h"
 #include "server/parameter_server.h"
@@ -33,20 +34,12 @@
 namespace ps {
 namespace {
 
+using testing::Block;
 using v1::KeyBlock;
 
 constexpr char kJob[] = "job";
 constexpr uint32_t kDense = 1;   // "dense": dim 4, 8 rows, sgd (no optimizer state)
 constexpr uint32_t kSparse = 2;  // "sparse": dim 2, adagrad (one state float per value)
-
-KeyBlock Block(uint32_t table_id, const std::vector<uint64_t>& keys,
-               const std::vector<float>& values = {}) {
-  KeyBlock b;
-  b.set_table_id(table_id);
-  AppendKeys(keys, b.mutable_keys());
-  AppendValues(values.data(), values.size(), b.mutable_values());
-  return b;
-}
 
 v1::TableSpec Spec(uint32_t id, const std::string& name, v1::TableKind kind, uint32_t dim,
                    const std::string& job) {

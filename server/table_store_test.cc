@@ -9,12 +9,15 @@
 
 #include "common/codec.h"
 #include "common/shard_map.h"
+#include "common/testing/key_blocks.h"
 #include "gtest/gtest.h"
 #include "server/initializer.h"
 
 namespace ps {
 namespace {
 
+using testing::Block;
+using testing::Floats;
 using v1::KeyBlock;
 using v1::TableSpec;
 
@@ -51,21 +54,6 @@ TableSpec SparseSpec(uint32_t id, uint32_t dim) {
   spec.mutable_optimizer()->set_kind(v1::OptimizerSpec::SGD);
   spec.mutable_optimizer()->set_learning_rate(1.0f);
   return spec;
-}
-
-KeyBlock Block(uint32_t table_id, const std::vector<uint64_t>& keys,
-               const std::vector<float>& values = {}) {
-  KeyBlock b;
-  b.set_table_id(table_id);
-  AppendKeys(keys, b.mutable_keys());
-  AppendValues(values.data(), values.size(), b.mutable_values());
-  return b;
-}
-
-std::vector<float> Floats(const std::string& bytes) {
-  std::vector<float> v(bytes.size() / sizeof(float));
-  std::memcpy(v.data(), bytes.data(), bytes.size());
-  return v;
 }
 
 // The raw bytes of the rows (pulls create missing sparse rows, so pull only existing keys).
