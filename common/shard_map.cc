@@ -19,6 +19,26 @@ ShardMap ShardMap::RoundRobin(std::vector<std::string> servers, uint64_t epoch) 
   return m;
 }
 
+absl::StatusOr<ShardMap> ShardMap::FromOwners(std::vector<std::string> servers,
+                                              const std::vector<uint32_t>& owners, uint64_t epoch) {
+  if (owners.size() != kNumSlots) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a shard map needs ", kNumSlots, " slot owners, not ", owners.size()));
+  }
+  ShardMap m;
+  m.epoch_ = epoch;
+  m.owner_.resize(kNumSlots);
+  for (uint32_t s = 0; s < kNumSlots; ++s) {
+    if (owners[s] >= servers.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("slot ", s, " is owned by server ", owners[s], " of ", servers.size()));
+    }
+    m.owner_[s] = static_cast<int>(owners[s]);
+  }
+  m.servers_ = std::move(servers);
+  return m;
+}
+
 std::vector<bool> ShardMap::SlotsOf(int index) const {
   std::vector<bool> mine(kNumSlots);
   for (uint32_t s = 0; s < kNumSlots; ++s) mine[s] = owner_[s] == index;

@@ -28,6 +28,10 @@ class ShardMap {
  public:
   // Slot s goes to server s % servers.size() (a balanced static placement).
   static ShardMap RoundRobin(std::vector<std::string> servers, uint64_t epoch = 1);
+  // Slot s goes to servers[owners[s]] (the scheduler's map after a server loss); `owners` must
+  // have kNumSlots entries, each a valid index (else INVALID_ARGUMENT).
+  static absl::StatusOr<ShardMap> FromOwners(std::vector<std::string> servers,
+                                             const std::vector<uint32_t>& owners, uint64_t epoch);
   // Reads a static shard-map file: one "address slot_ranges" line per server, e.g.
   // "127.0.0.1:7100 0-511" or "host:7101 512-1023"; '#' starts a comment. Every slot
   // must be owned exactly once.

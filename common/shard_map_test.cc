@@ -1,5 +1,6 @@
 #include "common/shard_map.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -56,6 +57,34 @@ TEST(ShardMapTest, SlotBitmapRoundTrips) {
   EXPECT_EQ(*slots, m.SlotsOf(2));
   EXPECT_EQ(DecodeSlotBitmap(std::string(127, '\0')).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace ps
+
+namespace ps {
+namespace {
+
+TEST(ShardMapTest, FromOwnersRoutesEverySlotToItsOwner) {
+  std::vector<uint32_t> owners(kNumSlots);
+  for (uint32_t s = 0; s < kNumSlots; ++s) owners[s] = s < 10 ? 1 : 0;
+  auto map = ShardMap::FromOwners({"a:1", "b:2"}, owners, 7);
+  ASSERT_TRUE(map.ok()) << map.status();
+  EXPECT_EQ(map->epoch(), 7u);
+  EXPECT_EQ(map->OwnerOfSlot(3), 1);
+  EXPECT_EQ(map->OwnerOfSlot(500), 0);
+  const std::vector<bool> second = map->SlotsOf(1);
+  EXPECT_EQ(std::count(second.begin(), second.end(), true), 10);
+}
+
+TEST(ShardMapTest, FromOwnersRejectsBadMaps) {
+  EXPECT_EQ(ShardMap::FromOwners({"a:1"}, std::vector<uint32_t>(5, 0), 1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  std::vector<uint32_t> owners(kNumSlots, 0);
+  owners[9] = 2;
+  auto bad = ShardMap::FromOwners({"a:1", "b:2"}, owners, 1);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("slot 9"), std::string::npos);
 }
 
 }  // namespace

@@ -17,6 +17,8 @@ constexpr int kMaxLayerSize = 65536;
 constexpr int kMnistInputs = 784;
 constexpr int kMnistClasses = 10;
 
+constexpr int kDefaultKeepCheckpoints = 3;
+
 absl::Status Invalid(const std::string& message) {
   return absl::InvalidArgumentError(absl::StrCat("spec.", message));
 }
@@ -104,6 +106,35 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec) {
     }
   }
   if (!spec->has_evaluate()) spec->set_evaluate(true);
+  v1::CheckpointPolicy& checkpoint = *spec->mutable_checkpoint();
+  if (checkpoint.every_steps() < 0) {
+    return Invalid(absl::StrCat("checkpoint.every_steps = ", checkpoint.every_steps(),
+                                " must be >= 0 (0: off)"));
+  }
+  if (checkpoint.every_seconds() < 0) {
+    return Invalid(absl::StrCat("checkpoint.every_seconds = ", checkpoint.every_seconds(),
+                                " must be >= 0 (0: off)"));
+  }
+  if (checkpoint.keep_last() < 0) {
+    return Invalid(absl::StrCat("checkpoint.keep_last = ", checkpoint.keep_last(),
+                                " must be >= 0 (0: ", kDefaultKeepCheckpoints, ")"));
+  }
+  if (checkpoint.keep_last() == 0) checkpoint.set_keep_last(kDefaultKeepCheckpoints);
+  if (!checkpoint.root().empty() && !std::filesystem::path(checkpoint.root()).is_absolute()) {
+    return Invalid(absl::StrCat("checkpoint.root = \"", checkpoint.root(),
+                                "\" must be an absolute path (servers resolve it)"));
+  }
+  if (!v1::RecoveryMode_IsValid(spec->recovery())) {
+    return Invalid(absl::StrCat("recovery = ", spec->recovery(), " is not a recovery mode"));
+  }
+  if (spec->recovery() == v1::RECOVERY_DEFAULT) {
+    spec->set_recovery(spec->consistency().mode() == v1::ConsistencySpec::SYNC
+                           ? v1::ROLLBACK
+                           : v1::RESTORE_LOST_SLOTS);
+  }
+  if (spec->has_from_checkpoint() && spec->from_checkpoint().job_id().empty()) {
+    return Invalid("from_checkpoint.job_id is empty");
+  }
   if (spec->data_dir().empty()) spec->set_data_dir(mlp ? kFashionMnistDir : kSpamAssassinDir);
   // Checked on the scheduler's own host (see the header).
   std::error_code error;

@@ -24,6 +24,9 @@ ABSL_FLAG(std::string, listen, "0.0.0.0:7000", "host:port to serve on (port 0: p
 ABSL_FLAG(std::string, state_dir, "",
           "folder of the scheduler's RocksDB state (nodes, jobs); required. A restarted "
           "scheduler with the same folder resumes where it stopped");
+ABSL_FLAG(std::string, checkpoint_root, "",
+          "directory where servers write checkpoints (every server must reach it; a job spec's "
+          "checkpoint.root overrides it); default: 'checkpoints' beside --state_dir");
 ABSL_FLAG(std::string, port_file, "", "if set, write the bound port here once serving");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1), "how often nodes heartbeat");
 ABSL_FLAG(absl::Duration, heartbeat_timeout, absl::Seconds(5),
@@ -59,6 +62,7 @@ int main(int argc, char** argv) {
   options.state_dir = absl::GetFlag(FLAGS_state_dir);
   options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
   options.heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);
+  options.checkpoint_root = absl::GetFlag(FLAGS_checkpoint_root);
 
   // /metrics first: the scheduler reports its address (ListNodes) and exports from the start.
   std::shared_ptr<prometheus::Registry> registry;

@@ -3,13 +3,16 @@
 #include <glog/logging.h>
 
 #include <algorithm>
+#include <filesystem>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "common/shard_map.h"
 #include "common/status_macros.h"
 #include "scheduler/job_spec.h"
 
@@ -45,7 +48,16 @@ int IndexOf(const Field& field, T value) {
 
 Scheduler::Scheduler(const SchedulerOptions& options, Clock clock,
                      std::unique_ptr<StateStore> store, SchedulerMetrics* metrics)
-    : options_(options), clock_(std::move(clock)), store_(std::move(store)), metrics_(metrics) {}
+    : options_(options), clock_(std::move(clock)), store_(std::move(store)), metrics_(metrics) {
+  std::error_code error;
+  const std::filesystem::path root =
+      options_.checkpoint_root.empty()
+          ? std::filesystem::path(options_.state_dir).lexically_normal().parent_path() /
+                "checkpoints"
+          : std::filesystem::path(options_.checkpoint_root);
+  const std::filesystem::path absolute = std::filesystem::absolute(root, error);
+  checkpoint_root_ = (error ? root : absolute).lexically_normal().string();
+}
 
 absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Open(const SchedulerOptions& options,
                                                            Clock clock, SchedulerMetrics* metrics) {
@@ -91,10 +103,12 @@ absl::Status Scheduler::Load() {
         job.next_event_seq = seq + 1;
       }
     }
+    auto checkpoints = state.checkpoints.find(job.info.job_id());
+    if (checkpoints != state.checkpoints.end()) job.checkpoints = std::move(checkpoints->second);
     if (!IsFinished(job.info.state())) AddEvent(&job, "scheduler restarted", now, &changes);
   }
   LOG(INFO) << "scheduler state from " << options_.state_dir << ": " << nodes_.size() << " nodes, "
-            << jobs_.size() << " jobs";
+            << jobs_.size() << " jobs; checkpoints under " << checkpoint_root_;
   Schedule(now, &changes);
   return Commit(&changes);
 }
@@ -102,6 +116,9 @@ absl::Status Scheduler::Load() {
 absl::Status Scheduler::Commit(Changes* changes) {
   for (uint64_t id : changes->nodes) changes->batch.PutNode(nodes_.at(id));
   for (uint64_t number : changes->jobs) changes->batch.PutJob(jobs_.at(number).info);
+  for (const auto& [number, id] : changes->checkpoints) {
+    changes->batch.PutCheckpoint(jobs_.at(number).checkpoints.at(id));
+  }
   if (changes->counters) {
     changes->batch.PutNextNodeId(next_node_id_);
     changes->batch.PutNextJobId(next_job_id_);
@@ -189,15 +206,6 @@ absl::StatusOr<v1::RegisterResponse> Scheduler::Register(const v1::RegisterReque
   Changes changes;
   changes.sync = true;
   changes.counters = true;
-  if (req.role() == v1::SERVER) {
-    // Only one process can listen on an address: an alive server there is gone.
-    for (auto& [id, node] : nodes_) {
-      if (node.role() == v1::SERVER && node.state() == v1::ALIVE &&
-          node.address() == req.address()) {
-        MarkDead(&node, "a new server registered at its address", now, &changes);
-      }
-    }
-  }
   const uint64_t id = next_node_id_++;
   v1::NodeInfo& node = nodes_[id];
   node.set_node_id(id);
@@ -210,6 +218,16 @@ absl::StatusOr<v1::RegisterResponse> Scheduler::Register(const v1::RegisterReque
   node.set_last_heartbeat_unix_ms(ToMs(now));
   node.set_registered_unix_ms(ToMs(now));
   changes.nodes.insert(id);
+  if (req.role() == v1::SERVER) {
+    // Only one process can listen on an address: an alive server there is gone (restarted).
+    // The new one is registered first, so that it can take the old one's slots as a spare.
+    for (auto& [other_id, other] : nodes_) {
+      if (other_id != id && other.role() == v1::SERVER && other.state() == v1::ALIVE &&
+          other.address() == req.address()) {
+        MarkDead(&other, "a new server registered at its address", now, &changes);
+      }
+    }
+  }
   LOG(INFO) << "node " << id << " registered: " << RoleName(req.role()) << " "
             << (req.address().empty() ? "" : req.address() + " ") << "on " << req.hostname()
             << " pid " << req.pid();
@@ -272,6 +290,18 @@ void Scheduler::HandleProgress(v1::NodeInfo* node, const v1::WorkerProgress& pro
   if (index == 0) {  // rank 0 (the lowest remaining one) speaks for the job
     *job->info.mutable_progress() = progress;
     changes->jobs.insert(job->number);
+    if (job->recovery_start.has_value() && progress.shard_epoch() >= job->info.shard_epoch() &&
+        progress.clock() > job->recovery_clock) {
+      const absl::Duration took = now - *job->recovery_start;
+      job->recovery_start.reset();
+      job->info.set_recoveries(job->info.recoveries() + 1);
+      if (metrics_ != nullptr) metrics_->ServerRecovered(took);
+      AddEvent(job,
+               absl::StrFormat("recovered: training again at clock %d, %.1f s after the server's "
+                               "death was detected",
+                               progress.clock(), absl::ToDoubleSeconds(took)),
+               now, changes);
+    }
     if (metrics_ != nullptr) {
       metrics_->SetJobProgress(job->info.job_id(), progress.clock(), progress.test_accuracy());
     }
@@ -319,6 +349,19 @@ absl::StatusOr<std::string> Scheduler::SubmitJob(v1::JobSpec spec) {
   absl::MutexLock lock(&mu_);
   const absl::Time now = clock_();
   Changes changes;
+  PS_ASSIGN_OR_RETURN(std::string job_id, SubmitLocked(std::move(spec), now, &changes));
+  Schedule(now, &changes);
+  PS_RETURN_IF_ERROR(Commit(&changes));
+  return job_id;
+}
+
+absl::StatusOr<std::string> Scheduler::SubmitLocked(v1::JobSpec spec, absl::Time now,
+                                                    Changes* changes_ptr) {
+  Changes& changes = *changes_ptr;
+  if (spec.has_from_checkpoint()) {
+    PS_ASSIGN_OR_RETURN(const v1::CheckpointInfo* from, ResolveFromCheckpoint(spec));
+    spec.mutable_from_checkpoint()->set_checkpoint_id(from->checkpoint_id());
+  }
   changes.sync = true;
   changes.counters = true;
   const uint64_t number = next_job_id_++;
@@ -334,10 +377,14 @@ absl::StatusOr<std::string> Scheduler::SubmitJob(v1::JobSpec spec) {
       absl::StrCat(s.model(), ", ", Plural(s.num_workers(), "worker"), ", ",
                    s.num_servers() == 0 ? "every live server" : Plural(s.num_servers(), "server"));
   AddEvent(&job, absl::StrCat("submitted: ", summary), now, &changes);
+  if (s.has_from_checkpoint()) {
+    AddEvent(&job,
+             absl::StrCat("starts from checkpoint ", s.from_checkpoint().checkpoint_id(), " of ",
+                          s.from_checkpoint().job_id()),
+             now, &changes);
+  }
   LOG(INFO) << "job " << job.info.job_id() << " submitted"
             << (s.name().empty() ? "" : " (" + s.name() + ")") << ": " << summary;
-  Schedule(now, &changes);
-  PS_RETURN_IF_ERROR(Commit(&changes));
   return job.info.job_id();
 }
 
@@ -415,10 +462,7 @@ void Scheduler::MarkDead(v1::NodeInfo* node, const std::string& why, absl::Time 
     for (auto& [number, job] : jobs_) {
       if (job.info.state() == v1::RUNNING &&
           IndexOf(job.info.server_nodes(), node->node_id()) >= 0) {
-        EndJob(&job, v1::FAILED,
-               absl::StrCat("server node ", node->node_id(), " (", node->address(),
-                            ") died; recovering a server needs checkpoints (not available yet)"),
-               now, changes);
+        RecoverFromServerLoss(&job, node->node_id(), why, now, changes);
       }
     }
   }
@@ -551,6 +595,28 @@ bool Scheduler::TryStart(Job* job, std::vector<uint64_t>* idle, absl::Time now, 
     placement.push_back(absl::StrCat("node ", id, " (", nodes_[id].address(), ")"));
   }
   info.set_shard_epoch(1);
+  if (spec.has_from_checkpoint()) {
+    const v1::CheckpointInfo* from = nullptr;
+    auto resolved = ResolveFromCheckpoint(spec);
+    if (resolved.ok()) from = *resolved;
+    v1::RestoreOrder& order = *info.mutable_restore();
+    order.set_shard_epoch(1);
+    order.set_rollback(true);
+    order.set_slots(EncodeSlotBitmap(std::vector<bool>(kNumSlots, true)));
+    order.set_reason(absl::StrCat("the job starts from checkpoint ",
+                                  spec.from_checkpoint().checkpoint_id(), " of ",
+                                  spec.from_checkpoint().job_id()));
+    if (from != nullptr) {
+      order.set_source_job_id(from->job_id());
+      order.set_checkpoint_id(from->checkpoint_id());
+      order.set_clock(from->clock());
+      *order.mutable_shards() = from->shards();
+    } else {
+      // Pruned or found corrupt since the submission: the job fails at once.
+      EndJob(job, v1::FAILED, resolved.status().ToString(), now, changes);
+      return true;
+    }
+  }
   std::vector<std::string> workers;
   for (size_t i = 0; i < num_workers; ++i) {
     const uint64_t id = (*idle)[i];
@@ -586,6 +652,11 @@ v1::WorkerAssignment Scheduler::Assignment(const Job& job, int index) const {
   a.set_rank(index);
   *a.mutable_servers() = info.server_addresses();
   a.set_shard_epoch(info.shard_epoch());
+  *a.mutable_slot_owners() = info.slot_owners();
+  if (info.has_restore() && info.restore().shard_epoch() == info.shard_epoch()) {
+    *a.mutable_restore() = info.restore();
+  }
+  a.set_checkpoint_requests(info.checkpoint_requests());
   return a;
 }
 

@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -56,6 +57,22 @@ class Scheduler {
   // Declares silent nodes DEAD (and handles their jobs), then schedules.
   absl::Status Tick();
 
+  // Checkpoints (see scheduler_checkpoints.cc). psctl: RequestCheckpoint asks the running job's
+  // rank 0 for a checkpoint at its next step; RestoreJob rolls a running job back to a complete
+  // checkpoint (0: the latest), or submits an ended one again from it (the answer is then the
+  // new job).
+  absl::StatusOr<v1::RequestCheckpointResponse> RequestCheckpoint(const std::string& job_id);
+  absl::StatusOr<std::vector<v1::CheckpointInfo>> ListCheckpoints(const std::string& job_id) const;
+  absl::StatusOr<v1::JobInfo> RestoreJob(const std::string& job_id, uint64_t checkpoint_id);
+  // Workers: a new WRITING checkpoint (FAILED_PRECONDITION while another one writes, or for an
+  // old shard map), and its end (COMPLETE once every server confirmed; then pruning).
+  absl::StatusOr<v1::CheckpointInfo> BeginCheckpoint(const v1::BeginCheckpointRequest& req);
+  absl::StatusOr<v1::CheckpointInfo> FinishCheckpoint(const v1::FinishCheckpointRequest& req);
+  // A restore order could not be carried out: a corrupt or missing checkpoint is marked CORRUPT
+  // and the job falls back to the previous complete one (or its initial values), under a new
+  // shard epoch; an incompatible checkpoint fails the job.
+  absl::StatusOr<v1::JobInfo> ReportRestoreFailure(const v1::ReportRestoreFailureRequest& req);
+
  private:
   struct Job {
     uint64_t number = 0;                                   // n of "job-<n>"
@@ -65,11 +82,18 @@ class Scheduler {
     // When each worker that died while the job ran did (oldest first), until one joins in its
     // place. In memory only: a restarted scheduler counts no recovery for earlier deaths.
     std::deque<absl::Time> deaths;
+    // Checkpoint catalog, by id.
+    std::map<uint64_t, v1::CheckpointInfo> checkpoints;
+    // A server loss being recovered from: detected then; done when rank 0 reports a clock past
+    // `recovery_clock`. In memory only.
+    std::optional<absl::Time> recovery_start;
+    int64_t recovery_clock = 0;
   };
   // What one operation changed; written in one batch by Commit().
   struct Changes {
     std::set<uint64_t> nodes;
-    std::set<uint64_t> jobs;  // job numbers
+    std::set<uint64_t> jobs;                              // job numbers
+    std::set<std::pair<uint64_t, uint64_t>> checkpoints;  // (job number, checkpoint id)
     bool counters = false;
     bool sync = false;
     StateStore::Batch batch;  // events
@@ -92,6 +116,25 @@ class Scheduler {
 
   // Node death and its consequences for the jobs it served.
   void MarkDead(v1::NodeInfo* node, const std::string& why, absl::Time now, Changes* changes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A server of a running job died: its slots move to a spare or to the survivors, under a new
+  // shard epoch with a restore order (scheduler_checkpoints.cc).
+  void RecoverFromServerLoss(Job* job, uint64_t node_id, const std::string& why, absl::Time now,
+                             Changes* changes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Bumps the shard epoch and sets a restore order from `checkpoint` (null: initial values).
+  void OrderRestore(Job* job, const v1::CheckpointInfo* checkpoint, bool rollback,
+                    const std::vector<bool>& slots, const std::string& reason, absl::Time now,
+                    Changes* changes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The newest COMPLETE checkpoint of `job` with id < `before` (null: none).
+  const v1::CheckpointInfo* LatestComplete(const Job& job, uint64_t before = UINT64_MAX) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  void PruneCheckpoints(Job* job, absl::Time now, Changes* changes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string CheckpointRoot(const v1::JobSpec& spec) const;
+  // Resolves a spec's from_checkpoint to a COMPLETE checkpoint (INVALID_ARGUMENT otherwise).
+  absl::StatusOr<const v1::CheckpointInfo*> ResolveFromCheckpoint(const v1::JobSpec& spec) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<std::string> SubmitLocked(v1::JobSpec spec, absl::Time now, Changes* changes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RemoveWorker(Job* job, uint64_t node_id, const std::string& why, absl::Time now,
                     Changes* changes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -125,6 +168,7 @@ class Scheduler {
   std::map<uint64_t, Job> jobs_ ABSL_GUARDED_BY(mu_);            // by job number: submit order
   uint64_t next_node_id_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t next_job_id_ ABSL_GUARDED_BY(mu_) = 1;
+  std::string checkpoint_root_;  // absolute
 };
 
 }  // namespace ps

@@ -64,12 +64,43 @@ SchedulerMetrics::SchedulerMetrics(prometheus::Registry& registry)
                       .Help("Dead workers of running jobs replaced by joining ones")
                       .Register(registry)
                       .Add({})),
-      recovery_seconds_(BuildHistogram()
-                            .Name("ps_scheduler_recovery_seconds")
-                            .Help("Time from a worker's death to its replacement joining the job")
-                            .Register(registry)
-                            .Add({}, prometheus::Histogram::BucketBoundaries{
-                                         0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600})) {
+      recovery_seconds_(
+          BuildHistogram()
+              .Name("ps_scheduler_recovery_seconds")
+              .Help("Time from a worker's death to its replacement joining the job")
+              .Register(registry)
+              .Add({}, prometheus::Histogram::BucketBoundaries{0.5, 1, 2, 5, 10, 20, 30, 60, 120,
+                                                               300, 600})),
+      checkpoints_(BuildCounter()
+                       .Name("ps_scheduler_checkpoints_total")
+                       .Help("Checkpoints that ended, by state (complete, failed, corrupt)")
+                       .Register(registry)),
+      checkpoint_seconds_(
+          BuildHistogram()
+              .Name("ps_scheduler_checkpoint_seconds")
+              .Help("Time from a checkpoint's start to every server confirming it")
+              .Register(registry)
+              .Add({}, prometheus::Histogram::BucketBoundaries{0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60,
+                                                               120, 300})),
+      last_checkpoint_(BuildGauge()
+                           .Name("ps_scheduler_job_last_checkpoint_timestamp_seconds")
+                           .Help("A running job's latest complete checkpoint (Unix time); "
+                                 "time() minus it is the checkpoint's age")
+                           .Register(registry)),
+      server_recoveries_(BuildCounter()
+                             .Name("ps_scheduler_server_recoveries_total")
+                             .Help("Server losses a running job recovered from (slots moved and "
+                                   "restored, training again)")
+                             .Register(registry)
+                             .Add({})),
+      server_recovery_seconds_(BuildHistogram()
+                                   .Name("ps_scheduler_server_recovery_seconds")
+                                   .Help("Time from a server's death being detected to its job "
+                                         "training again")
+                                   .Register(registry)
+                                   .Add({}, prometheus::Histogram::BucketBoundaries{
+                                                0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600})) {
+  for (const char* state : {"complete", "failed", "corrupt"}) checkpoints_.Add({{"state", state}});
   // Every combination exists from the start (at 0), so that sums and rates see no gaps.
   for (v1::NodeRole role : {v1::SERVER, v1::WORKER}) {
     dead_nodes_.Add({{"role", Lower(v1::NodeRole_Name(role))}});
@@ -99,6 +130,23 @@ void SchedulerMetrics::Recovered(absl::Duration took) {
   recovery_seconds_.Observe(absl::ToDoubleSeconds(took));
 }
 
+void SchedulerMetrics::CheckpointEnded(const std::string& state, absl::Duration took) {
+  checkpoints_.Add({{"state", state}}).Increment();
+  if (state == "complete") checkpoint_seconds_.Observe(absl::ToDoubleSeconds(took));
+}
+
+void SchedulerMetrics::SetJobCheckpoint(const std::string& job_id, absl::Time completed) {
+  absl::MutexLock l(&mu_);
+  JobSeries& s = SeriesOf(job_id);
+  if (s.last_checkpoint == nullptr) s.last_checkpoint = &last_checkpoint_.Add({{"job", job_id}});
+  s.last_checkpoint->Set(absl::ToDoubleSeconds(completed - absl::UnixEpoch()));
+}
+
+void SchedulerMetrics::ServerRecovered(absl::Duration took) {
+  server_recoveries_.Increment();
+  server_recovery_seconds_.Observe(absl::ToDoubleSeconds(took));
+}
+
 SchedulerMetrics::JobSeries& SchedulerMetrics::SeriesOf(const std::string& job_id) {
   auto [it, added] = series_.try_emplace(job_id);
   if (added) {
@@ -115,6 +163,7 @@ void SchedulerMetrics::RemoveSeries(const JobSeries& series) {
   shard_map_epoch_.Remove(series.shard_map_epoch);
   membership_epoch_.Remove(series.membership_epoch);
   if (series.test_accuracy != nullptr) job_test_accuracy_.Remove(series.test_accuracy);
+  if (series.last_checkpoint != nullptr) last_checkpoint_.Remove(series.last_checkpoint);
 }
 
 void SchedulerMetrics::SetJobEpochs(const std::string& job_id, uint64_t shard_epoch,

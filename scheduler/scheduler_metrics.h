@@ -47,6 +47,12 @@ class SchedulerMetrics {
   void SlotsMoved(int64_t slots) { slot_moves_.Increment(static_cast<double>(slots)); }
   // A dead worker of a running job was replaced by one that joined, `took` after the death.
   void Recovered(absl::Duration took);
+  // A checkpoint ended: "complete", "failed" or "corrupt" (found so at a restore).
+  void CheckpointEnded(const std::string& state, absl::Duration took);
+  // A running job's latest complete checkpoint (its end time).
+  void SetJobCheckpoint(const std::string& job_id, absl::Time completed);
+  // A job lost a server and trains again, `took` after the death was detected.
+  void ServerRecovered(absl::Duration took);
 
  private:
   struct JobSeries {
@@ -54,6 +60,7 @@ class SchedulerMetrics {
     prometheus::Gauge* test_accuracy = nullptr;  // from the first evaluation on
     prometheus::Gauge* shard_map_epoch = nullptr;
     prometheus::Gauge* membership_epoch = nullptr;
+    prometheus::Gauge* last_checkpoint = nullptr;  // from the first complete checkpoint on
   };
   JobSeries& SeriesOf(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RemoveSeries(const JobSeries& series) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -70,6 +77,11 @@ class SchedulerMetrics {
   prometheus::Counter& slot_moves_;
   prometheus::Counter& recoveries_;
   prometheus::Histogram& recovery_seconds_;
+  prometheus::Family<prometheus::Counter>& checkpoints_;
+  prometheus::Histogram& checkpoint_seconds_;
+  prometheus::Family<prometheus::Gauge>& last_checkpoint_;
+  prometheus::Counter& server_recoveries_;
+  prometheus::Histogram& server_recovery_seconds_;
 
   absl::Mutex mu_;
   std::map<std::string, JobSeries> series_ ABSL_GUARDED_BY(mu_);  // by job id

@@ -23,6 +23,9 @@ struct SchedulerOptions {
   absl::Duration tick_interval = absl::Milliseconds(200);
   // host:port of this scheduler's /metrics, reported by ListNodes (empty: none).
   std::string metrics_address;
+  // Where servers write checkpoints (a directory every server can reach; a job's spec may name
+  // another). Empty: "checkpoints" beside state_dir. Made absolute by the scheduler.
+  std::string checkpoint_root;
   // Events kept per job; older ones are dropped.
   int max_events_per_job = 1000;
 

@@ -54,4 +54,42 @@ grpc::Status SchedulerService::ListNodes(grpc::ServerContext*, const v1::ListNod
   return grpc::Status::OK;
 }
 
+grpc::Status SchedulerService::RequestCheckpoint(grpc::ServerContext*,
+                                                 const v1::RequestCheckpointRequest* req,
+                                                 v1::RequestCheckpointResponse* resp) {
+  return Answer(scheduler_->RequestCheckpoint(req->job_id()), resp);
+}
+
+grpc::Status SchedulerService::ListCheckpoints(grpc::ServerContext*,
+                                               const v1::ListCheckpointsRequest* req,
+                                               v1::ListCheckpointsResponse* resp) {
+  auto list = scheduler_->ListCheckpoints(req->job_id());
+  if (!list.ok()) return ToGrpcStatus(list.status());
+  for (v1::CheckpointInfo& c : *list) *resp->add_checkpoints() = std::move(c);
+  return grpc::Status::OK;
+}
+
+grpc::Status SchedulerService::RestoreJob(grpc::ServerContext*, const v1::RestoreJobRequest* req,
+                                          v1::JobInfo* resp) {
+  return Answer(scheduler_->RestoreJob(req->job_id(), req->checkpoint_id()), resp);
+}
+
+grpc::Status SchedulerService::BeginCheckpoint(grpc::ServerContext*,
+                                               const v1::BeginCheckpointRequest* req,
+                                               v1::CheckpointInfo* resp) {
+  return Answer(scheduler_->BeginCheckpoint(*req), resp);
+}
+
+grpc::Status SchedulerService::FinishCheckpoint(grpc::ServerContext*,
+                                                const v1::FinishCheckpointRequest* req,
+                                                v1::CheckpointInfo* resp) {
+  return Answer(scheduler_->FinishCheckpoint(*req), resp);
+}
+
+grpc::Status SchedulerService::ReportRestoreFailure(grpc::ServerContext*,
+                                                    const v1::ReportRestoreFailureRequest* req,
+                                                    v1::JobInfo* resp) {
+  return Answer(scheduler_->ReportRestoreFailure(*req), resp);
+}
+
 }  // namespace ps

@@ -27,6 +27,19 @@ class SchedulerService final : public v1::Scheduler::Service {
                          v1::JobInfo* resp) override;
   grpc::Status ListNodes(grpc::ServerContext* ctx, const v1::ListNodesRequest* req,
                          v1::ListNodesResponse* resp) override;
+  grpc::Status RequestCheckpoint(grpc::ServerContext* ctx, const v1::RequestCheckpointRequest* req,
+                                 v1::RequestCheckpointResponse* resp) override;
+  grpc::Status ListCheckpoints(grpc::ServerContext* ctx, const v1::ListCheckpointsRequest* req,
+                               v1::ListCheckpointsResponse* resp) override;
+  grpc::Status RestoreJob(grpc::ServerContext* ctx, const v1::RestoreJobRequest* req,
+                          v1::JobInfo* resp) override;
+  grpc::Status BeginCheckpoint(grpc::ServerContext* ctx, const v1::BeginCheckpointRequest* req,
+                               v1::CheckpointInfo* resp) override;
+  grpc::Status FinishCheckpoint(grpc::ServerContext* ctx, const v1::FinishCheckpointRequest* req,
+                                v1::CheckpointInfo* resp) override;
+  grpc::Status ReportRestoreFailure(grpc::ServerContext* ctx,
+                                    const v1::ReportRestoreFailureRequest* req,
+                                    v1::JobInfo* resp) override;
 
  private:
   Scheduler* const scheduler_;

@@ -295,7 +295,7 @@ TEST_F(SchedulerTest, ProgressIsRankZerosReport) {
   EXPECT_EQ(Job(job_id).progress().clock(), 7);
 }
 
-TEST_F(SchedulerTest, ServerDeathFailsTheJob) {
+TEST_F(SchedulerTest, DeathOfTheOnlyServerFailsTheJob) {
   const uint64_t server = Register(v1::SERVER);
   const uint64_t w0 = Register(v1::WORKER);
   const std::string job_id = Submit(1, 1);
@@ -303,8 +303,8 @@ TEST_F(SchedulerTest, ServerDeathFailsTheJob) {
   v1::JobInfo job = Job(job_id);
   EXPECT_EQ(job.state(), v1::FAILED);
   EXPECT_EQ(job.reason(),
-            "server node 1 (10.0.0.1:7100) died; recovering a server needs checkpoints (not "
-            "available yet)");
+            "server node 1 (10.0.0.1:7100) died (no heartbeat for 5s) and no server is left to "
+            "take its slots");
   EXPECT_GT(job.end_time_unix_ms(), 0);
   EXPECT_EQ(Node(w0).job_id(), "");
   EXPECT_FALSE(Heartbeat(w0).has_assignment());

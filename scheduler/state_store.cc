@@ -17,6 +17,7 @@ namespace {
 constexpr absl::string_view kNodePrefix = "node/";
 constexpr absl::string_view kJobPrefix = "job/";
 constexpr absl::string_view kEventPrefix = "event/";
+constexpr absl::string_view kCheckpointPrefix = "ckpt/";
 constexpr absl::string_view kNextNodeIdKey = "meta/next_node_id";
 constexpr absl::string_view kNextJobIdKey = "meta/next_job_id";
 
@@ -73,6 +74,12 @@ void StateStore::Batch::DeleteEvent(const std::string& job_id, uint64_t seq) {
   ops_.emplace_back(EventKey(job_id, seq), std::nullopt);
 }
 
+void StateStore::Batch::PutCheckpoint(const v1::CheckpointInfo& checkpoint) {
+  ops_.emplace_back(absl::StrFormat("%s%s/%010d", kCheckpointPrefix, checkpoint.job_id(),
+                                    checkpoint.checkpoint_id()),
+                    checkpoint.SerializeAsString());
+}
+
 void StateStore::Batch::PutNextNodeId(uint64_t id) {
   ops_.emplace_back(std::string(kNextNodeIdKey), absl::StrCat(id));
 }
@@ -124,6 +131,10 @@ absl::StatusOr<StoredState> StateStore::Load() const {
         return Unparsable(dir_, key);
       }
       state.events[std::string(rest.substr(0, slash))].emplace_back(seq, std::move(event));
+    } else if (absl::StartsWith(key, kCheckpointPrefix)) {
+      v1::CheckpointInfo checkpoint;
+      if (!checkpoint.ParseFromArray(value.data(), value.size())) return Unparsable(dir_, key);
+      state.checkpoints[checkpoint.job_id()][checkpoint.checkpoint_id()] = std::move(checkpoint);
     } else if (key == kNextNodeIdKey || key == kNextJobIdKey) {
       uint64_t id = 0;
       if (!absl::SimpleAtoi(absl::string_view(value.data(), value.size()), &id)) {

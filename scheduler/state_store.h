@@ -26,12 +26,15 @@ struct StoredState {
   std::vector<v1::JobInfo> jobs;  // events are stored apart: see `events`
   // job id -> (sequence number, event), oldest first.
   std::map<std::string, std::vector<std::pair<uint64_t, v1::JobEvent>>> events;
+  // job id -> its checkpoint catalog, by checkpoint id.
+  std::map<std::string, std::map<uint64_t, v1::CheckpointInfo>> checkpoints;
   uint64_t next_node_id = 1;
   uint64_t next_job_id = 1;
 };
 
 // Keys: "node/<node id>", "job/<job id>" (JobInfo without events),
-// "event/<job id>/<seq, 10 digits>" (JobEvent), "meta/next_node_id", "meta/next_job_id"
+// "event/<job id>/<seq, 10 digits>" (JobEvent), "ckpt/<job id>/<checkpoint id, 10 digits>"
+// (CheckpointInfo), "meta/next_node_id", "meta/next_job_id"
 // (decimal). Values are serialized protos. Thread-safe (RocksDB is); the one place where
 // rocksdb::Status becomes absl::Status.
 class StateStore {
@@ -43,6 +46,7 @@ class StateStore {
     void PutJob(const v1::JobInfo& job);  // any events in `job` are not stored
     void PutEvent(const std::string& job_id, uint64_t seq, const v1::JobEvent& event);
     void DeleteEvent(const std::string& job_id, uint64_t seq);
+    void PutCheckpoint(const v1::CheckpointInfo& checkpoint);
     void PutNextNodeId(uint64_t id);
     void PutNextJobId(uint64_t id);
     bool empty() const { return ops_.empty(); }

@@ -1,0 +1,528 @@
+// The scheduler's checkpoint catalog and recovery from server loss.
+#include <glog/logging.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
+#include "common/shard_map.h"
+#include "common/status_macros.h"
+#include "scheduler/scheduler.h"
+
+namespace ps {
+namespace {
+
+int64_t ToMs(absl::Time t) { return absl::ToUnixMillis(t); }
+
+std::string StateName(v1::CheckpointState state) {
+  return absl::AsciiStrToLower(absl::StripPrefix(v1::CheckpointState_Name(state), "CHECKPOINT_"));
+}
+
+// Slot s -> index of its server in info.server_addresses().
+std::vector<int> SlotOwners(const v1::JobInfo& info) {
+  std::vector<int> owners(kNumSlots, 0);
+  const int n = std::max(1, info.server_addresses_size());
+  for (uint32_t s = 0; s < kNumSlots; ++s) {
+    owners[s] = info.slot_owners_size() == static_cast<int>(kNumSlots)
+                    ? static_cast<int>(info.slot_owners(s))
+                    : static_cast<int>(s % n);
+  }
+  return owners;
+}
+
+std::string MiB(uint64_t bytes) { return absl::StrFormat("%.1f MiB", bytes / 1048576.0); }
+
+}  // namespace
+
+std::string Scheduler::CheckpointRoot(const v1::JobSpec& spec) const {
+  return spec.checkpoint().root().empty() ? checkpoint_root_ : spec.checkpoint().root();
+}
+
+const v1::CheckpointInfo* Scheduler::LatestComplete(const Job& job, uint64_t before) const {
+  for (auto it = job.checkpoints.rbegin(); it != job.checkpoints.rend(); ++it) {
+    if (it->first < before && it->second.state() == v1::CHECKPOINT_COMPLETE) return &it->second;
+  }
+  return nullptr;
+}
+
+absl::StatusOr<const v1::CheckpointInfo*> Scheduler::ResolveFromCheckpoint(
+    const v1::JobSpec& spec) const {
+  const v1::CheckpointRef& ref = spec.from_checkpoint();
+  const Job* source = FindJob(ref.job_id());
+  if (source == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec.from_checkpoint: no job '", ref.job_id(), "'"));
+  }
+  const v1::JobSpec& other = source->info.spec();
+  if (other.model() != spec.model() ||
+      !std::equal(other.layers().begin(), other.layers().end(), spec.layers().begin(),
+                  spec.layers().end()) ||
+      other.hash_bits() != spec.hash_bits()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec.from_checkpoint: job ", ref.job_id(), " trained another model (",
+                     other.model(), "); its tables cannot be loaded into ", spec.model()));
+  }
+  const v1::CheckpointInfo* checkpoint = nullptr;
+  if (ref.checkpoint_id() == 0) {
+    checkpoint = LatestComplete(*source);
+    if (checkpoint == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("spec.from_checkpoint: job ", ref.job_id(), " has no complete checkpoint"));
+    }
+    return checkpoint;
+  }
+  auto it = source->checkpoints.find(ref.checkpoint_id());
+  if (it == source->checkpoints.end()) {
+    return absl::InvalidArgumentError(absl::StrCat("spec.from_checkpoint: job ", ref.job_id(),
+                                                   " has no checkpoint ", ref.checkpoint_id()));
+  }
+  if (it->second.state() != v1::CHECKPOINT_COMPLETE) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "spec.from_checkpoint: checkpoint ", ref.checkpoint_id(), " of ", ref.job_id(), " is ",
+        StateName(it->second.state()),
+        it->second.error().empty() ? "" : absl::StrCat(" (", it->second.error(), ")")));
+  }
+  return &it->second;
+}
+
+absl::StatusOr<v1::RequestCheckpointResponse> Scheduler::RequestCheckpoint(
+    const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  Job* job = FindJob(job_id);
+  if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
+  if (job->info.state() != v1::RUNNING) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", job_id, " is ", absl::AsciiStrToLower(v1::JobState_Name(job->info.state())),
+        "; only a running job can take a checkpoint"));
+  }
+  const absl::Time now = clock_();
+  Changes changes;
+  const uint64_t seq = job->info.checkpoint_requests() + 1;
+  job->info.set_checkpoint_requests(seq);
+  changes.jobs.insert(job->number);
+  AddEvent(job, absl::StrCat("checkpoint requested (request ", seq, ")"), now, &changes);
+  PS_RETURN_IF_ERROR(Commit(&changes));
+  v1::RequestCheckpointResponse resp;
+  resp.set_request_seq(seq);
+  return resp;
+}
+
+absl::StatusOr<std::vector<v1::CheckpointInfo>> Scheduler::ListCheckpoints(
+    const std::string& job_id) const {
+  absl::ReaderMutexLock lock(&mu_);
+  const Job* job = FindJob(job_id);
+  if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
+  std::vector<v1::CheckpointInfo> out;
+  for (const auto& [id, checkpoint] : job->checkpoints) out.push_back(checkpoint);
+  return out;
+}
+
+absl::StatusOr<v1::JobInfo> Scheduler::RestoreJob(const std::string& job_id,
+                                                  uint64_t checkpoint_id) {
+  absl::MutexLock lock(&mu_);
+  Job* job = FindJob(job_id);
+  if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
+  const v1::CheckpointInfo* checkpoint = nullptr;
+  if (checkpoint_id == 0) {
+    checkpoint = LatestComplete(*job);
+    if (checkpoint == nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job ", job_id, " has no complete checkpoint"));
+    }
+  } else {
+    auto it = job->checkpoints.find(checkpoint_id);
+    if (it == job->checkpoints.end()) {
+      return absl::NotFoundError(
+          absl::StrCat("job ", job_id, " has no checkpoint ", checkpoint_id));
+    }
+    checkpoint = &it->second;
+    if (checkpoint->state() != v1::CHECKPOINT_COMPLETE) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "checkpoint ", checkpoint_id, " of ", job_id, " is ", StateName(checkpoint->state()),
+          checkpoint->error().empty() ? "" : absl::StrCat(" (", checkpoint->error(), ")"),
+          "; only a complete checkpoint can be restored"));
+    }
+  }
+  const absl::Time now = clock_();
+  Changes changes;
+  switch (job->info.state()) {
+    case v1::RUNNING:
+      OrderRestore(job, checkpoint, /*rollback=*/true, std::vector<bool>(kNumSlots, true),
+                   absl::StrCat("psctl restore: back to checkpoint ", checkpoint->checkpoint_id()),
+                   now, &changes);
+      PS_RETURN_IF_ERROR(Commit(&changes));
+      return JobWithEvents(*job);
+    case v1::PENDING:
+      return absl::FailedPreconditionError(
+          absl::StrCat("job ", job_id,
+                       " has not started; cancel it and submit it again with "
+                       "--from_checkpoint"));
+    default: {
+      v1::JobSpec spec = job->info.spec();
+      spec.mutable_from_checkpoint()->set_job_id(job_id);
+      spec.mutable_from_checkpoint()->set_checkpoint_id(checkpoint->checkpoint_id());
+      PS_ASSIGN_OR_RETURN(std::string new_id, SubmitLocked(std::move(spec), now, &changes));
+      AddEvent(job,
+               absl::StrCat("restored from checkpoint ", checkpoint->checkpoint_id(), " as job ",
+                            new_id),
+               now, &changes);
+      Schedule(now, &changes);
+      PS_RETURN_IF_ERROR(Commit(&changes));
+      return JobWithEvents(*FindJob(new_id));
+    }
+  }
+}
+
+void Scheduler::OrderRestore(Job* job, const v1::CheckpointInfo* checkpoint, bool rollback,
+                             const std::vector<bool>& slots, const std::string& reason,
+                             absl::Time now, Changes* changes) {
+  v1::JobInfo& info = job->info;
+  info.set_shard_epoch(info.shard_epoch() + 1);
+  v1::RestoreOrder& order = *info.mutable_restore();
+  order.Clear();
+  order.set_shard_epoch(info.shard_epoch());
+  order.set_rollback(rollback);
+  order.set_slots(EncodeSlotBitmap(slots));
+  order.set_reason(reason);
+  if (checkpoint != nullptr) {
+    order.set_source_job_id(checkpoint->job_id());
+    order.set_checkpoint_id(checkpoint->checkpoint_id());
+    order.set_clock(checkpoint->clock());
+    *order.mutable_shards() = checkpoint->shards();
+  }
+  changes->jobs.insert(job->number);
+  changes->sync = true;
+  const int64_t count = std::count(slots.begin(), slots.end(), true);
+  const std::string what = checkpoint == nullptr
+                               ? std::string("no complete checkpoint: initial values")
+                               : absl::StrCat("checkpoint ", checkpoint->checkpoint_id(),
+                                              checkpoint->job_id() == info.job_id()
+                                                  ? ""
+                                                  : absl::StrCat(" of ", checkpoint->job_id()),
+                                              " (clock ", checkpoint->clock(), ")");
+  AddEvent(job,
+           absl::StrCat(reason, ": restoring ",
+                        rollback ? "every slot, workers back to the checkpoint's clock"
+                                 : absl::StrCat(count, " slots"),
+                        ", from ", what, "; shard epoch ", info.shard_epoch()),
+           now, changes);
+  LOG(INFO) << "job " << info.job_id() << ": restore ordered (" << reason << ") from " << what
+            << ", shard epoch " << info.shard_epoch();
+  if (metrics_ != nullptr) {
+    metrics_->SetJobEpochs(info.job_id(), info.shard_epoch(), info.membership_epoch());
+  }
+}
+
+void Scheduler::RecoverFromServerLoss(Job* job, uint64_t node_id, const std::string& why,
+                                      absl::Time now, Changes* changes) {
+  v1::JobInfo& info = job->info;
+  auto at = std::find(info.server_nodes().begin(), info.server_nodes().end(), node_id);
+  if (at == info.server_nodes().end()) return;
+  const int dead = static_cast<int>(at - info.server_nodes().begin());
+  const std::string dead_name =
+      absl::StrCat("server node ", node_id, " (", info.server_addresses(dead), ")");
+  std::vector<int> owners = SlotOwners(info);
+  std::vector<bool> lost(kNumSlots, false);
+  int64_t lost_count = 0;
+  for (uint32_t s = 0; s < kNumSlots; ++s) {
+    if (owners[s] == dead) {
+      lost[s] = true;
+      ++lost_count;
+    }
+  }
+  // A spare: an alive server outside the job, the least loaded (then the lowest id).
+  std::map<uint64_t, int> load;
+  for (const auto& [number, other] : jobs_) {
+    if (other.info.state() != v1::RUNNING) continue;
+    for (uint64_t id : other.info.server_nodes()) ++load[id];
+  }
+  uint64_t spare = 0;
+  for (uint64_t id : AliveServers()) {
+    if (std::find(info.server_nodes().begin(), info.server_nodes().end(), id) !=
+        info.server_nodes().end()) {
+      continue;
+    }
+    if (spare == 0 || load[id] < load[spare]) spare = id;
+  }
+  std::string moved_to;
+  if (spare != 0) {
+    info.set_server_nodes(dead, spare);
+    info.set_server_addresses(dead, nodes_[spare].address());
+    moved_to = absl::StrCat("spare server node ", spare, " (", nodes_[spare].address(), ")");
+  } else {
+    std::vector<int> survivors;
+    for (int i = 0; i < info.server_nodes_size(); ++i) {
+      auto it = nodes_.find(info.server_nodes(i));
+      if (i != dead && it != nodes_.end() && it->second.state() == v1::ALIVE) {
+        survivors.push_back(i);
+      }
+    }
+    if (survivors.empty()) {
+      EndJob(job, v1::FAILED,
+             absl::StrCat(dead_name, " died (", why, ") and no server is left to take its slots"),
+             now, changes);
+      return;
+    }
+    // The lost slots go round-robin to the survivors; the dead server leaves the list.
+    size_t next = 0;
+    for (uint32_t s = 0; s < kNumSlots; ++s) {
+      if (owners[s] == dead) owners[s] = survivors[next++ % survivors.size()];
+      if (owners[s] > dead) --owners[s];
+    }
+    info.mutable_server_nodes()->erase(info.mutable_server_nodes()->begin() + dead);
+    info.mutable_server_addresses()->erase(info.mutable_server_addresses()->begin() + dead);
+    info.clear_slot_owners();
+    for (int owner : owners) info.add_slot_owners(static_cast<uint32_t>(owner));
+    moved_to = absl::StrCat("the ", survivors.size(), " surviving server",
+                            survivors.size() == 1 ? "" : "s");
+  }
+  if (metrics_ != nullptr) metrics_->SlotsMoved(lost_count);
+  // A checkpoint being written is incomplete for good.
+  for (auto& [id, checkpoint] : job->checkpoints) {
+    if (checkpoint.state() != v1::CHECKPOINT_WRITING) continue;
+    checkpoint.set_state(v1::CHECKPOINT_FAILED);
+    checkpoint.set_error(absl::StrCat(dead_name, " died while it was written"));
+    checkpoint.set_end_time_unix_ms(ToMs(now));
+    changes->checkpoints.insert({job->number, id});
+    if (metrics_ != nullptr) metrics_->CheckpointEnded("failed", absl::ZeroDuration());
+    AddEvent(job, absl::StrCat("checkpoint ", id, " failed: ", checkpoint.error()), now, changes);
+  }
+  AddEvent(
+      job,
+      absl::StrCat(dead_name, " dead: ", why, "; its ", lost_count, " slots move to ", moved_to),
+      now, changes);
+  const bool rollback = info.spec().recovery() != v1::RESTORE_LOST_SLOTS;
+  const v1::CheckpointInfo* checkpoint = LatestComplete(*job);
+  if (checkpoint == nullptr && info.spec().has_from_checkpoint()) {
+    auto from = ResolveFromCheckpoint(info.spec());
+    if (from.ok()) checkpoint = *from;
+  }
+  OrderRestore(job, checkpoint, rollback, rollback ? std::vector<bool>(kNumSlots, true) : lost,
+               absl::StrCat(dead_name, " died"), now, changes);
+  job->recovery_start = now;
+  job->recovery_clock =
+      rollback ? (checkpoint == nullptr ? 0 : checkpoint->clock()) : info.progress().clock();
+}
+
+absl::StatusOr<v1::CheckpointInfo> Scheduler::BeginCheckpoint(
+    const v1::BeginCheckpointRequest& req) {
+  absl::MutexLock lock(&mu_);
+  Job* job = FindJob(req.job_id());
+  if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", req.job_id(), "'"));
+  v1::JobInfo& info = job->info;
+  if (info.state() != v1::RUNNING) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", req.job_id(), " is not running"));
+  }
+  if (req.shard_epoch() != info.shard_epoch()) {
+    return absl::FailedPreconditionError(absl::StrCat("shard epoch ", req.shard_epoch(),
+                                                      " is not the job's (", info.shard_epoch(),
+                                                      "): no checkpoint under an old shard map"));
+  }
+  for (const auto& [id, checkpoint] : job->checkpoints) {
+    if (checkpoint.state() == v1::CHECKPOINT_WRITING) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("checkpoint ", id, " of ", req.job_id(), " is still being written"));
+    }
+  }
+  const absl::Time now = clock_();
+  Changes changes;
+  const uint64_t id = std::max<uint64_t>(1, info.next_checkpoint_id());
+  info.set_next_checkpoint_id(id + 1);
+  changes.jobs.insert(job->number);
+  v1::CheckpointInfo& checkpoint = job->checkpoints[id];
+  checkpoint.set_job_id(info.job_id());
+  checkpoint.set_checkpoint_id(id);
+  checkpoint.set_clock(req.clock());
+  checkpoint.set_state(v1::CHECKPOINT_WRITING);
+  checkpoint.set_start_time_unix_ms(ToMs(now));
+  checkpoint.set_request_seq(req.request_seq());
+  checkpoint.set_shard_epoch(info.shard_epoch());
+  const std::filesystem::path dir = std::filesystem::path(CheckpointRoot(info.spec())) /
+                                    info.job_id() / absl::StrCat("ckpt-", id);
+  checkpoint.set_dir(dir.string());
+  const std::vector<int> owners = SlotOwners(info);
+  for (int k = 0; k < info.server_addresses_size(); ++k) {
+    v1::CheckpointShard& shard = *checkpoint.add_shards();
+    shard.set_server_index(k);
+    shard.set_address(info.server_addresses(k));
+    shard.set_path((dir / absl::StrCat("shard-", k)).string());
+    std::vector<bool> slots(kNumSlots);
+    for (uint32_t s = 0; s < kNumSlots; ++s) slots[s] = owners[s] == k;
+    shard.set_slots(EncodeSlotBitmap(slots));
+  }
+  changes.checkpoints.insert({job->number, id});
+  LOG(INFO) << "job " << info.job_id() << ": checkpoint " << id << " at clock " << req.clock()
+            << " begins in " << checkpoint.dir();
+  PS_RETURN_IF_ERROR(Commit(&changes));
+  return checkpoint;
+}
+
+absl::StatusOr<v1::CheckpointInfo> Scheduler::FinishCheckpoint(
+    const v1::FinishCheckpointRequest& req) {
+  absl::MutexLock lock(&mu_);
+  Job* job = FindJob(req.job_id());
+  if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", req.job_id(), "'"));
+  auto it = job->checkpoints.find(req.checkpoint_id());
+  if (it == job->checkpoints.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("job ", req.job_id(), " has no checkpoint ", req.checkpoint_id()));
+  }
+  v1::CheckpointInfo& checkpoint = it->second;
+  if (checkpoint.state() != v1::CHECKPOINT_WRITING) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint ", req.checkpoint_id(), " of ", req.job_id(), " is ",
+        StateName(checkpoint.state()),
+        checkpoint.error().empty() ? "" : absl::StrCat(" (", checkpoint.error(), ")")));
+  }
+  const absl::Time now = clock_();
+  Changes changes;
+  changes.checkpoints.insert({job->number, req.checkpoint_id()});
+  checkpoint.set_end_time_unix_ms(ToMs(now));
+  checkpoint.set_write_seconds(req.write_seconds());
+  const absl::Duration took = now - absl::FromUnixMillis(checkpoint.start_time_unix_ms());
+  std::string error = req.error();
+  if (error.empty() && req.shards_size() != checkpoint.shards_size()) {
+    error =
+        absl::StrCat(req.shards_size(), " of ", checkpoint.shards_size(), " servers confirmed it");
+  }
+  if (!error.empty()) {
+    checkpoint.set_state(v1::CHECKPOINT_FAILED);
+    checkpoint.set_error(error);
+    if (metrics_ != nullptr) metrics_->CheckpointEnded("failed", took);
+    AddEvent(job, absl::StrCat("checkpoint ", req.checkpoint_id(), " failed: ", error), now,
+             &changes);
+    PS_RETURN_IF_ERROR(Commit(&changes));
+    return checkpoint;
+  }
+  uint64_t rows = 0, bytes = 0;
+  for (int k = 0; k < checkpoint.shards_size(); ++k) {
+    checkpoint.mutable_shards(k)->set_rows(req.shards(k).rows());
+    checkpoint.mutable_shards(k)->set_bytes(req.shards(k).bytes());
+    rows += req.shards(k).rows();
+    bytes += req.shards(k).bytes();
+  }
+  checkpoint.set_state(v1::CHECKPOINT_COMPLETE);
+  job->info.set_latest_checkpoint_id(checkpoint.checkpoint_id());
+  changes.jobs.insert(job->number);
+  if (metrics_ != nullptr) {
+    metrics_->CheckpointEnded("complete", took);
+    if (job->info.state() == v1::RUNNING) metrics_->SetJobCheckpoint(job->info.job_id(), now);
+  }
+  AddEvent(job,
+           absl::StrFormat("checkpoint %d complete: clock %d, %d rows, %s, %.2f s",
+                           checkpoint.checkpoint_id(), checkpoint.clock(), rows, MiB(bytes),
+                           absl::ToDoubleSeconds(took)),
+           now, &changes);
+  const v1::CheckpointInfo result = checkpoint;
+  PruneCheckpoints(job, now, &changes);
+  PS_RETURN_IF_ERROR(Commit(&changes));
+  return result;
+}
+
+void Scheduler::PruneCheckpoints(Job* job, absl::Time now, Changes* changes) {
+  const int keep = std::max(1, job->info.spec().checkpoint().keep_last());
+  const v1::RestoreOrder& order = job->info.restore();
+  int complete = 0;
+  bool older_than_kept = false;
+  for (auto it = job->checkpoints.rbegin(); it != job->checkpoints.rend(); ++it) {
+    v1::CheckpointInfo& checkpoint = it->second;
+    const bool in_use = order.source_job_id() == job->info.job_id() &&
+                        order.checkpoint_id() == checkpoint.checkpoint_id();
+    if (checkpoint.state() == v1::CHECKPOINT_COMPLETE) {
+      if (++complete <= keep || in_use) continue;
+      older_than_kept = true;
+    } else if (checkpoint.state() == v1::CHECKPOINT_FAILED ||
+               checkpoint.state() == v1::CHECKPOINT_CORRUPT) {
+      // Their files are useless once a newer checkpoint is complete; the entry stays.
+      if (complete == 0 || checkpoint.dir().empty()) continue;
+    } else {
+      continue;
+    }
+    std::error_code error;
+    std::filesystem::remove_all(checkpoint.dir(), error);
+    if (error) {
+      LOG(WARNING) << "cannot remove " << checkpoint.dir() << ": " << error.message();
+    }
+    if (checkpoint.state() == v1::CHECKPOINT_COMPLETE) {
+      checkpoint.set_state(v1::CHECKPOINT_PRUNED);
+      AddEvent(job,
+               absl::StrCat("checkpoint ", checkpoint.checkpoint_id(), " pruned (keep last ", keep,
+                            ")", error ? absl::StrCat("; its files: ", error.message()) : ""),
+               now, changes);
+    }
+    checkpoint.set_dir(error ? checkpoint.dir() : "");
+    changes->checkpoints.insert({job->number, checkpoint.checkpoint_id()});
+  }
+  (void)older_than_kept;
+}
+
+absl::StatusOr<v1::JobInfo> Scheduler::ReportRestoreFailure(
+    const v1::ReportRestoreFailureRequest& req) {
+  absl::MutexLock lock(&mu_);
+  Job* job = FindJob(req.job_id());
+  if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", req.job_id(), "'"));
+  v1::JobInfo& info = job->info;
+  const v1::RestoreOrder order = info.restore();
+  // Only the first report of a failed order acts: it moves the job to a new epoch.
+  if (info.state() != v1::RUNNING || req.shard_epoch() != info.shard_epoch() ||
+      order.shard_epoch() != req.shard_epoch()) {
+    return JobWithEvents(*job);
+  }
+  const absl::Time now = clock_();
+  Changes changes;
+  const auto code = static_cast<absl::StatusCode>(req.code());
+  const bool corrupt = code == absl::StatusCode::kDataLoss || code == absl::StatusCode::kNotFound;
+  Job* source = order.source_job_id().empty() ? job : FindJob(order.source_job_id());
+  if (!corrupt || order.checkpoint_id() == 0 || source == nullptr) {
+    EndJob(
+        job, v1::FAILED,
+        absl::StrCat("restore from checkpoint ", order.checkpoint_id(), " failed: ", req.error()),
+        now, &changes);
+    Schedule(now, &changes);
+    PS_RETURN_IF_ERROR(Commit(&changes));
+    return JobWithEvents(*job);
+  }
+  auto it = source->checkpoints.find(order.checkpoint_id());
+  if (it != source->checkpoints.end() && it->second.state() == v1::CHECKPOINT_COMPLETE) {
+    it->second.set_state(v1::CHECKPOINT_CORRUPT);
+    it->second.set_error(req.error());
+    changes.checkpoints.insert({source->number, it->first});
+    if (metrics_ != nullptr) metrics_->CheckpointEnded("corrupt", absl::ZeroDuration());
+    if (source->info.latest_checkpoint_id() == it->first) {
+      const v1::CheckpointInfo* latest = LatestComplete(*source);
+      source->info.set_latest_checkpoint_id(latest == nullptr ? 0 : latest->checkpoint_id());
+      changes.jobs.insert(source->number);
+    }
+  }
+  const v1::CheckpointInfo* fallback = LatestComplete(*source, order.checkpoint_id());
+  AddEvent(
+      job,
+      absl::StrCat("checkpoint ", order.checkpoint_id(), " is corrupt: ", req.error(),
+                   "; falling back to ",
+                   fallback == nullptr ? std::string("the initial values")
+                                       : absl::StrCat("checkpoint ", fallback->checkpoint_id())),
+      now, &changes);
+  if (fallback == nullptr && source != job) {
+    EndJob(job, v1::FAILED,
+           absl::StrCat("checkpoint ", order.checkpoint_id(), " of ", source->info.job_id(),
+                        " is corrupt and no earlier one is complete"),
+           now, &changes);
+    Schedule(now, &changes);
+    PS_RETURN_IF_ERROR(Commit(&changes));
+    return JobWithEvents(*job);
+  }
+  auto slots = DecodeSlotBitmap(order.slots());
+  OrderRestore(job, fallback, order.rollback(),
+               slots.ok() ? *slots : std::vector<bool>(kNumSlots, true),
+               absl::StrCat(order.reason(), " (fallback)"), now, &changes);
+  if (job->recovery_start.has_value() && order.rollback()) {
+    job->recovery_clock = fallback == nullptr ? 0 : fallback->clock();
+  }
+  PS_RETURN_IF_ERROR(Commit(&changes));
+  return JobWithEvents(*job);
+}
+
+}  // namespace ps

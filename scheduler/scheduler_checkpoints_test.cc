@@ -1,0 +1,398 @@
+// The scheduler's checkpoint catalog and its recovery from server loss, over a real RocksDB in a
+// temp dir with a fake clock.
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/shard_map.h"
+#include "gtest/gtest.h"
+#include "scheduler/internal/test_util.h"
+#include "scheduler/scheduler.h"
+
+namespace ps {
+namespace {
+
+class SchedulerCheckpointsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    options_.state_dir = dir_.path() + "/state";
+    Reopen();
+  }
+
+  void Reopen() {
+    scheduler_.reset();
+    auto scheduler = Scheduler::Open(options_, clock_.AsFunction());
+    ASSERT_TRUE(scheduler.ok()) << scheduler.status();
+    scheduler_ = std::move(*scheduler);
+  }
+
+  uint64_t Register(v1::NodeRole role) {
+    v1::RegisterRequest req;
+    req.set_role(role);
+    if (role == v1::SERVER) req.set_address(absl::StrCat("10.0.0.", ++servers_, ":7100"));
+    auto resp = scheduler_->Register(req);
+    EXPECT_TRUE(resp.ok()) << resp.status();
+    return resp.ok() ? resp->node_id() : 0;
+  }
+
+  v1::HeartbeatResponse Heartbeat(uint64_t node_id, const v1::WorkerProgress* progress = nullptr) {
+    v1::HeartbeatRequest req;
+    req.set_node_id(node_id);
+    if (progress != nullptr) *req.mutable_progress() = *progress;
+    auto resp = scheduler_->Heartbeat(req);
+    EXPECT_TRUE(resp.ok()) << resp.status();
+    return resp.ok() ? *resp : v1::HeartbeatResponse();
+  }
+
+  std::string Submit(int num_workers, int num_servers, v1::ConsistencySpec::Mode mode,
+                     int keep_last = 0) {
+    v1::JobSpec spec;
+    spec.set_model("fashion_mlp");
+    spec.set_num_workers(num_workers);
+    spec.set_num_servers(num_servers);
+    spec.set_data_dir(dir_.path());
+    spec.mutable_consistency()->set_mode(mode);
+    spec.mutable_checkpoint()->set_keep_last(keep_last);
+    auto id = scheduler_->SubmitJob(spec);
+    EXPECT_TRUE(id.ok()) << id.status();
+    return id.ok() ? *id : "";
+  }
+
+  v1::JobInfo Job(const std::string& job_id) {
+    auto job = scheduler_->GetJob(job_id);
+    EXPECT_TRUE(job.ok()) << job.status();
+    return job.ok() ? *job : v1::JobInfo();
+  }
+
+  // Begins and finishes a checkpoint at `clock` (one row and 100 bytes per server).
+  uint64_t Checkpoint(const std::string& job_id, int64_t clock) {
+    v1::BeginCheckpointRequest begin;
+    begin.set_job_id(job_id);
+    begin.set_clock(clock);
+    begin.set_shard_epoch(Job(job_id).shard_epoch());
+    auto info = scheduler_->BeginCheckpoint(begin);
+    EXPECT_TRUE(info.ok()) << info.status();
+    if (!info.ok()) return 0;
+    v1::FinishCheckpointRequest finish;
+    finish.set_job_id(job_id);
+    finish.set_checkpoint_id(info->checkpoint_id());
+    for (int i = 0; i < info->shards_size(); ++i) {
+      std::filesystem::create_directories(info->shards(i).path());
+      v1::CheckpointShard* shard = finish.add_shards();
+      shard->set_rows(1);
+      shard->set_bytes(100);
+    }
+    auto done = scheduler_->FinishCheckpoint(finish);
+    EXPECT_TRUE(done.ok()) << done.status();
+    EXPECT_EQ(done->state(), v1::CHECKPOINT_COMPLETE);
+    return info->checkpoint_id();
+  }
+
+  void Advance(absl::Duration d) {
+    clock_.Advance(d);
+    ASSERT_TRUE(scheduler_->Tick().ok());
+  }
+
+  void KillNode(uint64_t silent, const std::vector<uint64_t>& others) {
+    for (int i = 0; i < 3; ++i) {
+      Advance(absl::Seconds(2));
+      for (uint64_t id : others) Heartbeat(id);
+    }
+  }
+
+  v1::CheckpointInfo CheckpointOf(const std::string& job_id, uint64_t id) {
+    auto list = scheduler_->ListCheckpoints(job_id);
+    EXPECT_TRUE(list.ok()) << list.status();
+    for (const v1::CheckpointInfo& c : *list) {
+      if (c.checkpoint_id() == id) return c;
+    }
+    ADD_FAILURE() << "no checkpoint " << id;
+    return v1::CheckpointInfo();
+  }
+
+  static bool HasEventStartingWith(const v1::JobInfo& job, const std::string& prefix) {
+    for (const v1::JobEvent& event : job.events()) {
+      if (event.message().rfind(prefix, 0) == 0) return true;
+    }
+    return false;
+  }
+
+  ScopedTempDir dir_;
+  FakeClock clock_;
+  SchedulerOptions options_;
+  std::unique_ptr<Scheduler> scheduler_;
+  int servers_ = 0;
+};
+
+TEST_F(SchedulerCheckpointsTest, CatalogRecordsPrunesAndSurvivesARestart) {
+  Register(v1::SERVER);
+  Register(v1::SERVER);
+  const uint64_t w0 = Register(v1::WORKER);
+  const std::string job_id = Submit(1, 2, v1::ConsistencySpec::SYNC, /*keep_last=*/2);
+  ASSERT_EQ(Job(job_id).state(), v1::RUNNING);
+
+  v1::BeginCheckpointRequest begin;
+  begin.set_job_id(job_id);
+  begin.set_clock(10);
+  begin.set_shard_epoch(1);
+  auto first = scheduler_->BeginCheckpoint(begin);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->checkpoint_id(), 1u);
+  EXPECT_EQ(first->state(), v1::CHECKPOINT_WRITING);
+  ASSERT_EQ(first->shards_size(), 2);
+  // Each server's directory under <root>/<job>/ckpt-1, with the slots it owns (s % 2).
+  const std::string root =
+      (std::filesystem::path(dir_.path()) / "checkpoints").lexically_normal().string();
+  EXPECT_EQ(first->dir(), root + "/" + job_id + "/ckpt-1");
+  EXPECT_EQ(first->shards(1).path(), first->dir() + "/shard-1");
+  auto slots = DecodeSlotBitmap(first->shards(1).slots());
+  ASSERT_TRUE(slots.ok());
+  EXPECT_FALSE((*slots)[0]);
+  EXPECT_TRUE((*slots)[1]);
+  // One at a time; never under an old shard map.
+  EXPECT_EQ(scheduler_->BeginCheckpoint(begin).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  // Not complete until every server confirmed.
+  v1::FinishCheckpointRequest finish;
+  finish.set_job_id(job_id);
+  finish.set_checkpoint_id(1);
+  finish.add_shards()->set_rows(5);
+  auto partial = scheduler_->FinishCheckpoint(finish);
+  ASSERT_TRUE(partial.ok());
+  EXPECT_EQ(partial->state(), v1::CHECKPOINT_FAILED);
+  EXPECT_EQ(partial->error(), "1 of 2 servers confirmed it");
+  EXPECT_EQ(Job(job_id).latest_checkpoint_id(), 0u);
+
+  const uint64_t c2 = Checkpoint(job_id, 20);
+  const uint64_t c3 = Checkpoint(job_id, 30);
+  EXPECT_EQ(Job(job_id).latest_checkpoint_id(), c3);
+  EXPECT_TRUE(std::filesystem::exists(CheckpointOf(job_id, c2).dir()));
+  const std::string c2_dir = CheckpointOf(job_id, c2).dir();
+  const uint64_t c4 = Checkpoint(job_id, 40);  // keep last 2: c2 goes
+  EXPECT_EQ(CheckpointOf(job_id, c2).state(), v1::CHECKPOINT_PRUNED);
+  EXPECT_FALSE(std::filesystem::exists(c2_dir));
+  EXPECT_EQ(CheckpointOf(job_id, c3).state(), v1::CHECKPOINT_COMPLETE);
+  EXPECT_EQ(CheckpointOf(job_id, c4).shards(0).rows(), 1u);
+
+  Reopen();
+  Heartbeat(w0);
+  auto list = scheduler_->ListCheckpoints(job_id);
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 4u);
+  EXPECT_EQ((*list)[0].state(), v1::CHECKPOINT_FAILED);
+  EXPECT_EQ((*list)[3].clock(), 40);
+  EXPECT_EQ(Job(job_id).latest_checkpoint_id(), c4);
+  EXPECT_EQ(scheduler_->ListCheckpoints("job-99").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(SchedulerCheckpointsTest, PsctlRequestsReachRankZero) {
+  Register(v1::SERVER);
+  const uint64_t w0 = Register(v1::WORKER);
+  const std::string job_id = Submit(1, 1, v1::ConsistencySpec::ASYNC);
+  EXPECT_EQ(Heartbeat(w0).assignment().checkpoint_requests(), 0u);
+  auto r = scheduler_->RequestCheckpoint(job_id);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->request_seq(), 1u);
+  EXPECT_EQ(Heartbeat(w0).assignment().checkpoint_requests(), 1u);
+  EXPECT_EQ(scheduler_->RequestCheckpoint("job-7").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(SchedulerCheckpointsTest, SyncJobRollsBackOnASpareWhenAServerDies) {
+  const uint64_t s1 = Register(v1::SERVER);
+  const uint64_t s2 = Register(v1::SERVER);
+  const uint64_t w0 = Register(v1::WORKER);
+  const std::string job_id = Submit(1, 2, v1::ConsistencySpec::SYNC);
+  const uint64_t spare = Register(v1::SERVER);  // registered after the job started
+  const uint64_t c1 = Checkpoint(job_id, 50);
+
+  KillNode(s2, {s1, spare, w0});
+  v1::JobInfo job = Job(job_id);
+  ASSERT_EQ(job.state(), v1::RUNNING) << job.reason();
+  EXPECT_EQ(job.shard_epoch(), 2u);
+  EXPECT_EQ(job.server_nodes(0), s1);
+  EXPECT_EQ(job.server_nodes(1), spare);  // in the dead one's place: the map is unchanged
+  EXPECT_EQ(job.slot_owners_size(), 0);
+  EXPECT_TRUE(HasEventStartingWith(job,
+                                   "server node 2 (10.0.0.2:7100) dead: no heartbeat for "
+                                   "5s; its 512 slots move to spare server node 4"));
+  const v1::WorkerAssignment a = Heartbeat(w0).assignment();
+  EXPECT_EQ(a.shard_epoch(), 2u);
+  EXPECT_EQ(a.servers(1), "10.0.0.3:7100");
+  ASSERT_TRUE(a.has_restore());
+  EXPECT_TRUE(a.restore().rollback());
+  EXPECT_EQ(a.restore().checkpoint_id(), c1);
+  EXPECT_EQ(a.restore().clock(), 50);
+  EXPECT_EQ(a.restore().shard_epoch(), 2u);
+  EXPECT_EQ(a.restore().shards_size(), 2);
+
+  // Recovered once rank 0 trains under the new map past the checkpoint's clock.
+  v1::WorkerProgress progress;
+  progress.set_job_id(job_id);
+  progress.set_clock(60);
+  progress.set_shard_epoch(1);  // a stale report: not yet
+  Heartbeat(w0, &progress);
+  EXPECT_EQ(Job(job_id).recoveries(), 0);
+  progress.set_shard_epoch(2);
+  progress.set_clock(51);
+  Heartbeat(w0, &progress);
+  EXPECT_EQ(Job(job_id).recoveries(), 1);
+  EXPECT_TRUE(HasEventStartingWith(Job(job_id), "recovered: training again at clock 51"));
+}
+
+TEST_F(SchedulerCheckpointsTest, AsyncJobSpreadsTheLostSlotsOverTheSurvivors) {
+  const uint64_t s1 = Register(v1::SERVER);
+  const uint64_t s2 = Register(v1::SERVER);
+  const uint64_t s3 = Register(v1::SERVER);
+  const uint64_t w0 = Register(v1::WORKER);
+  const std::string job_id = Submit(1, 0, v1::ConsistencySpec::ASYNC);  // every server
+  v1::WorkerProgress progress;
+  progress.set_job_id(job_id);
+  progress.set_clock(33);
+  progress.set_shard_epoch(1);
+  Heartbeat(w0, &progress);
+
+  KillNode(s2, {s1, s3, w0});  // no spare: the survivors take its slots
+  const v1::JobInfo job = Job(job_id);
+  ASSERT_EQ(job.state(), v1::RUNNING) << job.reason();
+  ASSERT_EQ(job.server_addresses_size(), 2);
+  EXPECT_EQ(job.server_addresses(0), "10.0.0.1:7100");
+  EXPECT_EQ(job.server_addresses(1), "10.0.0.3:7100");
+  ASSERT_EQ(job.slot_owners_size(), static_cast<int>(kNumSlots));
+  int moved = 0;
+  for (uint32_t s = 0; s < kNumSlots; ++s) {
+    // Slots that were not lost stay where they were (s % 3: 0 -> index 0, 2 -> index 1).
+    if (s % 3 == 0) EXPECT_EQ(job.slot_owners(s), 0u);
+    if (s % 3 == 2) EXPECT_EQ(job.slot_owners(s), 1u);
+    if (s % 3 == 1) ++moved;
+  }
+  const v1::RestoreOrder& order = job.restore();
+  EXPECT_FALSE(order.rollback());
+  EXPECT_EQ(order.checkpoint_id(), 0u);  // none taken: the lost slots get initial values
+  auto slots = DecodeSlotBitmap(order.slots());
+  ASSERT_TRUE(slots.ok());
+  EXPECT_EQ(std::count(slots->begin(), slots->end(), true), moved);
+  EXPECT_TRUE((*slots)[1]);
+  EXPECT_FALSE((*slots)[0]);
+  ShardMap map =
+      *ShardMap::FromOwners({"a", "b"}, {job.slot_owners().begin(), job.slot_owners().end()}, 2);
+  EXPECT_GT(map.SlotsOf(0)[1] + map.SlotsOf(1)[1], 0);
+}
+
+TEST_F(SchedulerCheckpointsTest, AServerDyingMidCheckpointLeavesThePreviousOneLatest) {
+  const uint64_t s1 = Register(v1::SERVER);
+  const uint64_t s2 = Register(v1::SERVER);
+  const uint64_t w0 = Register(v1::WORKER);
+  const std::string job_id = Submit(1, 2, v1::ConsistencySpec::SYNC);
+  const uint64_t c1 = Checkpoint(job_id, 10);
+  v1::BeginCheckpointRequest begin;
+  begin.set_job_id(job_id);
+  begin.set_clock(20);
+  begin.set_shard_epoch(1);
+  auto c2 = scheduler_->BeginCheckpoint(begin);
+  ASSERT_TRUE(c2.ok());
+
+  KillNode(s2, {s1, w0});
+  const v1::CheckpointInfo failed = CheckpointOf(job_id, c2->checkpoint_id());
+  EXPECT_EQ(failed.state(), v1::CHECKPOINT_FAILED);
+  EXPECT_EQ(failed.error(), "server node 2 (10.0.0.2:7100) died while it was written");
+  const v1::JobInfo job = Job(job_id);
+  EXPECT_EQ(job.latest_checkpoint_id(), c1);
+  EXPECT_EQ(job.restore().checkpoint_id(), c1);
+  // The worker's late report cannot complete it.
+  v1::FinishCheckpointRequest finish;
+  finish.set_job_id(job_id);
+  finish.set_checkpoint_id(c2->checkpoint_id());
+  EXPECT_EQ(scheduler_->FinishCheckpoint(finish).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(SchedulerCheckpointsTest, ACorruptCheckpointFallsBackToThePreviousOne) {
+  const uint64_t s1 = Register(v1::SERVER);
+  const uint64_t s2 = Register(v1::SERVER);
+  const uint64_t w0 = Register(v1::WORKER);
+  const std::string job_id = Submit(1, 2, v1::ConsistencySpec::SYNC);
+  const uint64_t c1 = Checkpoint(job_id, 10);
+  const uint64_t c2 = Checkpoint(job_id, 20);
+  KillNode(s2, {s1, w0});
+  ASSERT_EQ(Job(job_id).restore().checkpoint_id(), c2);
+  ASSERT_EQ(Job(job_id).shard_epoch(), 2u);
+
+  v1::ReportRestoreFailureRequest report;
+  report.set_job_id(job_id);
+  report.set_shard_epoch(2);
+  report.set_checkpoint_id(c2);
+  report.set_error("shard-0 slot 7: checksum mismatch");
+  report.set_code(static_cast<int>(absl::StatusCode::kDataLoss));
+  ASSERT_TRUE(scheduler_->ReportRestoreFailure(report).ok());
+  v1::JobInfo job = Job(job_id);
+  EXPECT_EQ(CheckpointOf(job_id, c2).state(), v1::CHECKPOINT_CORRUPT);
+  EXPECT_EQ(job.latest_checkpoint_id(), c1);
+  EXPECT_EQ(job.shard_epoch(), 3u);
+  EXPECT_EQ(job.restore().checkpoint_id(), c1);
+  EXPECT_EQ(job.restore().clock(), 10);
+  EXPECT_TRUE(HasEventStartingWith(job,
+                                   "checkpoint 2 is corrupt: shard-0 slot 7: checksum "
+                                   "mismatch; falling back to checkpoint 1"));
+  // A second worker's report of the same failure changes nothing.
+  ASSERT_TRUE(scheduler_->ReportRestoreFailure(report).ok());
+  EXPECT_EQ(Job(job_id).shard_epoch(), 3u);
+  // A checkpoint that does not fit the model fails the job.
+  report.set_shard_epoch(3);
+  report.set_checkpoint_id(c1);
+  report.set_code(static_cast<int>(absl::StatusCode::kInvalidArgument));
+  report.set_error("table weights0 has dim 64 in the checkpoint, 128 here");
+  ASSERT_TRUE(scheduler_->ReportRestoreFailure(report).ok());
+  job = Job(job_id);
+  EXPECT_EQ(job.state(), v1::FAILED);
+  EXPECT_EQ(job.reason(),
+            "restore from checkpoint 1 failed: table weights0 has dim 64 in the "
+            "checkpoint, 128 here");
+}
+
+TEST_F(SchedulerCheckpointsTest, RestoreRollsARunningJobBackOrResubmitsAnEndedOne) {
+  Register(v1::SERVER);
+  const uint64_t w0 = Register(v1::WORKER);
+  const std::string job_id = Submit(1, 1, v1::ConsistencySpec::SYNC);
+  EXPECT_EQ(scheduler_->RestoreJob(job_id, 0).status().code(),
+            absl::StatusCode::kFailedPrecondition);  // none complete yet
+  const uint64_t c1 = Checkpoint(job_id, 10);
+  Checkpoint(job_id, 20);
+  EXPECT_EQ(scheduler_->RestoreJob(job_id, 9).status().code(), absl::StatusCode::kNotFound);
+
+  auto rolled = scheduler_->RestoreJob(job_id, c1);
+  ASSERT_TRUE(rolled.ok()) << rolled.status();
+  EXPECT_EQ(rolled->job_id(), job_id);
+  EXPECT_EQ(rolled->shard_epoch(), 2u);
+  const v1::WorkerAssignment a = Heartbeat(w0).assignment();
+  EXPECT_TRUE(a.restore().rollback());
+  EXPECT_EQ(a.restore().clock(), 10);
+
+  ASSERT_TRUE(scheduler_->CancelJob(job_id).ok());
+  auto again = scheduler_->RestoreJob(job_id, 0);  // latest complete: 2
+  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_NE(again->job_id(), job_id);
+  EXPECT_EQ(again->spec().from_checkpoint().job_id(), job_id);
+  EXPECT_EQ(again->spec().from_checkpoint().checkpoint_id(), 2u);
+  // It starts (w0 is idle again) with a rollback order to the checkpoint, at shard epoch 1.
+  const v1::JobInfo started = Job(again->job_id());
+  ASSERT_EQ(started.state(), v1::RUNNING) << started.reason();
+  EXPECT_EQ(started.restore().shard_epoch(), 1u);
+  EXPECT_EQ(started.restore().clock(), 20);
+  EXPECT_EQ(started.restore().source_job_id(), job_id);
+  EXPECT_EQ(Heartbeat(w0).assignment().restore().checkpoint_id(), 2u);
+
+  // Submitting from a checkpoint that is not there, or of another model, is refused.
+  v1::JobSpec spec = started.spec();
+  spec.mutable_from_checkpoint()->set_checkpoint_id(77);
+  EXPECT_EQ(scheduler_->SubmitJob(spec).status().code(), absl::StatusCode::kInvalidArgument);
+  spec.mutable_from_checkpoint()->set_checkpoint_id(0);
+  spec.set_model("spam_logreg");
+  spec.clear_layers();
+  EXPECT_EQ(scheduler_->SubmitJob(spec).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace ps
