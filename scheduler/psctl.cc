@@ -1,4 +1,5 @@
-// psctl: the command-line client of ps_scheduler (nodes, submit, status, list, cancel, events).
+// psctl: the command-line client of ps_scheduler (nodes, submit, status, list, cancel, events,
+// checkpoint, checkpoints, restore).
 //
 // Flags may come before or after the command (`psctl status job-1 --watch`). psctl parses them
 // itself, with Abseil flags as the registry, so that every usage error exits with 2 (Abseil's
@@ -13,6 +14,7 @@
 #include <deque>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -47,6 +49,12 @@ ABSL_FLAG(absl::Duration, timeout, absl::Seconds(5),
           "deadline of one request to the scheduler, connecting included");
 ABSL_FLAG(bool, watch, false, "status: follow the job until it ends");
 
+// checkpoint and restore.
+ABSL_FLAG(bool, wait, true, "checkpoint: wait until it is complete or failed (--nowait: do not)");
+ABSL_FLAG(absl::Duration, wait_timeout, absl::Minutes(10),
+          "checkpoint: give up waiting after this long (exit 1)");
+ABSL_FLAG(uint64_t, checkpoint, 0, "restore: the checkpoint id (0: the latest complete)");
+
 // submit: each overrides the job file's field when given.
 ABSL_FLAG(std::string, name, "", "job name");
 ABSL_FLAG(std::string, model, "", "fashion_mlp | spam_logreg");
@@ -63,6 +71,16 @@ ABSL_FLAG(double, learning_rate, 0, "the optimizer's learning rate (ftrl: alpha)
 ABSL_FLAG(int, hash_bits, 0, "spam_logreg: 2^hash_bits hashed features");
 ABSL_FLAG(uint64_t, seed, 0, "seed of the initial weights and of the data order");
 ABSL_FLAG(bool, evaluate, true, "evaluate on the held-out set every epoch");
+ABSL_FLAG(int64_t, checkpoint_every_steps, 0,
+          "checkpoint at every clock that is a multiple of this (0: off)");
+ABSL_FLAG(int64_t, checkpoint_every_seconds, 0,
+          "checkpoint at the first clock this many seconds after the last (0: off)");
+ABSL_FLAG(int32_t, checkpoint_keep, 0, "complete checkpoints kept, older ones pruned (0: 3)");
+ABSL_FLAG(std::string, checkpoint_root, "",
+          "where servers write checkpoints, an absolute path (default: the scheduler's)");
+ABSL_FLAG(std::string, recovery, "", "when a server dies: rollback | restore_lost_slots | default");
+ABSL_FLAG(std::string, from_checkpoint, "",
+          "start from a checkpoint: JOB (its latest complete one) or JOB:ID");
 
 namespace {
 
@@ -72,7 +90,8 @@ using ps::v1::JobSpec;
 // Exit codes; scripts rely on them (documented in --help and docs/operations.md).
 enum ExitCode {
   kOk = 0,           // done; `status --watch`: the job SUCCEEDED
-  kRefused = 1,      // the scheduler refused the request, or the watched job FAILED/CANCELLED
+  kRefused = 1,      // the scheduler refused the request, or the watched job FAILED/CANCELLED,
+                     // or the awaited checkpoint failed or did not complete in --wait_timeout
   kUsage = 2,        // bad command line or job file
   kUnreachable = 3,  // no answer from the scheduler (UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED)
 };
@@ -92,6 +111,16 @@ Commands:
   list                   one line per job
   cancel JOB             cancel a job
   events JOB             the job's event history (alias: logs)
+  checkpoint JOB [--nowait] [--wait_timeout=10m]
+                         ask the running job for a checkpoint at its next step and wait
+                         until it is complete ("checkpoint 7 of job-3 complete: clock 1400,
+                         203530 rows, 117.4 MiB, 3.2s") or failed
+  checkpoints JOB        the job's checkpoints: id, state, clock, time taken, duration, size,
+                         rows, shards; then the latest complete one
+  restore JOB [--checkpoint=ID]
+                         roll a running job back to a complete checkpoint (default: the latest);
+                         for an ended job the scheduler submits a new job from it instead: its
+                         id goes alone to stdout, like submit
   help                   this text
 
 The scheduler is --scheduler, else $PS_SCHEDULER, else localhost:7000.
@@ -100,8 +129,10 @@ one compact document per line and change).
 
 Exit codes:
   0  ok (status --watch: the job SUCCEEDED)
-  1  the scheduler refused the request (the message, with its gRPC code, goes to stderr),
-     or the watched job ended FAILED or CANCELLED
+  1  the scheduler refused the request (the message, with its gRPC code, goes to stderr;
+     UNIMPLEMENTED: the scheduler is too old for the command), or the watched job ended
+     FAILED or CANCELLED, or the checkpoint waited for failed or was not complete within
+     --wait_timeout
   2  usage error: unknown command or flag, bad flag value, unreadable or unparsable job file
   3  the scheduler is unreachable (UNAVAILABLE or DEADLINE_EXCEEDED); status --watch retries
      for a minute first, so a scheduler restart does not end the watch
@@ -112,9 +143,19 @@ const char* const kSubmitFlags[] = {"name",        "model",       "layers",    "
                                     "num_workers", "num_servers", "epochs",    "batch_size",
                                     "consistency", "staleness",   "optimizer", "learning_rate",
                                     "hash_bits",   "seed",        "evaluate"};
+// The submit flags of checkpoints and recovery.
+const char* const kCheckpointSubmitFlags[] = {"checkpoint_every_steps",
+                                              "checkpoint_every_seconds",
+                                              "checkpoint_keep",
+                                              "checkpoint_root",
+                                              "recovery",
+                                              "from_checkpoint"};
 
 bool IsSubmitFlag(const std::string& name) {
   for (const char* f : kSubmitFlags) {
+    if (name == f) return true;
+  }
+  for (const char* f : kCheckpointSubmitFlags) {
     if (name == f) return true;
   }
   return false;
@@ -122,7 +163,7 @@ bool IsSubmitFlag(const std::string& name) {
 
 void PrintFlag(std::ostream& out, const absl::CommandLineFlag& flag, bool with_default) {
   std::string line = absl::StrCat("  --", flag.Name());
-  if (line.size() < 20) line.resize(20, ' ');
+  if (line.size() < 28) line.resize(28, ' ');
   absl::StrAppend(&line, " ", flag.Help());
   if (with_default && !flag.DefaultValue().empty()) {
     absl::StrAppend(&line, " (default: ", flag.DefaultValue(), ")");
@@ -138,6 +179,21 @@ void PrintHelp(std::ostream& out) {
   }
   out << "\nsubmit flags (each overrides the job file's field when given):\n";
   for (const char* name : kSubmitFlags) PrintFlag(out, *flags.at(name), false);
+  for (const char* name : kCheckpointSubmitFlags) PrintFlag(out, *flags.at(name), false);
+  out << "\ncheckpoint and restore flags:\n";
+  for (const char* name : {"wait", "wait_timeout", "checkpoint"}) {
+    PrintFlag(out, *flags.at(name), true);
+  }
+}
+
+// Whether `flag` may be given with `command`: the flags of one command only are refused by the
+// others.
+bool FlagAppliesTo(const std::string& flag, const std::string& command) {
+  if (IsSubmitFlag(flag)) return command == "submit";
+  if (flag == "watch") return command == "status";
+  if (flag == "wait" || flag == "wait_timeout") return command == "checkpoint";
+  if (flag == "checkpoint") return command == "restore";
+  return true;
 }
 
 // Whether `flag` is one of psctl's (not one of a library's). Abseil strips the leading '/' of
@@ -307,6 +363,22 @@ absl::Status ApplySubmitFlags(const std::set<std::string>& given, JobSpec& spec)
   return absl::OkStatus();
 }
 
+// Applies the submit flags of checkpoints and recovery that were given to `spec`.
+absl::Status ApplyCheckpointFlags(const std::set<std::string>& given, JobSpec& spec) {
+  auto has = [&](const char* name) { return given.count(name) > 0; };
+  ps::psctl::CheckpointFlags flags;
+  if (has("checkpoint_every_steps"))
+    flags.every_steps = absl::GetFlag(FLAGS_checkpoint_every_steps);
+  if (has("checkpoint_every_seconds")) {
+    flags.every_seconds = absl::GetFlag(FLAGS_checkpoint_every_seconds);
+  }
+  if (has("checkpoint_keep")) flags.keep = absl::GetFlag(FLAGS_checkpoint_keep);
+  if (has("checkpoint_root")) flags.root = absl::GetFlag(FLAGS_checkpoint_root);
+  if (has("recovery")) flags.recovery = absl::GetFlag(FLAGS_recovery);
+  if (has("from_checkpoint")) flags.from_checkpoint = absl::GetFlag(FLAGS_from_checkpoint);
+  return ps::psctl::ApplyCheckpointFlags(flags, spec);
+}
+
 // ---- the commands -----------------------------------------------------------------------
 
 struct Options {
@@ -340,6 +412,9 @@ class Psctl {
   int List();
   int Cancel(const std::string& job_id);
   int Events(const std::string& job_id);
+  int Checkpoint(const std::string& job_id);
+  int Checkpoints(const std::string& job_id);
+  int Restore(const std::string& job_id);
 
  private:
   void Prepare(grpc::ClientContext& context) const {
@@ -352,8 +427,9 @@ class Psctl {
            s.error_code() == grpc::StatusCode::CANCELLED;
   }
   std::string Describe(const grpc::Status& s) const {
-    return absl::StrCat(absl::StatusCodeToString(static_cast<absl::StatusCode>(s.error_code())),
-                        ": ", s.error_message());
+    const std::string code =
+        absl::StatusCodeToString(static_cast<absl::StatusCode>(s.error_code()));
+    return s.error_message().empty() ? code : absl::StrCat(code, ": ", s.error_message());
   }
   // Prints the failure of `command` and returns its exit code.
   int Fail(absl::string_view command, const grpc::Status& s) const {
@@ -362,7 +438,12 @@ class Psctl {
                 << " (" << Describe(s) << "); set --scheduler or PS_SCHEDULER\n";
       return kUnreachable;
     }
-    std::cerr << "psctl: " << command << ": " << Describe(s) << "\n";
+    std::cerr << "psctl: " << command << ": " << Describe(s);
+    if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED && s.error_message().empty()) {
+      std::cerr << " (the scheduler at " << options_.address << " does not implement '" << command
+                << "'; is it an older ps_scheduler?)";
+    }
+    std::cerr << "\n";
     return kRefused;
   }
   void PrintJson(const google::protobuf::Message& m, bool one_line = false) const {
@@ -381,7 +462,17 @@ class Psctl {
     request.set_job_id(job_id);
     return stub_->GetJob(&context, request, &job);
   }
+  grpc::Status ListCheckpoints(const std::string& job_id,
+                               ps::v1::ListCheckpointsResponse& list) const {
+    grpc::ClientContext context;
+    Prepare(context);
+    ps::v1::ListCheckpointsRequest request;
+    request.set_job_id(job_id);
+    return stub_->ListCheckpoints(&context, request, &list);
+  }
   void PrintJob(const JobInfo& job) const;
+  int WaitForCheckpoint(const std::string& job_id, uint64_t request_seq);
+  int CheckpointOutcome(const ps::v1::CheckpointInfo& c) const;
 
   Options options_;
   std::unique_ptr<ps::v1::Scheduler::Stub> stub_;
@@ -435,7 +526,9 @@ int Psctl::Submit(const std::vector<std::string>& args) {
                  "--num_workers=2); see psctl --help\n";
     return kUsage;
   }
-  if (absl::Status st = ApplySubmitFlags(options_.given, spec); !st.ok()) {
+  absl::Status st = ApplySubmitFlags(options_.given, spec);
+  if (st.ok()) st = ApplyCheckpointFlags(options_.given, spec);
+  if (!st.ok()) {
     std::cerr << "psctl: submit: " << st.message() << "\n";
     return kUsage;
   }
@@ -504,6 +597,7 @@ void Psctl::PrintJob(const JobInfo& job) const {
   if (job.end_time_unix_ms() > 0) {
     absl::StrAppend(&times, ", ended ", FormatTimestamp(job.end_time_unix_ms()));
   }
+  for (auto& [label, value] : ps::psctl::CheckpointStatusRows(job)) t.AddRow({label, value});
   t.AddRow({"time:", times});
   t.Print(std::cout);
 }
@@ -643,6 +737,154 @@ int Psctl::Events(const std::string& job_id) {
   return kOk;
 }
 
+int Psctl::Checkpoint(const std::string& job_id) {
+  grpc::ClientContext context;
+  Prepare(context);
+  ps::v1::RequestCheckpointRequest request;
+  request.set_job_id(job_id);
+  ps::v1::RequestCheckpointResponse response;
+  grpc::Status s = stub_->RequestCheckpoint(&context, request, &response);
+  if (!s.ok()) return Fail("checkpoint", s);
+  const bool wait = absl::GetFlag(FLAGS_wait);
+  if (options_.json) {
+    if (!wait) PrintJson(response);
+  } else {
+    std::cout << "checkpoint of " << job_id << " requested (request " << response.request_seq()
+              << ")\n"
+              << std::flush;
+  }
+  return wait ? WaitForCheckpoint(job_id, response.request_seq()) : kOk;
+}
+
+// A line on stderr that is redrawn in place on a terminal, else printed once per Show().
+class ProgressLine {
+ public:
+  ProgressLine() : tty_(isatty(STDERR_FILENO)) {}
+  void Show(const std::string& line) {
+    std::cerr << (tty_ ? "\r" : "") << line << (tty_ ? "\033[K" : "\n") << std::flush;
+    drawn_ = tty_;
+  }
+  // Before anything else is printed.
+  void Clear() {
+    if (drawn_) std::cerr << "\r\033[K" << std::flush;
+    drawn_ = false;
+  }
+
+ private:
+  const bool tty_;
+  bool drawn_ = false;
+};
+
+// Prints how the checkpoint answering a request ended; its exit code.
+int Psctl::CheckpointOutcome(const ps::v1::CheckpointInfo& c) const {
+  if (options_.json) PrintJson(c);
+  if (c.state() == ps::v1::CHECKPOINT_COMPLETE || c.state() == ps::v1::CHECKPOINT_PRUNED) {
+    if (!options_.json) std::cout << ps::psctl::CheckpointCompleteLine(c) << "\n";
+    return kOk;
+  }
+  std::cerr << "psctl: checkpoint: " << ps::psctl::CheckpointFailedLine(c) << "\n";
+  return kRefused;
+}
+
+// Polls the catalog until the checkpoint answering `request_seq` is no longer WRITING, the job
+// ends without it, or --wait_timeout passes. Progress goes to stderr every few seconds. A
+// scheduler that goes away is retried for a minute, as by status --watch.
+int Psctl::WaitForCheckpoint(const std::string& job_id, uint64_t request_seq) {
+  constexpr absl::Duration kPoll = absl::Seconds(1);
+  constexpr absl::Duration kProgressEvery = absl::Seconds(5);
+  constexpr absl::Duration kGiveUp = absl::Seconds(60);
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = start + absl::GetFlag(FLAGS_wait_timeout);
+  absl::Time next_progress = start + kProgressEvery;
+  absl::Time last_answer = start;
+  ProgressLine progress;
+  std::optional<ps::v1::CheckpointInfo> answer;  // the last seen, while WRITING
+  for (bool first = true;; first = false) {
+    if (!first) absl::SleepFor(kPoll);
+    // The job first, the catalog second: a job seen ended has written all it ever will.
+    JobInfo job;
+    const bool have_job = (first || absl::Now() >= next_progress) && GetJob(job_id, job).ok();
+    ps::v1::ListCheckpointsResponse list;
+    grpc::Status s = ListCheckpoints(job_id, list);
+    const absl::Time now = absl::Now();
+    if (s.ok()) {
+      last_answer = now;
+      const ps::v1::CheckpointInfo* c = ps::psctl::AnsweringCheckpoint(list, request_seq);
+      if (c != nullptr && c->state() != ps::v1::CHECKPOINT_WRITING &&
+          c->state() != ps::v1::CHECKPOINT_STATE_UNSPECIFIED) {
+        progress.Clear();
+        return CheckpointOutcome(*c);
+      }
+      if (c != nullptr) answer = *c;
+    } else if (!Unreachable(s) || now - last_answer > kGiveUp) {
+      progress.Clear();
+      return Fail("checkpoint", s);
+    }
+    const std::string where = answer ? absl::StrCat("checkpoint ", answer->checkpoint_id(),
+                                                    " was writing at clock ", answer->clock())
+                                     : absl::StrCat("request ", request_seq, " had not begun");
+    if (s.ok() && have_job && IsFinal(job.state())) {
+      progress.Clear();
+      std::cerr << "psctl: checkpoint: " << job_id << " ended ("
+                << ps::v1::JobState_Name(job.state()) << ") before its checkpoint was complete ("
+                << where << ")\n";
+      return kRefused;
+    }
+    if (now >= deadline) {
+      progress.Clear();
+      std::cerr << "psctl: checkpoint: not complete after " << absl::GetFlag(FLAGS_wait_timeout)
+                << " (" << where << "); it may still complete: psctl checkpoints " << job_id
+                << "\n";
+      return kRefused;
+    }
+    if (now >= next_progress) {
+      next_progress = now + kProgressEvery;
+      std::string line = ps::psctl::CheckpointWaitLine(
+          job_id, request_seq, answer ? &*answer : nullptr, have_job ? &job : nullptr, now - start);
+      if (!s.ok()) absl::StrAppend(&line, "; scheduler unreachable, retrying");
+      progress.Show(line);
+    }
+  }
+}
+
+int Psctl::Checkpoints(const std::string& job_id) {
+  ps::v1::ListCheckpointsResponse list;
+  grpc::Status s = ListCheckpoints(job_id, list);
+  if (!s.ok()) return Fail("checkpoints", s);
+  if (options_.json) {
+    PrintJson(list);
+  } else {
+    ps::psctl::PrintCheckpoints(list, absl::Now(), std::cout);
+  }
+  return kOk;
+}
+
+// A running job rolls back (same job id in the answer); an ended one is submitted again from
+// the checkpoint as a new job, whose id goes alone to stdout like `submit`'s.
+int Psctl::Restore(const std::string& job_id) {
+  grpc::ClientContext context;
+  Prepare(context);
+  ps::v1::RestoreJobRequest request;
+  request.set_job_id(job_id);
+  request.set_checkpoint_id(absl::GetFlag(FLAGS_checkpoint));
+  JobInfo job;
+  grpc::Status s = stub_->RestoreJob(&context, request, &job);
+  if (!s.ok()) return Fail("restore", s);
+  const bool resubmitted = job.job_id() != job_id;
+  if (options_.json) {
+    PrintJson(job);
+  } else if (resubmitted) {
+    std::cout << job.job_id() << "\n" << std::flush;
+  } else {
+    std::cout << ps::psctl::RollbackLine(job, request.checkpoint_id()) << "\n";
+  }
+  if (resubmitted) {
+    std::cerr << "psctl: restore: " << ps::psctl::ResubmitNote(job, job_id, request.checkpoint_id())
+              << "\n";
+  }
+  return kOk;
+}
+
 int UsageError(absl::string_view message) {
   std::cerr << "psctl: " << message << "\n(psctl --help lists the commands and flags)\n";
   return kUsage;
@@ -663,7 +905,10 @@ int Run(const CommandLine& cl, Options options) {
                                     {"list", 0, 0, "list"},
                                     {"cancel", 1, 1, "cancel JOB"},
                                     {"events", 1, 1, "events JOB"},
-                                    {"logs", 1, 1, "logs JOB"}};
+                                    {"logs", 1, 1, "logs JOB"},
+                                    {"checkpoint", 1, 1, "checkpoint JOB [--nowait]"},
+                                    {"checkpoints", 1, 1, "checkpoints JOB"},
+                                    {"restore", 1, 1, "restore JOB [--checkpoint=ID]"}};
   const Arity* arity = nullptr;
   for (const auto& c : kCommands) {
     if (command == c.name) arity = &c;
@@ -673,7 +918,7 @@ int Run(const CommandLine& cl, Options options) {
     return UsageError(absl::StrCat("usage: psctl ", arity->usage));
   }
   for (const std::string& flag : options.given) {
-    if ((IsSubmitFlag(flag) && command != "submit") || (flag == "watch" && command != "status")) {
+    if (!FlagAppliesTo(flag, command)) {
       return UsageError(absl::StrCat("--", flag, " does not apply to '", command, "'"));
     }
   }
@@ -685,6 +930,9 @@ int Run(const CommandLine& cl, Options options) {
   }
   if (command == "list") return psctl.List();
   if (command == "cancel") return psctl.Cancel(args[0]);
+  if (command == "checkpoint") return psctl.Checkpoint(args[0]);
+  if (command == "checkpoints") return psctl.Checkpoints(args[0]);
+  if (command == "restore") return psctl.Restore(args[0]);
   return psctl.Events(args[0]);
 }
 
@@ -714,6 +962,9 @@ int main(int argc, char** argv) {
   options.json = output == "json";
   options.timeout = absl::GetFlag(FLAGS_timeout);
   if (options.timeout <= absl::ZeroDuration()) return UsageError("--timeout must be positive");
+  if (absl::GetFlag(FLAGS_wait_timeout) <= absl::ZeroDuration()) {
+    return UsageError("--wait_timeout must be positive");
+  }
   options.given = cl->given;
   return Run(*cl, std::move(options));
 }
