@@ -210,6 +210,43 @@ absl::StatusOr<int64_t> ConsistencyGate::AdvanceClock(const std::string& job_id,
   return min_clock;
 }
 
+absl::Status ConsistencyGate::RaiseClock(const std::string& job_id, uint32_t worker_id,
+                                         int64_t clock) {
+  auto found = Find(job_id);
+  if (!found.ok()) return found.status();
+  Job* job = *found;
+  {
+    absl::MutexLock l(&job->mu);
+    auto it = job->clocks.find(worker_id);
+    if (it == job->clocks.end() || clock <= it->second) return absl::OkStatus();
+    it->second = clock;
+    job->parts.erase(job->parts.lower_bound({worker_id, std::numeric_limits<int64_t>::min()}),
+                     job->parts.lower_bound({worker_id, clock}));
+    job->cv.SignalAll();
+  }
+  ApplyFinishedClocks(job);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::map<uint32_t, int64_t>> ConsistencyGate::ResetClocks(
+    const std::string& job_id, int64_t clock, const std::function<absl::Status()>& reset_state) {
+  if (clock < 0) return absl::InvalidArgumentError(absl::StrCat("clock ", clock, " is negative"));
+  auto found = Find(job_id);
+  if (!found.ok()) return found.status();
+  Job* job = *found;
+  absl::MutexLock hold_pushes_and_applies(&job->apply_mu);
+  if (reset_state) {
+    absl::Status s = reset_state();
+    if (!s.ok()) return s;
+  }
+  absl::MutexLock l(&job->mu);
+  for (auto& [w, c] : job->clocks) c = clock;
+  job->applied_clock = clock;
+  job->parts.clear();
+  job->cv.SignalAll();
+  return job->clocks;
+}
+
 absl::StatusOr<bool> ConsistencyGate::CountClockPart(const std::string& job_id, uint32_t worker_id,
                                                      int64_t clock, uint32_t parts) {
   auto found = Find(job_id);

@@ -61,6 +61,19 @@ class ConsistencyGate {
   absl::StatusOr<int64_t> AdvanceClock(const std::string& job_id, uint32_t worker_id,
                                        int64_t new_clock);
 
+  // Moves the worker's clock up to `clock` if it is behind (never down); no-op for a worker
+  // that is not live. A server that took over slots learns where the workers are this way.
+  absl::Status RaiseClock(const std::string& job_id, uint32_t worker_id, int64_t clock);
+
+  // Rolls the job back to `clock`: every live worker's clock and (sync) the next clock to apply
+  // become `clock`, counted PushPull parts are dropped, and waiting pulls are woken. First, with
+  // pushes and sync applies held off, runs `reset_state` (if set: e.g. loads rows and drops
+  // accumulated gradients); if it fails, nothing else changes and its error is returned.
+  // Returns the clocks afterwards.
+  absl::StatusOr<std::map<uint32_t, int64_t>> ResetClocks(
+      const std::string& job_id, int64_t clock,
+      const std::function<absl::Status()>& reset_state = nullptr);
+
   // Counts one part of a multi-part PushPull for (worker, clock); true once `parts` were seen.
   absl::StatusOr<bool> CountClockPart(const std::string& job_id, uint32_t worker_id, int64_t clock,
                                       uint32_t parts);

@@ -332,3 +332,58 @@ TEST(ConsistencyGateRaceTest, SyncApplyWaitsForAPushInProgress) {
 
 }  // namespace
 }  // namespace ps
+
+namespace ps {
+namespace {
+
+TEST_F(ConsistencyGateTest, ResetClocksRollsEveryWorkerBackAndRunsTheResetFirst) {
+  ASSERT_TRUE(gate_.Configure(kJob, Spec(ConsistencySpec::SYNC), {1, 2}, 1).ok());
+  for (int64_t c = 1; c <= 4; ++c) {
+    Advance(1, c);
+    Advance(2, c);
+  }
+  Advance(1, 5);
+  auto part = gate_.CountClockPart(kJob, 2, 4, 2);  // one of two parts seen
+  ASSERT_TRUE(part.ok());
+  EXPECT_FALSE(*part);
+  EXPECT_EQ(Applied(), AppliedClocks({0, 1, 2, 3}));
+
+  // A failing reset changes nothing.
+  auto failed = gate_.ResetClocks(kJob, 2, [] { return absl::DataLossError("bad"); });
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(gate_.Clocks(kJob), (std::map<uint32_t, int64_t>{{1, 5}, {2, 4}}));
+
+  bool ran = false;
+  auto clocks = gate_.ResetClocks(kJob, 2, [&] {
+    ran = true;
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(clocks.ok()) << clocks.status();
+  EXPECT_TRUE(ran);
+  EXPECT_EQ(*clocks, (std::map<uint32_t, int64_t>{{1, 2}, {2, 2}}));
+  // Clock 2 is again the next to apply: a pull at 2 passes, one at 3 waits for both workers.
+  EXPECT_TRUE(gate_.WaitForPull(kJob, 2, absl::InfinitePast()).ok());
+  EXPECT_EQ(gate_.WaitForPull(kJob, 3, absl::Now()).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  // The counted part was dropped: two new parts are needed again.
+  EXPECT_FALSE(*gate_.CountClockPart(kJob, 2, 2, 2));
+  EXPECT_TRUE(*gate_.CountClockPart(kJob, 2, 2, 2));
+  Advance(1, 3);
+  Advance(2, 3);
+  EXPECT_EQ(Applied(), AppliedClocks({0, 1, 2, 3, 2}));
+  EXPECT_EQ(gate_.ResetClocks("nojob", 0).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(ConsistencyGateTest, RaiseClockMovesAWorkerUpNeverDown) {
+  ASSERT_TRUE(gate_.Configure(kJob, Spec(ConsistencySpec::SSP, 1), {1, 2}, 1).ok());
+  ASSERT_TRUE(gate_.RaiseClock(kJob, 1, 7).ok());
+  ASSERT_TRUE(gate_.RaiseClock(kJob, 1, 3).ok());
+  ASSERT_TRUE(gate_.RaiseClock(kJob, 9, 3).ok());  // not a live worker: ignored
+  EXPECT_EQ(gate_.Clocks(kJob), (std::map<uint32_t, int64_t>{{1, 7}, {2, 0}}));
+  // The raised worker pushes at its new clock at once.
+  EXPECT_TRUE(gate_.CheckPush(kJob, 1, 7).ok());
+  EXPECT_FALSE(gate_.RaiseClock("nojob", 1, 1).ok());
+}
+
+}  // namespace
+}  // namespace ps

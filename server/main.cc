@@ -43,6 +43,9 @@ ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:0",
           "--metrics_port_file); 'off' disables metrics");
 ABSL_FLAG(std::string, metrics_port_file, "",
           "if set, write the bound /metrics port here once serving");
+ABSL_FLAG(absl::Duration, checkpoint_write_delay, absl::ZeroDuration(),
+          "fault-injection test hook: start each checkpoint write this long after its snapshot "
+          "(tests kill a server mid-checkpoint); leave 0 in production");
 ABSL_FLAG(absl::Duration, drain_grace, absl::Seconds(1),
           "on SIGTERM/SIGINT: health turns NOT_SERVING, requests are still served this long, "
           "then the server shuts down");
@@ -65,6 +68,7 @@ int main(int argc, char** argv) {
   options.shard_map_file = absl::GetFlag(FLAGS_shard_map);
   options.max_pull_wait = absl::GetFlag(FLAGS_max_pull_wait);
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_mb) << 20;
+  options.checkpoint_write_delay = absl::GetFlag(FLAGS_checkpoint_write_delay);
   const std::string nonfinite = absl::GetFlag(FLAGS_nonfinite);
   if (nonfinite == "reject") {
     options.nonfinite = ps::NonFinitePolicy::kReject;

@@ -20,6 +20,9 @@ absl::Status ParameterServerOptions::Validate() const {
   if (max_pull_wait <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--max_pull_wait must be positive");
   }
+  if (checkpoint_write_delay < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--checkpoint_write_delay must not be negative");
+  }
   if (max_message_bytes < (1 << 20)) {
     return absl::InvalidArgumentError("--max_message_bytes must be at least 1 MiB");
   }
@@ -57,8 +60,10 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
     ps->metrics_ = std::move(*metrics);
   }
   ps->store_ = std::make_unique<TableStore>(std::move(store_options), ps->metrics_.get());
+  CheckpointerOptions checkpoints;
+  checkpoints.write_delay = options.checkpoint_write_delay;
   ps->service_ = std::make_unique<ParameterService>(ps->store_.get(), options.max_pull_wait,
-                                                    ps->metrics_.get());
+                                                    ps->metrics_.get(), std::move(checkpoints));
 
   // Process-wide gRPC settings, read by every ServerBuilder built after them.
   grpc::EnableDefaultHealthCheckService(true);
@@ -94,6 +99,7 @@ void ParameterServer::Drain() {
 ParameterServer::~ParameterServer() { Shutdown(); }
 
 void ParameterServer::Shutdown(absl::Duration grace) {
+  if (service_ != nullptr) service_->Shutdown();
   if (server_ != nullptr)
     server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoSeconds(grace));
 }

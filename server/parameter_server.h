@@ -33,6 +33,9 @@ struct ParameterServerOptions {
   int max_message_bytes = 256 << 20;
   // gRPC server threads serving requests (0: gRPC's default).
   int num_threads = 0;
+  // Fault-injection test hook: each checkpoint write starts this long after its snapshot, so
+  // that tests can kill a server mid-checkpoint. 0 (the default) in production.
+  absl::Duration checkpoint_write_delay = absl::ZeroDuration();
 
   absl::Status Validate() const;
 };
@@ -52,7 +55,8 @@ class ParameterServer {
   // Health checks ("" and "ps.v1.ParameterServer") answer NOT_SERVING from now on, so load
   // balancers and probes stop sending work; requests are still served until Shutdown().
   void Drain();
-  // Stops accepting requests and cancels waiting ones (within `grace`).
+  // Stops checkpoint writes (a running one between slots; its partial output is removed), then
+  // stops accepting requests and cancels waiting ones (within `grace`). Idempotent.
   void Shutdown(absl::Duration grace = absl::Seconds(1));
   void Wait();
 

@@ -1,5 +1,6 @@
 #include "server/parameter_service.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -10,15 +11,25 @@
 #include "server/reject_reason.h"
 
 namespace ps {
+namespace {
+
+// Longest an AwaitCheckpoint call waits (for callers that set no deadline).
+constexpr absl::Duration kMaxAwait = absl::Minutes(30);
+
+}  // namespace
 
 ParameterService::ParameterService(TableStore* store, absl::Duration max_pull_wait,
-                                   ServerMetrics* metrics)
+                                   ServerMetrics* metrics, CheckpointerOptions checkpoints)
     : store_(store),
       metrics_(metrics),
       max_pull_wait_(max_pull_wait),
       gate_([store](const std::string& job_id, int64_t clock) {
         store->ApplyAccumulated(job_id, clock);
-      }) {}
+      }),
+      restorer_(store, &gate_, metrics),
+      checkpointer_(store, std::move(checkpoints), metrics) {}
+
+void ParameterService::Shutdown() { checkpointer_.Shutdown(); }
 
 absl::Time ParameterService::PullDeadline(const grpc::ServerContext* ctx) const {
   const absl::Time limit = absl::Now() + max_pull_wait_;
@@ -46,6 +57,9 @@ absl::Status ParameterService::DoConfigureJob(const v1::ConfigureJobRequest& req
   std::vector<uint32_t> workers(req.worker_ids().begin(), req.worker_ids().end());
   PS_RETURN_IF_ERROR(
       gate_.Configure(req.job_id(), req.consistency(), workers, req.membership_epoch()));
+  if (req.caller_clock() >= 0) {
+    PS_RETURN_IF_ERROR(gate_.RaiseClock(req.job_id(), req.caller_worker_id(), req.caller_clock()));
+  }
   for (const auto& [worker, clock] : gate_.Clocks(req.job_id())) {
     (*resp->mutable_worker_clocks())[worker] = clock;
   }
@@ -89,6 +103,7 @@ absl::Status ParameterService::DoPush(const v1::PushRequest& req, bool* duplicat
     if (job != nullptr) job->duplicate_pushes->Increment();
     return absl::OkStatus();
   }
+  PS_RETURN_IF_ERROR(store_->CheckShardEpoch(req.job_id(), req.shard_epoch()));
   return gate_.CheckPushAndRun(req.job_id(), req.worker_id(), req.clock(),
                                [&] { return ApplyPush(req, job, duplicate); });
 }
@@ -157,8 +172,9 @@ absl::Status ParameterService::DoPull(
 grpc::Status ParameterService::Pull(grpc::ServerContext* ctx, const v1::PullRequest* req,
                                     v1::PullResponse* resp) {
   const absl::Time start = absl::Now();
-  return Finish(ServerMethod::kPull, start, *req, *resp,
-                DoPull(req->job_id(), req->clock(), req->blocks(), PullDeadline(ctx), resp));
+  absl::Status s = store_->CheckShardEpoch(req->job_id(), req->shard_epoch());
+  if (s.ok()) s = DoPull(req->job_id(), req->clock(), req->blocks(), PullDeadline(ctx), resp);
+  return Finish(ServerMethod::kPull, start, *req, *resp, s);
 }
 
 grpc::Status ParameterService::Push(grpc::ServerContext*, const v1::PushRequest* req,
@@ -173,6 +189,8 @@ grpc::Status ParameterService::Push(grpc::ServerContext*, const v1::PushRequest*
 absl::Status ParameterService::DoPushPull(const v1::PushPullRequest& req, absl::Time deadline,
                                           v1::PullResponse* resp) {
   const v1::PushRequest& push = req.push();
+  // Also for a retried (duplicate) push: the pull part must not be served from a stale map.
+  PS_RETURN_IF_ERROR(store_->CheckShardEpoch(push.job_id(), push.shard_epoch()));
   bool duplicate = false;
   PS_RETURN_IF_ERROR(DoPush(push, &duplicate));
   int64_t pull_clock = push.clock();
@@ -203,6 +221,42 @@ grpc::Status ParameterService::Clock(grpc::ServerContext*, const v1::ClockReques
   auto min_clock = gate_.AdvanceClock(req->job_id(), req->worker_id(), req->clock());
   if (min_clock.ok()) resp->set_min_clock(*min_clock);
   return Finish(ServerMethod::kClock, start, *req, *resp, min_clock.status());
+}
+
+absl::Status ParameterService::DoCheckpoint(const v1::CheckpointRequest& req,
+                                            v1::CheckpointResponse* resp) {
+  PS_RETURN_IF_ERROR(gate_.ModeOf(req.job_id()).status());  // a configured job
+  PS_ASSIGN_OR_RETURN(*resp, checkpointer_.Begin(req));
+  return absl::OkStatus();
+}
+
+grpc::Status ParameterService::Checkpoint(grpc::ServerContext*, const v1::CheckpointRequest* req,
+                                          v1::CheckpointResponse* resp) {
+  const absl::Time start = absl::Now();
+  return Finish(ServerMethod::kCheckpoint, start, *req, *resp, DoCheckpoint(*req, resp));
+}
+
+grpc::Status ParameterService::AwaitCheckpoint(grpc::ServerContext* ctx,
+                                               const v1::AwaitCheckpointRequest* req,
+                                               v1::CheckpointResponse* resp) {
+  const absl::Time start = absl::Now();
+  auto r = checkpointer_.Await(req->job_id(), req->checkpoint_id(),
+                               std::min(absl::FromChrono(ctx->deadline()), start + kMaxAwait));
+  if (r.ok()) *resp = std::move(*r);
+  return Finish(ServerMethod::kAwaitCheckpoint, start, *req, *resp, r.status());
+}
+
+absl::Status ParameterService::DoRestore(const v1::RestoreRequest& req, absl::Time deadline,
+                                         v1::RestoreResponse* resp) {
+  PS_ASSIGN_OR_RETURN(*resp, restorer_.Restore(req, deadline));
+  return absl::OkStatus();
+}
+
+grpc::Status ParameterService::Restore(grpc::ServerContext* ctx, const v1::RestoreRequest* req,
+                                       v1::RestoreResponse* resp) {
+  const absl::Time start = absl::Now();
+  return Finish(ServerMethod::kRestore, start, *req, *resp,
+                DoRestore(*req, absl::FromChrono(ctx->deadline()), resp));
 }
 
 }  // namespace ps

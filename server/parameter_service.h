@@ -8,8 +8,10 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "ps/v1/parameter_server.grpc.pb.h"
+#include "server/checkpointer.h"
 #include "server/consistency_gate.h"
 #include "server/request_deduper.h"
+#include "server/restorer.h"
 #include "server/server_metrics.h"
 #include "server/table_store.h"
 
@@ -21,7 +23,11 @@ class ParameterService final : public v1::ParameterServer::Service {
   // `store` and `metrics` (may be null: no metrics) must outlive this. `max_pull_wait` bounds
   // how long a pull waits for slow workers.
   ParameterService(TableStore* store, absl::Duration max_pull_wait,
-                   ServerMetrics* metrics = nullptr);
+                   ServerMetrics* metrics = nullptr, CheckpointerOptions checkpoints = {});
+
+  // Stops checkpoint writes (the running one between slots; queued ones are abandoned) and wakes
+  // AwaitCheckpoint calls. Call before the gRPC server shuts down; idempotent.
+  void Shutdown();
 
   grpc::Status ConfigureJob(grpc::ServerContext* ctx, const v1::ConfigureJobRequest* req,
                             v1::ConfigureJobResponse* resp) override;
@@ -37,6 +43,12 @@ class ParameterService final : public v1::ParameterServer::Service {
                         v1::PullResponse* resp) override;
   grpc::Status Clock(grpc::ServerContext* ctx, const v1::ClockRequest* req,
                      v1::ClockResponse* resp) override;
+  grpc::Status Checkpoint(grpc::ServerContext* ctx, const v1::CheckpointRequest* req,
+                          v1::CheckpointResponse* resp) override;
+  grpc::Status AwaitCheckpoint(grpc::ServerContext* ctx, const v1::AwaitCheckpointRequest* req,
+                               v1::CheckpointResponse* resp) override;
+  grpc::Status Restore(grpc::ServerContext* ctx, const v1::RestoreRequest* req,
+                       v1::RestoreResponse* resp) override;
 
   // The library calls behind the handlers (usable without gRPC).
   absl::Status DoPush(const v1::PushRequest& req, bool* duplicate);
@@ -51,6 +63,9 @@ class ParameterService final : public v1::ParameterServer::Service {
   absl::Status DoConfigureJob(const v1::ConfigureJobRequest& req, v1::ConfigureJobResponse* resp);
   absl::Status DoPushPull(const v1::PushPullRequest& req, absl::Time deadline,
                           v1::PullResponse* resp);
+  absl::Status DoCheckpoint(const v1::CheckpointRequest& req, v1::CheckpointResponse* resp);
+  absl::Status DoRestore(const v1::RestoreRequest& req, absl::Time deadline,
+                         v1::RestoreResponse* resp);
   // Counts the finished RPC (started at `start`) and converts its status.
   grpc::Status Finish(ServerMethod method, absl::Time start, const google::protobuf::Message& req,
                       const google::protobuf::Message& resp, const absl::Status& status) const;
@@ -60,6 +75,8 @@ class ParameterService final : public v1::ParameterServer::Service {
   const absl::Duration max_pull_wait_;
   ConsistencyGate gate_;
   RequestDeduper deduper_;
+  Restorer restorer_;          // uses gate_
+  Checkpointer checkpointer_;  // destroyed first: stops its writer thread
 };
 
 }  // namespace ps

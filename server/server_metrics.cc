@@ -41,6 +41,12 @@ const char* ServerMethodName(ServerMethod method) {
       return "create_table";
     case ServerMethod::kDescribeTable:
       return "describe_table";
+    case ServerMethod::kCheckpoint:
+      return "checkpoint";
+    case ServerMethod::kAwaitCheckpoint:
+      return "await_checkpoint";
+    case ServerMethod::kRestore:
+      return "restore";
   }
   return "unknown";
 }
@@ -106,6 +112,44 @@ absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Create(
                              .Name("ps_server_waiting_pulls")
                              .Help("Pulls blocked on the consistency gate right now")
                              .Register(registry);
+    m->checkpoints_written_ = &prometheus::BuildCounter()
+                                   .Name("ps_server_checkpoints_written_total")
+                                   .Help("Checkpoint shards written and synced by this server")
+                                   .Register(registry)
+                                   .Add({});
+    m->checkpoints_failed_ = &prometheus::BuildCounter()
+                                  .Name("ps_server_checkpoints_failed_total")
+                                  .Help("Checkpoint shard writes that failed or were abandoned")
+                                  .Register(registry)
+                                  .Add({});
+    m->checkpoint_write_seconds_ =
+        &prometheus::BuildGauge()
+             .Name("ps_server_last_checkpoint_write_seconds")
+             .Help("Time the last successful checkpoint write took (after its snapshot)")
+             .Register(registry)
+             .Add({});
+    m->checkpoint_bytes_ = &prometheus::BuildGauge()
+                                .Name("ps_server_last_checkpoint_bytes")
+                                .Help(
+                                    "Row bytes (values + optimizer state) of the last "
+                                    "successful checkpoint write")
+                                .Register(registry)
+                                .Add({});
+    m->restores_ = &prometheus::BuildCounter()
+                        .Name("ps_server_restores_total")
+                        .Help("Restore orders carried out (once per job and shard epoch)")
+                        .Register(registry)
+                        .Add({});
+    m->restores_failed_ = &prometheus::BuildCounter()
+                               .Name("ps_server_restores_failed_total")
+                               .Help("Restore orders that failed (nothing was loaded)")
+                               .Register(registry)
+                               .Add({});
+    m->restore_seconds_ = &prometheus::BuildGauge()
+                               .Name("ps_server_last_restore_seconds")
+                               .Help("Time the last restore took (read, verify and load)")
+                               .Register(registry)
+                               .Add({});
     for (int i = 0; i < kNumServerMethods; ++i) {
       const std::string method = ServerMethodName(static_cast<ServerMethod>(i));
       MethodSeries& series = m->methods_[i];
@@ -155,6 +199,26 @@ void ServerMetrics::RecordRequest(ServerMethod method, const absl::Status& statu
   if (prometheus::Counter* errors = ErrorCounter(method, status.code())) errors->Increment();
   const RejectReason reason = RejectReasonOf(status);
   if (reason != RejectReason::kNone) rejected_by_reason_[static_cast<int>(reason)]->Increment();
+}
+
+void ServerMetrics::RecordCheckpointWrite(const absl::Status& status, double seconds,
+                                          uint64_t bytes) {
+  if (!status.ok()) {
+    checkpoints_failed_->Increment();
+    return;
+  }
+  checkpoints_written_->Increment();
+  checkpoint_write_seconds_->Set(seconds);
+  checkpoint_bytes_->Set(static_cast<double>(bytes));
+}
+
+void ServerMetrics::RecordRestore(const absl::Status& status, double seconds) {
+  restores_->Increment();
+  if (!status.ok()) {
+    restores_failed_->Increment();
+    return;
+  }
+  restore_seconds_->Set(seconds);
 }
 
 ServerMetrics::Job* ServerMetrics::FindJob(const std::string& job_id) const {

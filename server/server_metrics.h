@@ -35,8 +35,11 @@ enum class ServerMethod : uint8_t {
   kConfigureJob,
   kCreateTable,
   kDescribeTable,
+  kCheckpoint,
+  kAwaitCheckpoint,
+  kRestore,
 };
-inline constexpr int kNumServerMethods = static_cast<int>(ServerMethod::kDescribeTable) + 1;
+inline constexpr int kNumServerMethods = static_cast<int>(ServerMethod::kRestore) + 1;
 // "pull", "push", "push_pull", ...
 const char* ServerMethodName(ServerMethod method);
 
@@ -78,6 +81,11 @@ class ServerMetrics {
   // prometheus-cpp refused them (logged).
   Table AddTable(const std::string& job_id, const std::string& table_name);
 
+  // A finished checkpoint write (`seconds` and `bytes` count only when it succeeded).
+  void RecordCheckpointWrite(const absl::Status& status, double seconds, uint64_t bytes);
+  // A restore carried out (once per job and shard epoch).
+  void RecordRestore(const absl::Status& status, double seconds);
+
   // Latency histogram buckets: 50us .. 60s, log-spaced (1, 2.5, 5 per decade).
   static prometheus::Histogram::BucketBoundaries LatencyBuckets();
 
@@ -108,6 +116,14 @@ class ServerMetrics {
   prometheus::Family<prometheus::Gauge>* owned_slots_ = nullptr;
   prometheus::Family<prometheus::Histogram>* pull_wait_ = nullptr;
   prometheus::Family<prometheus::Gauge>* waiting_pulls_ = nullptr;
+  // Checkpoints and restores: one series each (no labels).
+  prometheus::Counter* checkpoints_written_ = nullptr;
+  prometheus::Counter* checkpoints_failed_ = nullptr;
+  prometheus::Gauge* checkpoint_write_seconds_ = nullptr;
+  prometheus::Gauge* checkpoint_bytes_ = nullptr;
+  prometheus::Counter* restores_ = nullptr;
+  prometheus::Counter* restores_failed_ = nullptr;
+  prometheus::Gauge* restore_seconds_ = nullptr;
 
   std::array<MethodSeries, kNumServerMethods> methods_;
   std::array<prometheus::Counter*, kNumRejectReasons> rejected_by_reason_{};

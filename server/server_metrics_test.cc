@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <memory>
@@ -253,6 +254,57 @@ TEST_F(ServerMetricsTest, WrongShardAndOwnedSlotsFollowTheJobsShards) {
   EXPECT_EQ(Sample(text, "ps_server_owned_slots{job=\"job\"}"), kNumSlots / 2) << text;
   EXPECT_EQ(Sample(text, "ps_server_rejected_requests_total{reason=\"wrong_shard\"}"), 1);
   EXPECT_EQ(Sample(text, "ps_server_rows{job=\"job\",table=\"dense\"}"), rows);
+}
+
+TEST_F(ServerMetricsTest, CheckpointWritesAndRestoresAreCounted) {
+  ASSERT_TRUE(Configure(kJob, v1::ConsistencySpec::ASYNC, {1}).ok());
+  ASSERT_TRUE(CreateTable(Spec(kDense, "dense", v1::DENSE, 4, kJob)).ok());
+  const std::string path =
+      absl::StrCat(::testing::TempDir(), "/server_metrics_test_", getpid(), "/ckpt-1");
+  v1::CheckpointRequest req;
+  req.set_job_id(kJob);
+  req.set_checkpoint_id(1);
+  req.set_path(path);
+  req.set_shard_epoch(1);
+  v1::CheckpointResponse resp;
+  {
+    Context c;
+    ASSERT_TRUE(stub_->Checkpoint(&c.ctx, req, &resp).ok());
+  }
+  v1::AwaitCheckpointRequest await;
+  await.set_job_id(kJob);
+  await.set_checkpoint_id(1);
+  {
+    Context c;
+    ASSERT_TRUE(stub_->AwaitCheckpoint(&c.ctx, await, &resp).ok());
+    ASSERT_TRUE(resp.done());
+  }
+  v1::RestoreRequest restore;
+  restore.set_job_id(kJob);
+  restore.mutable_order()->set_shard_epoch(1);
+  restore.mutable_order()->set_checkpoint_id(1);
+  restore.mutable_order()->set_rollback(true);
+  v1::CheckpointShard* shard = restore.mutable_order()->add_shards();
+  shard->set_path(path + "-missing");
+  shard->set_slots(EncodeSlotBitmap(std::vector<bool>(kNumSlots, true)));
+  {
+    v1::RestoreResponse restored;
+    Context c;
+    EXPECT_EQ(stub_->Restore(&c.ctx, restore, &restored).error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+  std::filesystem::remove_all(std::filesystem::path(path).parent_path());
+
+  const std::string text = Scrape();
+  EXPECT_EQ(Sample(text, "ps_server_checkpoints_written_total"), 1);
+  EXPECT_EQ(Sample(text, "ps_server_checkpoints_failed_total"), 0);
+  EXPECT_EQ(Sample(text, "ps_server_last_checkpoint_bytes"), 8 * 4 * 4);
+  EXPECT_GT(Sample(text, "ps_server_last_checkpoint_write_seconds"), 0);
+  EXPECT_EQ(Sample(text, "ps_server_restores_total"), 1);
+  EXPECT_EQ(Sample(text, "ps_server_restores_failed_total"), 1);
+  EXPECT_EQ(Sample(text, "ps_server_requests_total{method=\"checkpoint\"}"), 1);
+  EXPECT_EQ(Sample(text, "ps_server_requests_total{method=\"await_checkpoint\"}"), 1);
+  EXPECT_EQ(Sample(text, "ps_server_request_errors_total{code=\"not_found\",method=\"restore\"}"),
+            1);
 }
 
 TEST_F(ServerMetricsTest, PullBlockedOnTheGateIsCountedWhileItWaits) {

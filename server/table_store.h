@@ -10,6 +10,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -17,6 +18,7 @@
 #include "ps/v1/parameter_server.pb.h"
 #include "server/optimizer.h"
 #include "server/server_metrics.h"
+#include "server/slot_rows.h"
 
 namespace ps {
 
@@ -100,6 +102,37 @@ class TableStore {
   // Rows held for a table (0 for an unknown one).
   uint64_t NumRows(uint32_t table_id) const;
 
+  // The shard map epoch of `job_id` on this server (its own shards, else the default ones).
+  uint64_t ShardEpoch(const std::string& job_id) const;
+  // The slots this server owns for `job_id` (kNumSlots entries).
+  std::vector<bool> OwnedSlots(const std::string& job_id) const;
+  // FAILED_PRECONDITION if a request routed with shard map `epoch` is stale: older than the
+  // job's epoch here. 0 (a client that does not say) always passes.
+  absl::Status CheckShardEpoch(const std::string& job_id, uint64_t epoch) const;
+  // The specs of `job_id`'s tables, by table id.
+  std::vector<v1::TableSpec> JobTables(const std::string& job_id) const;
+
+  // Copies every row (values, optimizer state, update count) of `job_id`'s tables in the slots
+  // this server owns for the job, slot by slot, each under its lock; with the job's tables,
+  // slots and shard epoch. Pending (sync, not yet applied) gradients are not part of it.
+  JobSnapshot Snapshot(const std::string& job_id) const;
+  // For each slot s with `slots[s]` (kNumSlots entries), under the slot's lock: drops the rows of
+  // `job_id`'s tables there and their pending sync gradients, then inserts the rows of `rows`
+  // in that slot (their table ids are this store's). Slots without rows end up empty: their
+  // rows get initial values when next used. Everything is checked first (every row in a listed
+  // slot and in the slot its key maps to, tables of the job with the same row width, dense keys
+  // in range): an error changes nothing.
+  absl::Status LoadSlots(const std::string& job_id, const std::vector<bool>& slots,
+                         const std::vector<SlotRows>& rows);
+  // Drops all of `job_id`'s accumulated sync gradients and their learning-rate factors.
+  void ClearPending(const std::string& job_id);
+
+  // Calls `fn` for every row of the table held here, in no particular order, each under its
+  // slot's lock (`fn` must not call the store). For tests and tools.
+  void ForEachRow(
+      uint32_t table_id,
+      absl::FunctionRef<void(uint64_t key, int64_t updates, absl::Span<const float> row)> fn) const;
+
  private:
   using RowKey = std::pair<uint32_t, uint64_t>;  // (table id, key)
   struct Row {
@@ -122,6 +155,12 @@ class TableStore {
   };
   std::shared_ptr<const Shards> ShardsOf(const std::string& job_id) const;
   const Table* FindTable(uint32_t table_id) const;
+  // The tables of `job_id`, by id.
+  std::vector<const Table*> TablesOf(const std::string& job_id) const;
+  // Checks LoadSlots' arguments.
+  absl::Status CheckLoad(const std::string& job_id, const std::vector<bool>& slots,
+                         const std::vector<SlotRows>& rows,
+                         const absl::flat_hash_map<uint32_t, const Table*>& tables) const;
   Row NewRow(const Table& table, uint64_t key) const;
   Row& RowFor(Slot& slot, const Table& table, uint64_t key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
   void ApplyToRow(const Table& table, const float* grad, float lr_scale, Row& row) const;

@@ -414,3 +414,179 @@ TEST(TableStoreTest, LearningRateScaleMultipliesTheStep) {
 
 }  // namespace
 }  // namespace ps
+
+namespace ps {
+namespace {
+
+std::vector<bool> SlotsWhere(bool (*pred)(uint32_t)) {
+  std::vector<bool> slots(kNumSlots);
+  for (uint32_t s = 0; s < kNumSlots; ++s) slots[s] = pred(s);
+  return slots;
+}
+
+TEST(TableStoreSnapshotTest, CopiesOwnedSlotsOfTheJobWithStateAndUpdateCounts) {
+  TableStoreOptions options;
+  options.owned_slots = SlotsWhere([](uint32_t s) { return s < 512; });
+  TableStore store(options);
+  TableSpec spec = DenseSpec(1, 2, 200);
+  spec.mutable_optimizer()->set_kind(v1::OptimizerSpec::ADAGRAD);  // 1 state float per value
+  ASSERT_TRUE(store.CreateTable(spec).ok());
+  TableSpec other_job = DenseSpec(9, 2, 50);
+  other_job.set_job_id("other");
+  ASSERT_TRUE(store.CreateTable(other_job).ok());
+  std::vector<uint64_t> owned;
+  for (uint64_t k = 0; k < 200; ++k) {
+    if (SlotOf(1, k) < 512) owned.push_back(k);
+  }
+  ASSERT_TRUE(Push(store, {Block(1, owned, std::vector<float>(owned.size() * 2, 1.0f))}).ok());
+
+  const JobSnapshot snap = store.Snapshot(kJob);
+  EXPECT_EQ(snap.job_id, kJob);
+  EXPECT_EQ(snap.shard_epoch, 1u);
+  EXPECT_EQ(snap.slots, options.owned_slots);
+  ASSERT_EQ(snap.tables.size(), 1u);
+  EXPECT_EQ(snap.tables[0].table_id(), 1u);
+  EXPECT_EQ(snap.num_rows, owned.size());
+  EXPECT_EQ(snap.bytes, owned.size() * 4 * sizeof(float));
+  size_t rows = 0;
+  uint32_t last_slot = 0;
+  for (const SlotRows& r : snap.rows) {
+    EXPECT_GE(r.slot, last_slot);  // by slot
+    last_slot = r.slot;
+    EXPECT_EQ(r.table_id, 1u);
+    EXPECT_EQ(r.row_floats, 4u);
+    for (size_t i = 0; i < r.size(); ++i) {
+      EXPECT_EQ(SlotOf(1, r.keys[i]), r.slot);
+      EXPECT_EQ(r.updates[i], 1);
+      EXPECT_EQ(std::vector<float>(r.row(i), r.row(i) + 2),
+                Floats(PullBytes(store, 1, {r.keys[i]})));
+    }
+    rows += r.size();
+  }
+  EXPECT_EQ(rows, owned.size());
+}
+
+TEST(TableStoreSnapshotTest, LoadSlotsReplacesRowsAndPendingOfListedSlotsOnly) {
+  TableStore store({});
+  ASSERT_TRUE(store.CreateTable(DenseSpec(1, 2, 64)).ok());
+  ASSERT_TRUE(store.CreateTable(SparseSpec(2, 2)).ok());
+  ASSERT_TRUE(Push(store, {Block(1, {3, 4}, {1, 1, 1, 1}), Block(2, {77, 78}, {1, 1, 1, 1})}).ok());
+  const uint32_t slot3 = SlotOf(1, 3);
+  ASSERT_NE(slot3, SlotOf(1, 4));
+  Accumulate(store, Block(1, {3, 4}, {5, 5, 5, 5}), /*clock=*/0);
+
+  // Load slot3 with one loaded row for key 3; everything else of that slot goes.
+  std::vector<bool> slots(kNumSlots);
+  slots[slot3] = true;
+  SlotRows loaded;
+  loaded.slot = slot3;
+  loaded.table_id = 1;
+  loaded.row_floats = 2;
+  loaded.keys = {3};
+  loaded.updates = {42};
+  loaded.data = {7.0f, 8.0f};
+  ASSERT_TRUE(store.LoadSlots(kJob, slots, {loaded}).ok());
+  EXPECT_EQ(Floats(PullBytes(store, 1, {3})), std::vector<float>({7.0f, 8.0f}));
+  store.ForEachRow(1, [&](uint64_t key, int64_t updates, absl::Span<const float>) {
+    if (key == 3) {
+      EXPECT_EQ(updates, 42);
+    }
+  });
+  // The pending gradient of key 3 was dropped; key 4's (another slot) still applies.
+  store.ApplyAccumulated(kJob, 0);
+  EXPECT_EQ(Floats(PullBytes(store, 1, {3})), std::vector<float>({7.0f, 8.0f}));
+  EXPECT_EQ(Floats(PullBytes(store, 1, {4})), std::vector<float>({-5.5f, -5.5f}));
+}
+
+TEST(TableStoreSnapshotTest, EmptiedDenseSlotGetsInitialRowsOnNextUse) {
+  TableStore store({});
+  ASSERT_TRUE(store.CreateTable(DenseSpec(1, 2, 64)).ok());
+  ASSERT_TRUE(Push(store, {Block(1, {5}, {1, 1})}).ok());
+  std::vector<bool> slots(kNumSlots);
+  slots[SlotOf(1, 5)] = true;
+  const uint64_t before = store.NumRows(1);
+  ASSERT_TRUE(store.LoadSlots(kJob, slots, {}).ok());
+  EXPECT_LT(store.NumRows(1), before);
+  EXPECT_EQ(Floats(PullBytes(store, 1, {5})), std::vector<float>({0.5f, 0.5f}));
+  ASSERT_TRUE(Push(store, {Block(1, {5}, {1, 1})}).ok());
+  EXPECT_EQ(Floats(PullBytes(store, 1, {5})), std::vector<float>({-0.5f, -0.5f}));
+}
+
+TEST(TableStoreSnapshotTest, BadLoadIsRefusedAndChangesNothing) {
+  TableStore store({});
+  ASSERT_TRUE(store.CreateTable(DenseSpec(1, 2, 64)).ok());
+  TableSpec foreign = DenseSpec(9, 2, 64);
+  foreign.set_job_id("other");
+  ASSERT_TRUE(store.CreateTable(foreign).ok());
+  const uint32_t slot = SlotOf(1, 3);
+  std::vector<bool> slots(kNumSlots);
+  slots[slot] = true;
+  SlotRows good;
+  good.slot = slot;
+  good.table_id = 1;
+  good.row_floats = 2;
+  good.keys = {3};
+  good.updates = {1};
+  good.data = {1, 2};
+  struct Case {
+    std::string name;
+    SlotRows rows;
+  };
+  std::vector<Case> cases(5, Case{"", good});
+  cases[0].name = "wrong slot for the key";
+  cases[0].rows.keys = {4};
+  cases[1].name = "another job's table";
+  cases[1].rows.table_id = 9;
+  cases[2].name = "row width";
+  cases[2].rows.row_floats = 3;
+  cases[2].rows.data = {1, 2, 3};
+  cases[3].name = "slot not listed";
+  cases[3].rows.slot = (slot + 1) % kNumSlots;
+  cases[4].name = "dense key out of range";
+  for (uint64_t k = 64;; ++k) {
+    if (SlotOf(1, k) == slot) {
+      cases[4].rows.keys = {k};
+      break;
+    }
+  }
+  const std::string before = PullBytes(store, 1, {3});
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const absl::Status s = store.LoadSlots(kJob, slots, {good, c.rows});
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_EQ(PullBytes(store, 1, {3}), before);
+    EXPECT_EQ(store.NumRows(1), 64u);
+  }
+}
+
+TEST(TableStoreSnapshotTest, ClearPendingDropsOnlyThatJobsGradients) {
+  TableStore store({});
+  ASSERT_TRUE(store.CreateTable(DenseSpec(1, 2, 8)).ok());
+  TableSpec other = DenseSpec(2, 2, 8);
+  other.set_job_id("other");
+  ASSERT_TRUE(store.CreateTable(other).ok());
+  Accumulate(store, Block(1, {0}, {1, 1}), 0);
+  Accumulate(store, Block(2, {0}, {1, 1}), 0, "other");
+  store.ClearPending(kJob);
+  store.ApplyAccumulated(kJob, 0);
+  store.ApplyAccumulated("other", 0);
+  EXPECT_EQ(Floats(PullBytes(store, 1, {0})), std::vector<float>({0.5f, 0.5f}));
+  EXPECT_EQ(Floats(PullBytes(store, 2, {0}, "other")), std::vector<float>({-0.5f, -0.5f}));
+}
+
+TEST(TableStoreSnapshotTest, StaleShardEpochIsRefused) {
+  TableStore store({});
+  EXPECT_TRUE(store.CheckShardEpoch(kJob, 0).ok());  // the default shards, epoch 1
+  EXPECT_TRUE(store.CheckShardEpoch(kJob, 1).ok());
+  ASSERT_TRUE(store.SetJobShards(kJob, std::vector<bool>(kNumSlots, true), 3).ok());
+  EXPECT_EQ(store.ShardEpoch(kJob), 3u);
+  const absl::Status s = store.CheckShardEpoch(kJob, 2);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_EQ(s.message(), "stale shard map epoch 2 of job job; this server is at 3");
+  EXPECT_TRUE(store.CheckShardEpoch(kJob, 0).ok());
+  EXPECT_TRUE(store.CheckShardEpoch(kJob, 3).ok());
+  EXPECT_TRUE(store.CheckShardEpoch("other", 1).ok());
+}
+
+}  // namespace
+}  // namespace ps
