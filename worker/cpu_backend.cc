@@ -4,11 +4,15 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "worker/compute_backend.h"
 
 namespace ps {
@@ -96,6 +100,17 @@ void MicroKernel(int kc, const float* __restrict a, const float* __restrict b, f
 class CpuBackend : public ComputeBackend {
  public:
   std::string name() const override { return "cpu"; }
+  bool host_memory() const override { return true; }
+
+  // Everything runs at once in call order: the copies are memcpy (none when a model passes its
+  // host tensors straight through) and the queue-ordering calls have nothing to do.
+  void CopyToDevice(void* device_dst, const void* host_src, size_t bytes) override {
+    if (bytes > 0 && device_dst != host_src) std::memcpy(device_dst, host_src, bytes);
+  }
+  void CopyToHost(void* host_dst, const void* device_src, size_t bytes) override {
+    if (bytes > 0 && host_dst != device_src) std::memcpy(host_dst, device_src, bytes);
+  }
+  absl::Status Synchronize() override { return std::exchange(status_, absl::OkStatus()); }
 
   void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
             const float* b, float beta, float* c) override {
@@ -151,6 +166,13 @@ class CpuBackend : public ComputeBackend {
     LossStats stats;
     for (int r = 0; r < batch; ++r) {
       const float* z = logits + static_cast<ptrdiff_t>(r) * classes;
+      const int label = labels[r];
+      if (label < 0 || label >= classes) {
+        // Reading z[label] would be out of bounds: record the error, score the row 0, and keep
+        // its gradient defined (the softmax alone), as the CUDA kernel does.
+        RecordError(absl::InvalidArgumentError(absl::StrCat(
+            "SoftmaxCrossEntropy: label ", label, " of row ", r, " is not in [0, ", classes, ")")));
+      }
       int arg_max = 0;
       for (int j = 1; j < classes; ++j) {
         if (z[j] > z[arg_max]) arg_max = j;
@@ -158,22 +180,68 @@ class CpuBackend : public ComputeBackend {
       const float max_logit = z[arg_max];
       double denom = 0;
       for (int j = 0; j < classes; ++j) denom += std::exp(static_cast<double>(z[j] - max_logit));
-      const int label = labels[r];
+      const bool label_ok = label >= 0 && label < classes;
       const double log_denom = std::log(denom);
-      stats.loss_sum += log_denom - static_cast<double>(z[label] - max_logit);
-      if (arg_max == label) ++stats.correct;
+      if (label_ok) {
+        stats.loss_sum += log_denom - static_cast<double>(z[label] - max_logit);
+        if (arg_max == label) ++stats.correct;
+      }
       if (grad == nullptr) continue;
       float* g = grad + static_cast<ptrdiff_t>(r) * classes;
       const double scale = grad_scale / denom;
       for (int j = 0; j < classes; ++j) {
         g[j] = static_cast<float>(scale * std::exp(static_cast<double>(z[j] - max_logit)));
       }
-      g[label] -= grad_scale;
+      if (label_ok) g[label] -= grad_scale;
     }
     return stats;
   }
 
+  void Gather(int n, int dim, int table_rows, const float* table, const int32_t* rows,
+              float* out) override {
+    for (int i = 0; i < n; ++i) {
+      float* dst = out + static_cast<ptrdiff_t>(i) * dim;
+      if (!CheckRow("Gather", i, rows[i], table_rows)) {
+        std::fill(dst, dst + dim, 0.0f);
+        continue;
+      }
+      std::copy_n(table + static_cast<ptrdiff_t>(rows[i]) * dim, dim, dst);
+    }
+  }
+
+  void ScatterAdd(int n, int dim, int table_rows, const float* grad, const int32_t* rows,
+                  float* table) override {
+    for (int i = 0; i < n; ++i) {
+      if (!CheckRow("ScatterAdd", i, rows[i], table_rows)) continue;
+      float* dst = table + static_cast<ptrdiff_t>(rows[i]) * dim;
+      const float* src = grad + static_cast<ptrdiff_t>(i) * dim;
+      for (int j = 0; j < dim; ++j) dst[j] += src[j];
+    }
+  }
+
+ protected:
+  absl::StatusOr<void*> AllocateMemory(MemoryKind, size_t bytes) override {
+    // 64-byte alignment: whole cache lines, and any vector width the compiler picks.
+    void* data = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (data == nullptr) {
+      return absl::ResourceExhaustedError(absl::StrCat("cpu: cannot allocate ", bytes, " bytes"));
+    }
+    return data;
+  }
+  void FreeMemory(MemoryKind, void* data) override { std::free(data); }
+
  private:
+  void RecordError(absl::Status s) {
+    if (status_.ok()) status_ = std::move(s);
+  }
+
+  bool CheckRow(const char* op, int i, int32_t row, int table_rows) {
+    if (row >= 0 && row < table_rows) return true;
+    RecordError(absl::InvalidArgumentError(
+        absl::StrCat(op, ": row index ", row, " at ", i, " is not in [0, ", table_rows, ")")));
+    return false;
+  }
+
   static void ScaleC(size_t size, float beta, float* c) {
     if (beta == 0.0f) {
       std::fill(c, c + size, 0.0f);
@@ -197,6 +265,7 @@ class CpuBackend : public ComputeBackend {
 
   std::vector<float> packed_a_;
   std::vector<float> packed_b_;
+  absl::Status status_;  // the first error since the last Synchronize()
 };
 
 }  // namespace

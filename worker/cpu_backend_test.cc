@@ -344,5 +344,66 @@ TEST(CpuBackendTest, SoftmaxCrossEntropyCountsCorrectPredictions) {
   EXPECT_EQ(empty.correct, 0);
 }
 
+TEST(CpuBackendTest, SoftmaxCrossEntropyReportsLabelsOutOfRange) {
+  std::unique_ptr<ComputeBackend> backend = MakeCpuBackend();
+  const std::vector<float> logits = {1, 2, 3, 3, 2, 1};
+  const std::vector<int32_t> labels = {2, 3};  // 3 is not a class of 3
+  std::vector<float> grad(logits.size(), kNaN);
+  const LossStats stats =
+      backend->SoftmaxCrossEntropy(2, 3, logits.data(), labels.data(), 1.0f, grad.data());
+  EXPECT_NEAR(stats.loss_sum, 0.4076059, 1e-6);  // row 0 only
+  EXPECT_EQ(stats.correct, 1);
+  for (float g : grad) EXPECT_TRUE(std::isfinite(g));
+  const absl::Status s = backend->Synchronize();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("label 3"), std::string::npos) << s;
+  EXPECT_TRUE(backend->Synchronize().ok()) << "the error is reported once";
+}
+
+TEST(CpuBackendTest, GatherAndScatterAdd) {
+  std::unique_ptr<ComputeBackend> backend = MakeCpuBackend();
+  std::vector<float> table = {0, 1, 10, 11, 20, 21};  // 3 rows of dim 2
+  const std::vector<int32_t> rows = {2, 0, 2};
+  std::vector<float> out(6, kNaN);
+  backend->Gather(3, 2, 3, table.data(), rows.data(), out.data());
+  EXPECT_EQ(out, std::vector<float>({20, 21, 0, 1, 20, 21}));
+  const std::vector<float> grad = {1, 2, 3, 4, 5, 6};
+  backend->ScatterAdd(3, 2, 3, grad.data(), rows.data(), table.data());
+  EXPECT_EQ(table, std::vector<float>({3, 5, 10, 11, 26, 29}));  // row 2 got 1+5, 2+6
+  EXPECT_TRUE(backend->Synchronize().ok());
+}
+
+TEST(CpuBackendTest, GatherAndScatterAddReportRowsOutOfRange) {
+  std::unique_ptr<ComputeBackend> backend = MakeCpuBackend();
+  std::vector<float> table = {0, 1, 10, 11};
+  const std::vector<int32_t> rows = {1, -1, 2};
+  std::vector<float> out(6, kNaN);
+  backend->Gather(3, 2, 2, table.data(), rows.data(), out.data());
+  EXPECT_EQ(out, std::vector<float>({10, 11, 0, 0, 0, 0}));
+  EXPECT_EQ(backend->Synchronize().code(), absl::StatusCode::kInvalidArgument);
+  const std::vector<float> grad(6, 1.0f);
+  backend->ScatterAdd(3, 2, 2, grad.data(), rows.data(), table.data());
+  EXPECT_EQ(table, std::vector<float>({0, 1, 11, 12}));
+  EXPECT_EQ(backend->Synchronize().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(CpuBackendTest, MemoryIsHostMemoryAndCopiesAreMemcpy) {
+  std::unique_ptr<ComputeBackend> backend = MakeCpuBackend();
+  EXPECT_TRUE(backend->host_memory());
+  auto device = backend->Allocate(MemoryKind::kDevice, 5 * sizeof(float));
+  auto staging = backend->Allocate(MemoryKind::kStaging, 5 * sizeof(float));
+  ASSERT_TRUE(device.ok() && staging.ok());
+  const std::vector<float> src = {1, 2, 3, 4, 5};
+  backend->CopyToDevice(device->data(), src.data(), 5 * sizeof(float));
+  backend->ComputeAfterCopies();
+  backend->CopiesAfterCompute();
+  backend->CopyToHost(staging->data(), device->data(), 5 * sizeof(float));
+  ASSERT_TRUE(backend->Synchronize().ok());
+  EXPECT_EQ(std::vector<float>(staging->floats(), staging->floats() + 5), src);
+  auto empty = backend->Allocate(MemoryKind::kDevice, 0);
+  ASSERT_TRUE(empty.ok());
+  EXPECT_EQ(empty->data(), nullptr);
+}
+
 }  // namespace
 }  // namespace ps

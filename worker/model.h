@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "ps/v1/types.pb.h"
 #include "worker/client.h"
@@ -18,6 +19,11 @@ struct StepStats {
   double loss_sum = 0;
   int64_t correct = 0;
   int64_t examples = 0;
+  // TrainStep of a model that overlaps communication with compute: the time the push/pull that
+  // completed during the step was in flight, from start to last answer, whether the step waited
+  // for it or computed meanwhile. Zero for a model that just waits for its requests: the runner
+  // then counts the time it was blocked, and nothing as hidden.
+  absl::Duration communication;
 };
 
 // A trainable model bound to its data set. The runner owns the loop (clocks, epochs, data
@@ -37,11 +43,17 @@ class Model {
   virtual absl::Status Start(Client* client) = 0;
   // One step on the given training examples (indices < num_train_examples()). Must push its
   // gradients, scaled by `grad_scale` (the runner picks 1/batch or 1/global batch), and
-  // advance the client's clock exactly once (PushPull does both).
+  // advance the client's clock exactly once (PushPull does both; PushPullAsync too, and a model
+  // that overlaps may return before the answer: see Flush()).
   virtual absl::StatusOr<StepStats> TrainStep(Client* client, absl::Span<const int64_t> examples,
                                               float grad_scale) = 0;
   // Loss and accuracy on the held-out set with the current parameters (pulls what it needs).
   virtual absl::StatusOr<StepStats> Evaluate(Client* client) = 0;
+  // Waits for requests the model still has in flight (a model that overlaps communication with
+  // compute returns from TrainStep before its push has been answered) and returns their error.
+  // The runner calls it when it stops, on every path; the buffers those requests use stay valid
+  // until then.
+  virtual absl::Status Flush() { return absl::OkStatus(); }
 };
 
 }  // namespace ps

@@ -10,7 +10,8 @@
 
 namespace ps {
 
-absl::StatusOr<std::unique_ptr<Model>> MakeModel(const v1::JobSpec& spec) {
+absl::StatusOr<std::unique_ptr<Model>> MakeModel(const v1::JobSpec& spec,
+                                                 const ComputeOptions& compute) {
   if (spec.model() == "fashion_mlp") {
     std::vector<int> layers(spec.layers().begin(), spec.layers().end());
     if (layers.empty()) layers = {784, 128, 10};
@@ -19,9 +20,13 @@ absl::StatusOr<std::unique_ptr<Model>> MakeModel(const v1::JobSpec& spec) {
       optimizer.set_kind(v1::OptimizerSpec::ADAM);
       optimizer.set_learning_rate(0.001f);
     }
+    MlpRunOptions options;
+    options.compute = compute;
+    options.consistency = spec.consistency();
+    options.batch_size = RunnerOptionsOf(spec).batch_size;
     return MakeFashionMlp(
         spec.data_dir().empty() ? "/usr/share/datasets/fashion-mnist" : spec.data_dir(), layers,
-        optimizer, spec.seed());
+        optimizer, spec.seed(), options);
   }
   if (spec.model() == "spam_logreg") {
     return MakeSpamLogReg(

@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "ps/v1/job.pb.h"
+#include "worker/device.h"
 #include "worker/job_runner.h"
 #include "worker/model.h"
 
@@ -15,9 +16,12 @@ namespace ps {
 
 // "fashion_mlp" (dense MLP on Fashion-MNIST) or "spam_logreg" (sparse logistic regression on
 // the SpamAssassin corpus), with the spec's layers, data_dir, optimizer (the model's default
-// when unset), hash_bits and seed. INVALID_ARGUMENT for an unknown model; data errors as the
-// loaders report them.
-absl::StatusOr<std::unique_ptr<Model>> MakeModel(const v1::JobSpec& spec);
+// when unset), hash_bits and seed. fashion_mlp computes on the backend of `compute` (a resolved
+// device); spam_logreg always on the CPU (a few sparse dot products per example: a GPU would
+// spend more on copies than it saves). INVALID_ARGUMENT for an unknown model; data errors as the
+// loaders report them; backend errors as MakeBackend.
+absl::StatusOr<std::unique_ptr<Model>> MakeModel(const v1::JobSpec& spec,
+                                                 const ComputeOptions& compute = {});
 
 // The runner options of a spec (epochs, batch size, workers, consistency, seed, evaluation).
 JobRunnerOptions RunnerOptionsOf(const v1::JobSpec& spec);

@@ -54,6 +54,12 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& registry)
                                  .Name("ps_worker_communication_seconds_total")
                                  .Help("Time of training steps blocked on push/pull RPCs")
                                  .Register(registry)),
+      hidden_communication_seconds_(
+          BuildCounter()
+              .Name("ps_worker_communication_hidden_seconds_total")
+              .Help("Time push/pull RPCs of training steps were in flight while the worker "
+                    "computed (overlap); RPC time = this + communication_seconds_total")
+              .Register(registry)),
       pushed_keys_(BuildCounter()
                        .Name("ps_worker_pushed_keys_total")
                        .Help("Keys in push parts the servers accepted")
@@ -110,6 +116,7 @@ WorkerMetrics::Job::Job(WorkerMetrics* m, const std::string& job_id)
       samples_(m->samples_.Add({{"job", job_id}})),
       compute_seconds_(m->compute_seconds_.Add({{"job", job_id}})),
       communication_seconds_(m->communication_seconds_.Add({{"job", job_id}})),
+      hidden_communication_seconds_(m->hidden_communication_seconds_.Add({{"job", job_id}})),
       pushed_keys_(m->pushed_keys_.Add({{"job", job_id}})),
       pulled_keys_(m->pulled_keys_.Add({{"job", job_id}})),
       samples_per_second_(m->samples_per_second_.Add({{"job", job_id}})),
@@ -125,6 +132,7 @@ WorkerMetrics::Job::~Job() {
   m->samples_.Remove(&samples_);
   m->compute_seconds_.Remove(&compute_seconds_);
   m->communication_seconds_.Remove(&communication_seconds_);
+  m->hidden_communication_seconds_.Remove(&hidden_communication_seconds_);
   m->pushed_keys_.Remove(&pushed_keys_);
   m->pulled_keys_.Remove(&pulled_keys_);
   m->samples_per_second_.Remove(&samples_per_second_);
@@ -137,11 +145,12 @@ WorkerMetrics::Job::~Job() {
 }
 
 void WorkerMetrics::Job::RecordStep(int64_t examples, absl::Duration compute,
-                                    absl::Duration communication) {
+                                    absl::Duration communication, absl::Duration hidden) {
   steps_.Increment();
   samples_.Increment(static_cast<double>(examples));
   compute_seconds_.Increment(std::max(0.0, absl::ToDoubleSeconds(compute)));
   communication_seconds_.Increment(std::max(0.0, absl::ToDoubleSeconds(communication)));
+  hidden_communication_seconds_.Increment(std::max(0.0, absl::ToDoubleSeconds(hidden)));
 }
 
 void WorkerMetrics::Job::SetProgress(const JobProgress& p) {

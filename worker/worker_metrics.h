@@ -53,8 +53,10 @@ class WorkerMetrics {
     absl::Duration blocked() const {
       return absl::Nanoseconds(blocked_nanos_.load(std::memory_order_relaxed));
     }
-    // One training step: its examples, and its time in the model's math vs. blocked on RPCs.
-    void RecordStep(int64_t examples, absl::Duration compute, absl::Duration communication);
+    // One training step: its examples, and its time in the model's math vs. blocked on RPCs;
+    // `hidden`: the time its RPCs were in flight while the worker computed (overlap).
+    void RecordStep(int64_t examples, absl::Duration compute, absl::Duration communication,
+                    absl::Duration hidden = absl::ZeroDuration());
     // The runner's progress values (clock, loss, accuracy, samples/s; test accuracy once
     // evaluated).
     void SetProgress(const JobProgress& progress);
@@ -69,6 +71,7 @@ class WorkerMetrics {
     prometheus::Counter& samples_;
     prometheus::Counter& compute_seconds_;
     prometheus::Counter& communication_seconds_;
+    prometheus::Counter& hidden_communication_seconds_;
     prometheus::Counter& pushed_keys_;
     prometheus::Counter& pulled_keys_;
     prometheus::Gauge& samples_per_second_;
@@ -101,6 +104,7 @@ class WorkerMetrics {
   prometheus::Family<prometheus::Gauge>& test_accuracy_;
   prometheus::Family<prometheus::Counter>& compute_seconds_;
   prometheus::Family<prometheus::Counter>& communication_seconds_;
+  prometheus::Family<prometheus::Counter>& hidden_communication_seconds_;
   prometheus::Family<prometheus::Counter>& pushed_keys_;
   prometheus::Family<prometheus::Counter>& pulled_keys_;
   prometheus::Family<prometheus::Histogram>& staleness_;
