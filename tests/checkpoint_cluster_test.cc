@@ -158,9 +158,9 @@ v1::RestoreOrder WriteCheckpoint(const LocalCluster& cluster, Job& job, const st
 class CheckpointClusterTest : public ::testing::Test {
  protected:
   std::string Dir() {
-    const std::string dir = absl::StrCat(::testing::TempDir(), "/ps_ckpt_cluster_", getpid(), "_",
-                                         ::testing::UnitTest::GetInstance()->current_test_info()
-                                             ->name());
+    const std::string dir =
+        absl::StrCat(::testing::TempDir(), "/ps_ckpt_cluster_", getpid(), "_",
+                     ::testing::UnitTest::GetInstance()->current_test_info()->name());
     std::filesystem::remove_all(dir);
     return dir;
   }

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <deque>
 #include <limits>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
@@ -40,12 +41,14 @@ struct Handle::State {
   // Set before the first part starts; read-only afterwards.
   ClientObserver* observer = nullptr;
   int64_t pull_clock = -1;  // requests with a pull: the clock it pulls at
+  const absl::Time start = absl::Now();
 
   absl::Mutex mu;
   int pending ABSL_GUARDED_BY(mu) = 0;
   absl::Status status ABSL_GUARDED_BY(mu);
   int64_t min_clock ABSL_GUARDED_BY(mu) = std::numeric_limits<int64_t>::max();
   absl::Duration max_wait ABSL_GUARDED_BY(mu);
+  absl::Time end ABSL_GUARDED_BY(mu);  // set with the last part's answer
   absl::Notification done;
 
   void Finish(const absl::Status& s, int64_t part_min_clock, absl::Duration wait) {
@@ -57,6 +60,7 @@ struct Handle::State {
       min_clock = std::min(min_clock, part_min_clock);
       max_wait = std::max(max_wait, wait);
       last = --pending == 0;
+      if (last) end = absl::Now();
       if (last && status.ok() && pull_clock >= 0 &&
           min_clock != std::numeric_limits<int64_t>::max()) {
         staleness = std::max<int64_t>(0, pull_clock - min_clock);
@@ -90,6 +94,12 @@ int64_t Handle::min_clock() const {
 absl::Duration Handle::max_wait() const {
   absl::MutexLock l(&state_->mu);
   return state_->max_wait;
+}
+
+absl::Duration Handle::elapsed() const {
+  if (state_ == nullptr || !state_->done.HasBeenNotified()) return absl::ZeroDuration();
+  absl::MutexLock l(&state_->mu);
+  return state_->end - state_->start;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -386,7 +396,11 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   if (!options.shard_map_file.empty()) {
     PS_ASSIGN_OR_RETURN(map, ShardMap::FromFile(options.shard_map_file));
   } else {
-    map = ShardMap::RoundRobin(options.servers);
+    map = ShardMap::RoundRobin(options.servers, options.shard_epoch);
+  }
+  if (!options.slot_owners.empty()) {
+    PS_ASSIGN_OR_RETURN(
+        map, ShardMap::FromOwners(options.servers, options.slot_owners, options.shard_epoch));
   }
   return std::unique_ptr<Client>(new Client(std::move(options), std::move(map)));
 }
@@ -450,10 +464,13 @@ void Client::CancelInFlight() {
 
 absl::Status Client::ConfigureJob(const v1::ConsistencySpec& consistency,
                                   const std::vector<uint32_t>& worker_ids,
-                                  uint64_t membership_epoch, int64_t* worker_clock) {
+                                  uint64_t membership_epoch, int64_t* worker_clock,
+                                  int64_t caller_clock) {
   if (worker_clock != nullptr) *worker_clock = -1;
   v1::ConfigureJobRequest req;
   req.set_job_id(options_.job_id);
+  req.set_caller_worker_id(options_.worker_id);
+  req.set_caller_clock(caller_clock);
   *req.mutable_consistency() = consistency;
   for (uint32_t w : worker_ids) req.add_worker_ids(w);
   req.set_membership_epoch(membership_epoch);
@@ -468,6 +485,81 @@ absl::Status Client::ConfigureJob(const v1::ConsistencySpec& consistency,
     }
     return s;
   });
+}
+
+namespace {
+
+// Runs rpc(i) for every server on its own thread; the first error (by server order), named.
+template <typename Fn>
+absl::Status OnEveryServerAtOnce(size_t n, const std::vector<std::string>& servers, Fn rpc) {
+  std::vector<absl::Status> results(n);
+  std::vector<std::thread> threads;
+  threads.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    threads.emplace_back([&, i] { results[i] = rpc(i); });
+  }
+  for (std::thread& t : threads) t.join();
+  for (size_t i = 0; i < n; ++i) {
+    if (!results[i].ok()) {
+      return absl::Status(results[i].code(),
+                          absl::StrCat("server ", servers[i], ": ", results[i].message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<v1::CheckpointResponse>> Client::SnapshotCheckpoint(
+    uint64_t id, int64_t clock, const std::vector<std::string>& paths) {
+  if (paths.size() != stubs_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint ", id, " names ", paths.size(),
+                                                   " paths for ", stubs_.size(), " servers"));
+  }
+  std::vector<v1::CheckpointResponse> out(stubs_.size());
+  PS_RETURN_IF_ERROR(OnEveryServerAtOnce(stubs_.size(), map_.servers(), [&](size_t i) {
+    v1::CheckpointRequest req;
+    req.set_job_id(options_.job_id);
+    req.set_checkpoint_id(id);
+    req.set_clock(clock);
+    req.set_path(paths[i]);
+    req.set_shard_epoch(map_.epoch());
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+    return FromGrpcStatus(stubs_[i][0]->Checkpoint(&ctx, req, &out[i]));
+  }));
+  return out;
+}
+
+absl::StatusOr<std::vector<v1::CheckpointResponse>> Client::AwaitCheckpoint(
+    uint64_t id, absl::Duration timeout) {
+  std::vector<v1::CheckpointResponse> out(stubs_.size());
+  PS_RETURN_IF_ERROR(OnEveryServerAtOnce(stubs_.size(), map_.servers(), [&](size_t i) {
+    v1::AwaitCheckpointRequest req;
+    req.set_job_id(options_.job_id);
+    req.set_checkpoint_id(id);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    return FromGrpcStatus(stubs_[i][0]->AwaitCheckpoint(&ctx, req, &out[i]));
+  }));
+  return out;
+}
+
+absl::StatusOr<int64_t> Client::Restore(const v1::RestoreOrder& order, absl::Duration timeout) {
+  std::vector<int64_t> clocks(stubs_.size(), -1);
+  PS_RETURN_IF_ERROR(OnEveryServerAtOnce(stubs_.size(), map_.servers(), [&](size_t i) {
+    v1::RestoreRequest req;
+    req.set_job_id(options_.job_id);
+    *req.mutable_order() = order;
+    v1::RestoreResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    grpc::Status s = stubs_[i][0]->Restore(&ctx, req, &resp);
+    auto it = resp.worker_clocks().find(options_.worker_id);
+    if (s.ok() && it != resp.worker_clocks().end()) clocks[i] = it->second;
+    return FromGrpcStatus(s);
+  }));
+  return *std::max_element(clocks.begin(), clocks.end());
 }
 
 absl::Status Client::CreateTable(const v1::TableSpec& spec) {

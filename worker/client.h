@@ -23,6 +23,10 @@ struct ClientOptions {
   // Server addresses in shard-map order (slot s lives on servers[s % n]), or a shard map file.
   std::vector<std::string> servers;
   std::string shard_map_file;
+  // The scheduler's map: slot s lives on servers[slot_owners[s]] (kNumSlots entries; empty:
+  // round-robin), with its epoch (sent with every request; servers refuse older ones).
+  std::vector<uint32_t> slot_owners;
+  uint64_t shard_epoch = 1;
   std::string job_id = "default";
   uint32_t worker_id = 0;
   // Requests larger than this are cut into parts sent in parallel (keeps every gRPC message
@@ -80,6 +84,9 @@ class Handle {
   // After Wait(): the smallest min_clock the servers reported, and the longest pull wait.
   int64_t min_clock() const;
   absl::Duration max_wait() const;
+  // Once done: the time from the request's start to its last answer, however long the caller
+  // waited for it (an overlapping worker compares it with the time it was blocked). Zero before.
+  absl::Duration elapsed() const;
 
  private:
   std::shared_ptr<State> state_;
@@ -98,9 +105,21 @@ class Client {
   // `worker_clock`, if set, receives this worker's clock on the servers afterwards (the largest
   // any server reports; -1 if this worker is not in the set): a worker joining a running job
   // starts there (SetClock).
+  // `caller_clock` (>= 0) tells servers that took over slots where this worker is.
   absl::Status ConfigureJob(const v1::ConsistencySpec& consistency,
                             const std::vector<uint32_t>& worker_ids, uint64_t membership_epoch = 1,
-                            int64_t* worker_clock = nullptr);
+                            int64_t* worker_clock = nullptr, int64_t caller_clock = -1);
+
+  // Checkpoints (see ParameterServer.Checkpoint). Snapshot asks every server at once to copy its
+  // rows for checkpoint `id` into memory, server i writing to paths[i]; it returns once all have
+  // (the answers in server order). AwaitCheckpoint waits for every server's write.
+  absl::StatusOr<std::vector<v1::CheckpointResponse>> SnapshotCheckpoint(
+      uint64_t id, int64_t clock, const std::vector<std::string>& paths);
+  absl::StatusOr<std::vector<v1::CheckpointResponse>> AwaitCheckpoint(uint64_t id,
+                                                                      absl::Duration timeout);
+  // Hands a restore order to every server (each carries it out once); returns this worker's
+  // clock afterwards (the largest any server reports; -1 if none knows it).
+  absl::StatusOr<int64_t> Restore(const v1::RestoreOrder& order, absl::Duration timeout);
   // Creates a table on every server (idempotent for the same spec).
   absl::Status CreateTable(const v1::TableSpec& spec);
   // Looks a table up (cached): its spec as the servers hold it.

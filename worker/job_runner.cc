@@ -5,6 +5,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 
@@ -43,6 +44,14 @@ float LearningRateScale(const v1::LearningRateSchedule& schedule, int64_t clock,
     default:
       return 1.0f;
   }
+}
+
+std::string FormatTimeSplit(const JobProgress& p) {
+  const double hidden = p.communication_seconds > 0
+                            ? 100.0 * p.hidden_communication_seconds / p.communication_seconds
+                            : 0.0;
+  return absl::StrFormat("compute %.2fs, communication %.2fs (%.0f%% hidden)", p.compute_seconds,
+                         p.communication_seconds, hidden);
 }
 
 JobRunner::JobRunner(Model* model, Client* client, JobRunnerOptions options, WorkerMetrics* metrics)
@@ -99,9 +108,15 @@ void JobRunner::NextBatch(std::vector<int64_t>* batch) {
       order_.clear();
       for (int64_t i = rank; i < model_->num_train_examples(); i += num_ranks) order_.push_back(i);
       if (order_.empty()) return;  // more ranks than examples: nothing to read
+      // A run that starts at clock c (a restart after a server loss, a restore) reads on from
+      // where an undisturbed run would be: same pass, same place in it.
+      const int64_t skip = skip_examples_;
+      skip_examples_ = 0;
+      const int64_t size = static_cast<int64_t>(order_.size());
+      if (skip > 0) passes_ = static_cast<uint64_t>(skip / size);
       std::mt19937_64 rng(options_.seed * 1000003 + rank * 7919 + passes_++);
       std::shuffle(order_.begin(), order_.end(), rng);
-      next_ = 0;
+      next_ = static_cast<size_t>(skip > 0 ? skip % size : 0);
       changed = false;
     }
     batch->push_back(order_[next_++]);
@@ -111,13 +126,31 @@ void JobRunner::NextBatch(std::vector<int64_t>* batch) {
 absl::Status JobRunner::Run(const std::function<void(const JobProgress&)>& on_epoch,
                             const std::function<void(const JobProgress&)>& on_step,
                             int report_every) {
+  absl::Status s = RunSteps(on_epoch, on_step, report_every);
+  // The last push of an overlapping model is still in flight: the job is only done once the
+  // servers have it. After a failure, its buffers must still outlive it.
+  absl::Status flushed = model_->Flush();
+  if (!s.ok()) return s;
+  if (!flushed.ok() && cancelled_) return absl::CancelledError("the job was cancelled");
+  if (!flushed.ok()) {
+    return absl::Status(flushed.code(),
+                        absl::StrCat("the last step's push/pull: ", flushed.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status JobRunner::RunSteps(const std::function<void(const JobProgress&)>& on_epoch,
+                                 const std::function<void(const JobProgress&)>& on_step,
+                                 int report_every) {
   PS_RETURN_IF_ERROR(options_.Validate());
   PS_RETURN_IF_ERROR(model_->Start(client_));
   const bool sync = options_.consistency.mode() == v1::ConsistencySpec::SYNC;
   std::vector<int64_t> batch;
   StepStats epoch_stats;
+  absl::Duration epoch_compute, epoch_communication, epoch_hidden;
   absl::Time epoch_start = absl::Now();
   int64_t steps_in_report = 0;
+  skip_examples_ = client_->clock() * options_.batch_size;
   for (int64_t clock = client_->clock(); clock < total_clocks_; clock = client_->clock()) {
     if (cancelled_) return absl::CancelledError("the job was cancelled");
     NextBatch(&batch);
@@ -141,10 +174,21 @@ absl::Status JobRunner::Run(const std::function<void(const JobProgress&)>& on_ep
           step.status().code(),
           absl::StrCat("step ", clock + 1, " of ", total_clocks_, ": ", step.status().message()));
     }
-    if (metrics_ != nullptr) {
+    {
+      // Blocked: the time the step waited on requests (known with metrics, which observe the
+      // client). In flight: what the model measured, at least the blocked time; the rest was
+      // hidden behind compute.
       const absl::Duration total = absl::Now() - step_start;
-      const absl::Duration comm = std::min(total, metrics_->blocked() - blocked_before);
-      metrics_->RecordStep(step->examples, total - comm, comm);
+      const absl::Duration blocked = metrics_ != nullptr
+                                         ? std::min(total, metrics_->blocked() - blocked_before)
+                                         : absl::ZeroDuration();
+      const absl::Duration in_flight = std::max(blocked, step->communication);
+      epoch_compute += total - blocked;
+      epoch_communication += in_flight;
+      epoch_hidden += in_flight - blocked;
+      if (metrics_ != nullptr) {
+        metrics_->RecordStep(step->examples, total - blocked, blocked, in_flight - blocked);
+      }
     }
     epoch_stats.loss_sum += step->loss_sum;
     epoch_stats.correct += step->correct;
@@ -161,9 +205,20 @@ absl::Status JobRunner::Run(const std::function<void(const JobProgress&)>& on_ep
           static_cast<double>(epoch_stats.correct) / std::max<int64_t>(1, epoch_stats.examples);
       progress_.samples_per_second =
           epoch_stats.examples / std::max(1e-9, absl::ToDoubleSeconds(absl::Now() - epoch_start));
+      progress_.compute_seconds = absl::ToDoubleSeconds(epoch_compute);
+      progress_.communication_seconds = absl::ToDoubleSeconds(epoch_communication);
+      progress_.hidden_communication_seconds = absl::ToDoubleSeconds(epoch_hidden);
       p = progress_;
     }
     if (metrics_ != nullptr) metrics_->SetProgress(p);
+    if (hook_) {
+      bool rank0;
+      {
+        absl::MutexLock l(&mu_);
+        rank0 = rank_ == 0;
+      }
+      if (rank0) hook_(done);
+    }
     if (on_step && report_every > 0 && ++steps_in_report % report_every == 0 && !epoch_end) {
       on_step(p);
     }
@@ -185,6 +240,7 @@ absl::Status JobRunner::Run(const std::function<void(const JobProgress&)>& on_ep
     }
     if (on_epoch) on_epoch(p);
     epoch_stats = StepStats();
+    epoch_compute = epoch_communication = epoch_hidden = absl::ZeroDuration();
     epoch_start = absl::Now();
   }
   absl::MutexLock l(&mu_);

@@ -28,6 +28,7 @@
 #include "common/scheduler_link.h"
 #include "common/signals.h"
 #include "worker/client.h"
+#include "worker/device.h"
 #include "worker/health_server.h"
 #include "worker/job_runner.h"
 #include "worker/model_zoo.h"
@@ -62,12 +63,27 @@ ABSL_FLAG(double, learning_rate, 0.001, "standalone: the optimizer's learning ra
 ABSL_FLAG(uint64_t, seed, 1, "standalone: seed of the initial weights and of the data order");
 ABSL_FLAG(bool, evaluate, false, "standalone: evaluate on the held-out set after every epoch");
 ABSL_FLAG(int, log_every_steps, 100, "print a progress line every this many steps (0: never)");
+ABSL_FLAG(absl::Duration, recovery_wait, absl::Seconds(90),
+          "daemon: after a data-plane failure (a server died), how long to wait for the "
+          "scheduler's new shard map before the job is given up");
 ABSL_FLAG(absl::Duration, rpc_timeout, absl::Seconds(120),
           "deadline of one data-plane request (a sync pull waits this long for the slowest)");
 ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:0",
           "host:port of the Prometheus /metrics endpoint (port 0: a free port; 'off': none)");
 ABSL_FLAG(std::string, metrics_port_file, "",
           "if set, write the bound /metrics port here once serving");
+ABSL_FLAG(std::string, device, "auto",
+          "where fashion_mlp computes: cpu | cuda:N (CUDA device N; 'cuda' = cuda:0) | auto "
+          "(cuda:0 if this binary has CUDA support and a device is present, else cpu). An "
+          "explicit cuda:N that is not there is an error, never a silent CPU fallback. "
+          "spam_logreg always computes on the CPU");
+ABSL_FLAG(std::string, gemm_precision, "tf32",
+          "CUDA GEMMs: fp32 (exact FP32, as the CPU) | tf32 (tensor cores, ~1e-3 relative "
+          "rounding of the inputs) | bf16 | fp16 (tensor cores; fp16 may flush tiny gradients)");
+ABSL_FLAG(std::string, overlap, "auto",
+          "overlap a step's push/pull with the next step's compute: auto (on the GPU, in async "
+          "and ssp with staleness >= 1) | on (also on the CPU) | off. Overlap reads parameters "
+          "one clock staler; sync and ssp staleness 0 never overlap");
 ABSL_FLAG(std::string, health_listen, "0.0.0.0:0",
           "daemon mode: host:port of the gRPC health service (grpc.health.v1; port 0: a free "
           "port; 'off': none)");
@@ -110,6 +126,46 @@ absl::StatusOr<Metrics> StartMetrics() {
     if (!s.ok()) return absl::Status(s.code(), absl::StrCat("--metrics_port_file: ", s.message()));
   }
   return m;
+}
+
+// --device, --gemm_precision and --overlap, with the device resolved against this machine: an
+// error says what is missing (CUDA support, a device) and exits before any work starts.
+absl::StatusOr<ps::ComputeOptions> ComputeOptionsFromFlags() {
+  ps::ComputeOptions o;
+  auto requested = ps::ParseDevice(absl::GetFlag(FLAGS_device));
+  if (!requested.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--device: ", requested.status().message()));
+  }
+  // --device=cpu never touches the CUDA runtime.
+  const ps::CudaAvailability cuda =
+      requested->kind == ps::DeviceSpec::Kind::kCpu ? ps::CudaAvailability() : ps::ProbeCuda();
+  auto device = ps::ResolveDevice(*requested, cuda);
+  if (!device.ok()) {
+    return absl::Status(
+        device.status().code(),
+        absl::StrCat("--device=", absl::GetFlag(FLAGS_device), ": ", device.status().message()));
+  }
+  o.device = *device;
+  auto precision = ps::ParseGemmPrecision(absl::GetFlag(FLAGS_gemm_precision));
+  if (!precision.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--gemm_precision: ", precision.status().message()));
+  }
+  o.gemm_precision = *precision;
+  auto overlap = ps::ParseOverlap(absl::GetFlag(FLAGS_overlap));
+  if (!overlap.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--overlap: ", overlap.status().message()));
+  }
+  o.overlap = *overlap;
+  std::string where = o.device.ToString();
+  if (o.device.kind == ps::DeviceSpec::Kind::kCuda) {
+    auto name = ps::CudaDeviceName(o.device.index);
+    absl::StrAppend(&where, " ", name.ok() ? *name : std::string(name.status().message()),
+                    ", GEMMs in ", ps::GemmPrecisionName(o.gemm_precision));
+  }
+  LOG(INFO) << "ps_worker: computing on " << where << " (--device=" << absl::GetFlag(FLAGS_device)
+            << "), overlap " << ps::OverlapName(o.overlap);
+  return o;
 }
 
 // The job spec of standalone mode, from the flags.
@@ -161,7 +217,7 @@ absl::StatusOr<ps::v1::JobSpec> SpecFromFlags() {
   return spec;
 }
 
-int RunStandalone() {
+int RunStandalone(const ps::ComputeOptions& compute) {
   auto spec = SpecFromFlags();
   if (!spec.ok()) return UsageError(std::string(spec.status().message()));
   const int worker_id = absl::GetFlag(FLAGS_worker_id);
@@ -189,7 +245,7 @@ int RunStandalone() {
     std::cerr << "ps_worker: " << who << " failed: " << s << "\n";
     return 1;
   };
-  auto model = ps::MakeModel(*spec);
+  auto model = ps::MakeModel(*spec, compute);
   if (!model.ok()) return fail(model.status());
   std::vector<uint32_t> workers;
   for (int w = 0; w < spec->num_workers(); ++w) workers.push_back(w);
@@ -215,6 +271,7 @@ int RunStandalone() {
       absl::StrAppendFormat(&line, "; test loss %.4f acc %.2f%%", p.test_loss,
                             100 * p.test_accuracy);
     }
+    absl::StrAppend(&line, "; ", ps::FormatTimeSplit(p));
     std::cout << line << "\n" << std::flush;
   };
   absl::Status s = runner.Run(on_epoch, on_step, absl::GetFlag(FLAGS_log_every_steps));
@@ -226,15 +283,17 @@ int RunStandalone() {
   return 0;
 }
 
-int RunDaemon() {
+int RunDaemon(const ps::ComputeOptions& compute) {
   ps::BlockTerminationSignals();
   ps::WorkerDaemonOptions o;
+  o.compute = compute;
   o.scheduler = absl::GetFlag(FLAGS_scheduler);
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
   o.hostname = host;
   o.pid = getpid();
   o.rpc_timeout = absl::GetFlag(FLAGS_rpc_timeout);
+  o.recovery_wait = absl::GetFlag(FLAGS_recovery_wait);
   o.log_every_steps = absl::GetFlag(FLAGS_log_every_steps);
   auto metrics = StartMetrics();
   if (!metrics.ok()) return UsageError(std::string(metrics.status().message()));
@@ -268,7 +327,8 @@ int RunDaemon() {
 int main(int argc, char** argv) {
   ps::SetUsage(
       "Worker: trains models of the zoo (fashion_mlp, spam_logreg) through the parameter "
-      "servers.\n"
+      "servers, computing on the CPU or a CUDA GPU (--device; fashion_mlp only: spam_logreg "
+      "keeps its sparse math on the CPU).\n"
       "Daemon:     ps_worker --scheduler=sched:7000\n"
       "Standalone: ps_worker --servers=127.0.0.1:7100,127.0.0.1:7101 --worker_id=0 "
       "--num_workers=2 --evaluate",
@@ -283,5 +343,10 @@ int main(int argc, char** argv) {
   if (daemon == standalone) {
     return UsageError("give either --scheduler (daemon) or --servers/--shard_map (one job)");
   }
-  return daemon ? RunDaemon() : RunStandalone();
+  auto compute = ComputeOptionsFromFlags();
+  if (!compute.ok()) {
+    std::cerr << "ps_worker: " << compute.status().message() << "\n";
+    return 2;
+  }
+  return daemon ? RunDaemon(*compute) : RunStandalone(*compute);
 }

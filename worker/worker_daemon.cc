@@ -1,6 +1,8 @@
 #include "worker/worker_daemon.h"
 
 #include <glog/logging.h>
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
 
 #include <memory>
 #include <vector>
@@ -10,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "common/scheduler_link.h"
 #include "common/status_macros.h"
+#include "worker/checkpointer.h"
 #include "worker/model_zoo.h"
 
 namespace ps {
@@ -34,6 +37,7 @@ std::string ProgressLine(const std::string& who, const JobProgress& p) {
   if (p.test_accuracy >= 0) {
     absl::StrAppendFormat(&line, "; test loss %.4f acc %.2f%%", p.test_loss, 100 * p.test_accuracy);
   }
+  absl::StrAppend(&line, "; ", FormatTimeSplit(p));
   return line;
 }
 
@@ -61,6 +65,7 @@ void WorkerDaemon::FillHeartbeat(v1::HeartbeatRequest* req) {
     FillProgress(runner_->progress(), p);
     p->set_job_id(assignment_->job_id());
     p->set_membership_epoch(running_epoch_);
+    p->set_shard_epoch(running_shard_epoch_);
     p->set_finished(false);  // finished is reported once Run() returned
   } else if (!done_key_.empty() && assignment_.has_value() && KeyOf(*assignment_) == done_key_) {
     *p = done_report_;
@@ -91,7 +96,7 @@ void WorkerDaemon::ApplyMembership(Client* client, const v1::ConsistencySpec& co
 }
 
 bool WorkerDaemon::TakeMembershipOrder(MembershipOrder* order) {
-  if (runner_ == nullptr || applying_ || !assignment_.has_value() ||
+  if (runner_ == nullptr || applying_ || restart_ || !assignment_.has_value() ||
       KeyOf(*assignment_) != running_key_ || assignment_->membership_epoch() <= running_epoch_) {
     return false;
   }
@@ -126,6 +131,14 @@ bool WorkerDaemon::HandleOrders(const v1::HeartbeatResponse& resp, bool reregist
     }
   }
   assignment_ = std::move(order);
+  if (runner_ != nullptr && !restart_ && assignment_.has_value() &&
+      KeyOf(*assignment_) == running_key_ && assignment_->shard_epoch() > running_shard_epoch_) {
+    LOG(WARNING) << running_key_ << ": new shard map (epoch " << assignment_->shard_epoch()
+                 << (assignment_->has_restore() ? ": " + assignment_->restore().reason() : "")
+                 << "); stopping this run to restart on it";
+    restart_ = true;
+    runner_->Cancel();
+  }
   return TakeMembershipOrder(membership);
 }
 
@@ -141,6 +154,8 @@ void WorkerDaemon::Run() {
       [this](const v1::HeartbeatResponse& resp, bool reregistered) {
         OnHeartbeat(resp, reregistered);
       });
+  scheduler_ = v1::Scheduler::NewStub(
+      grpc::CreateChannel(options_.scheduler, grpc::InsecureChannelCredentials()));
   link.Start();
   LOG(INFO) << "worker daemon: waiting for jobs from scheduler " << options_.scheduler;
   while (true) {
@@ -173,27 +188,103 @@ void WorkerDaemon::Run() {
   }
 }
 
+std::optional<v1::WorkerAssignment> WorkerDaemon::WaitForNewerShardMap(
+    const v1::WorkerAssignment& a, absl::Duration timeout) {
+  absl::MutexLock l(&mu_);
+  auto newer = [this, &a]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return stopping_ || !assignment_.has_value() || KeyOf(*assignment_) != KeyOf(a) ||
+           assignment_->shard_epoch() > a.shard_epoch();
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&newer), timeout);
+  if (stopping_ || !assignment_.has_value() || KeyOf(*assignment_) != KeyOf(a) ||
+      assignment_->shard_epoch() <= a.shard_epoch()) {
+    return std::nullopt;
+  }
+  return *assignment_;
+}
+
+void WorkerDaemon::ReportRestoreFailure(const v1::WorkerAssignment& a, const absl::Status& s) {
+  v1::ReportRestoreFailureRequest req;
+  req.set_job_id(a.job_id());
+  req.set_shard_epoch(a.shard_epoch());
+  req.set_checkpoint_id(a.restore().checkpoint_id());
+  req.set_error(std::string(s.message()));
+  req.set_code(static_cast<int32_t>(s.code()));
+  v1::JobInfo ignored;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  grpc::Status rs = scheduler_->ReportRestoreFailure(&ctx, req, &ignored);
+  if (!rs.ok()) {
+    LOG(WARNING) << a.job_id() << ": cannot report the failed restore: " << rs.error_message();
+  }
+}
+
 absl::Status WorkerDaemon::RunJob(v1::WorkerAssignment a) {
   {
     absl::MutexLock l(&mu_);
     done_report_ = v1::WorkerProgress();  // nothing of the previous job leaks into this one
   }
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, MakeModel(a.spec(), options_.compute));
+  int64_t last_clock = -1;
+  uint64_t requests_done = 0;
+  while (true) {
+    bool restart = false;
+    absl::Status s = RunOnce(a, model.get(), &last_clock, &requests_done, &restart);
+    if (s.ok()) return s;
+    if (!restart) {
+      // A data-plane failure (most likely a dead server) is not the job's end: the scheduler
+      // moves the server's slots and sends a new shard map.
+      const absl::StatusCode code = s.code();
+      const bool recoverable =
+          code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kDeadlineExceeded ||
+          code == absl::StatusCode::kFailedPrecondition || code == absl::StatusCode::kAborted ||
+          code == absl::StatusCode::kDataLoss || code == absl::StatusCode::kNotFound;
+      if (!recoverable) return s;
+      LOG(WARNING) << a.job_id() << ": " << s << "; waiting up to "
+                   << absl::FormatDuration(options_.recovery_wait)
+                   << " for the scheduler's new shard map";
+    }
+    std::optional<v1::WorkerAssignment> next =
+        WaitForNewerShardMap(a, restart ? absl::ZeroDuration() : options_.recovery_wait);
+    if (!next.has_value()) {
+      absl::MutexLock l(&mu_);
+      if (stopping_ || !assignment_.has_value() || KeyOf(*assignment_) != KeyOf(a)) {
+        return absl::CancelledError("the assignment was withdrawn");
+      }
+      if (restart) continue;  // an order not newer after all: run again
+      return s;
+    }
+    a = std::move(*next);
+    LOG(INFO) << a.job_id() << ": shard epoch " << a.shard_epoch() << " (" << a.servers_size()
+              << " servers)" << (a.has_restore() ? absl::StrCat("; ", a.restore().reason()) : "")
+              << "; restarting from clock " << last_clock;
+  }
+}
+
+absl::Status WorkerDaemon::RunOnce(const v1::WorkerAssignment& assignment, Model* model,
+                                   int64_t* last_clock, uint64_t* requests_done, bool* restart) {
+  v1::WorkerAssignment a = assignment;
   ClientOptions co;
   co.servers.assign(a.servers().begin(), a.servers().end());
+  co.slot_owners.assign(a.slot_owners().begin(), a.slot_owners().end());
+  co.shard_epoch = std::max<uint64_t>(1, a.shard_epoch());
   co.job_id = a.job_id();
   co.worker_id = a.worker_id();
   co.rpc_timeout = options_.rpc_timeout;
   PS_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Client::Connect(co));
-  PS_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, MakeModel(a.spec()));
   const JobRunnerOptions ro = RunnerOptionsOf(a.spec());
   // Tell the servers the job and its workers; a worker joining a running job learns its clock.
   // FAILED_PRECONDITION: the servers have a newer membership already (it changed while this
   // worker started); the newer order comes with the next heartbeat.
   int64_t clock = -1;
+  // Servers that took over slots learn this worker's clock from it, unless the job rolls back
+  // (the restore then sets every clock; an old clock arriving after it would undo that).
+  const bool rollback =
+      a.has_restore() && a.restore().shard_epoch() == a.shard_epoch() && a.restore().rollback();
   for (int attempt = 0;; ++attempt) {
     std::vector<uint32_t> workers(a.worker_ids().begin(), a.worker_ids().end());
-    absl::Status s =
-        client->ConfigureJob(a.spec().consistency(), workers, a.membership_epoch(), &clock);
+    absl::Status s = client->ConfigureJob(a.spec().consistency(), workers, a.membership_epoch(),
+                                          &clock, rollback ? -1 : *last_clock);
     if (s.ok()) break;
     if (s.code() != absl::StatusCode::kFailedPrecondition || attempt == 20) return s;
     LOG(INFO) << a.job_id() << ": " << s.message() << "; waiting for the newer order";
@@ -202,26 +293,65 @@ absl::Status WorkerDaemon::RunJob(v1::WorkerAssignment a) {
     if (stopping_ || !assignment_.has_value() || KeyOf(*assignment_) != KeyOf(a)) {
       return absl::CancelledError("the assignment was withdrawn while starting");
     }
+    if (assignment_->shard_epoch() != a.shard_epoch()) {
+      *restart = true;  // a new shard map: a new client
+      return absl::AbortedError("a new shard map came while starting");
+    }
     a = *assignment_;
   }
   for (const v1::TableSpec& t : model->Tables(a.job_id(), FirstTableIdOf(a.job_id()))) {
     PS_RETURN_IF_ERROR(client->CreateTable(t));
   }
+  if (a.has_restore() && a.restore().shard_epoch() == a.shard_epoch()) {
+    const absl::Time start = absl::Now();
+    auto restored = client->Restore(a.restore(), absl::Minutes(10));
+    if (!restored.ok()) {
+      const absl::StatusCode code = restored.status().code();
+      LOG(ERROR) << a.job_id() << ": restore from checkpoint " << a.restore().checkpoint_id()
+                 << " failed: " << restored.status();
+      if (code == absl::StatusCode::kDataLoss || code == absl::StatusCode::kNotFound ||
+          code == absl::StatusCode::kInvalidArgument) {
+        ReportRestoreFailure(a, restored.status());
+      }
+      return restored.status();
+    }
+    LOG(INFO) << a.job_id() << ": restored (" << a.restore().reason() << ") from checkpoint "
+              << a.restore().checkpoint_id() << " in " << absl::FormatDuration(absl::Now() - start)
+              << (a.restore().rollback() ? absl::StrCat("; back to clock ", *restored) : "");
+    if (a.restore().rollback() || *restored > clock) clock = *restored;
+  }
   client->SetClock(std::max<int64_t>(clock, 0));  // -1 cannot happen: this worker is in the set
+  *last_clock = client->clock();
   MembershipOrder membership;
   bool apply_now = false;
-  JobRunner runner(model.get(), client.get(), ro, metrics_);
+  JobRunner runner(model, client.get(), ro, metrics_);
   runner.SetShard(a.rank(), static_cast<uint32_t>(a.worker_ids_size()));
+  std::unique_ptr<Checkpointer> checkpointer;
+  if (scheduler_ != nullptr) {
+    checkpointer = std::make_unique<Checkpointer>(
+        scheduler_.get(), client.get(), a.job_id(), a.spec().checkpoint(), a.shard_epoch(),
+        [this]() -> uint64_t {
+          absl::MutexLock l(&mu_);
+          return assignment_.has_value() ? assignment_->checkpoint_requests() : 0;
+        },
+        *requests_done);
+    runner.set_rank0_step_hook([&checkpointer](int64_t c) { checkpointer->MaybeCheckpoint(c); });
+  }
   {
     absl::MutexLock l(&mu_);
     client_ = client.get();
     runner_ = &runner;
     running_key_ = KeyOf(a);
     running_epoch_ = a.membership_epoch();
+    running_shard_epoch_ = a.shard_epoch();
+    restart_ = false;
     consistency_ = a.spec().consistency();
     if (stopping_) runner.Cancel();
     // An order that came while this worker was starting.
     if (!assignment_.has_value() || KeyOf(*assignment_) != running_key_) {
+      runner.Cancel();
+    } else if (assignment_->shard_epoch() > a.shard_epoch()) {
+      restart_ = true;
       runner.Cancel();
     } else {
       apply_now = TakeMembershipOrder(&membership);
@@ -231,19 +361,29 @@ absl::Status WorkerDaemon::RunJob(v1::WorkerAssignment a) {
     ApplyMembership(membership.client, membership.consistency, membership.assignment);
   }
   const std::string who = absl::StrCat(a.job_id(), " worker ", a.worker_id());
-  LOG(INFO) << who << ": starting at clock " << client->clock() << " of " << runner.total_clocks();
+  LOG(INFO) << who << ": starting at clock " << client->clock() << " of " << runner.total_clocks()
+            << " (shard epoch " << a.shard_epoch() << ")";
   absl::Status s = runner.Run([&](const JobProgress& p) { LOG(INFO) << ProgressLine(who, p); },
                               [&](const JobProgress& p) { LOG(INFO) << ProgressLine(who, p); },
                               options_.log_every_steps);
-  if (s.code() == absl::StatusCode::kCancelled && !runner.cancelled()) {
-    // A CANCELLED that this worker did not ask for is a failure to report, not a stop.
-    s = absl::UnavailableError(absl::StrCat("a request was cancelled: ", s.message()));
+  *last_clock = client->clock();
+  if (checkpointer != nullptr) {
+    *requests_done = checkpointer->requests_done();
+    checkpointer.reset();  // reports a write in flight; it uses the client
   }
   absl::MutexLock l(&mu_);
   mu_.Await(absl::Condition(
       +[](bool* applying) { return !*applying; }, &applying_));  // ApplyMembership uses client
+  *restart = restart_;
+  restart_ = false;
+  if (s.code() == absl::StatusCode::kCancelled && !runner.cancelled()) {
+    // A CANCELLED that this worker did not ask for is a failure to report, not a stop.
+    s = absl::UnavailableError(absl::StrCat("a request was cancelled: ", s.message()));
+  }
+  if (*restart && !s.ok()) s = absl::AbortedError("restarting on a new shard map");
   done_report_ = v1::WorkerProgress();
   FillProgress(runner.progress(), &done_report_);
+  done_report_.set_shard_epoch(a.shard_epoch());
   client_ = nullptr;
   runner_ = nullptr;
   running_key_.clear();

@@ -3,6 +3,7 @@
 #define PS_WORKER_WORKER_DAEMON_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -10,10 +11,12 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "ps/v1/scheduler.pb.h"
+#include "ps/v1/scheduler.grpc.pb.h"
 #include "worker/client.h"
+#include "worker/device.h"
 #include "worker/health_server.h"
 #include "worker/job_runner.h"
+#include "worker/model.h"
 #include "worker/worker_metrics.h"
 
 namespace ps {
@@ -28,12 +31,19 @@ struct WorkerDaemonOptions {
   absl::Duration rpc_timeout = absl::Seconds(120);
   // Log a progress line every this many steps (0: epochs only).
   int log_every_steps = 100;
+  // After a data-plane failure (a server died), how long to wait for the scheduler's new shard
+  // map before giving up on the job.
+  absl::Duration recovery_wait = absl::Seconds(90);
+  // Where the models compute (a resolved device; default the CPU), GEMM precision, overlap.
+  ComputeOptions compute;
 };
 
 // Registers with the scheduler and heartbeats (progress out, orders in); runs each assigned
 // job with a JobRunner. Orders that arrive while a job runs are followed at once: a new
 // membership (a worker died or joined) is told to the servers and changes this worker's data
-// shard; a withdrawn assignment (cancelled, or this node was declared dead) stops the job.
+// shard; a withdrawn assignment (cancelled, or this node was declared dead) stops the job; a new
+// shard map (a server died, or psctl restore) restarts the run on it: new client, the restore
+// order carried out on every server, training on from the clock the servers give.
 // Health: SERVING from the first heartbeat answer (registered) until Stop(), NOT_SERVING after.
 // Thread-safe: Stop() may be called from any thread.
 class WorkerDaemon {
@@ -49,8 +59,16 @@ class WorkerDaemon {
  private:
   void FillHeartbeat(v1::HeartbeatRequest* req);
   void OnHeartbeat(const v1::HeartbeatResponse& resp, bool reregistered);
-  // Runs one job to its end (or cancellation).
+  // Runs one job to its end (or cancellation), restarting on every new shard map.
   absl::Status RunJob(v1::WorkerAssignment assignment);
+  // One run under one shard map. Sets *restart (and *next) when a newer map must be used.
+  absl::Status RunOnce(const v1::WorkerAssignment& a, Model* model, int64_t* last_clock,
+                       uint64_t* requests_done, bool* restart);
+  // Waits (up to `timeout`) for an order of the same job with a larger shard epoch than `a`'s.
+  std::optional<v1::WorkerAssignment> WaitForNewerShardMap(const v1::WorkerAssignment& a,
+                                                           absl::Duration timeout)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void ReportRestoreFailure(const v1::WorkerAssignment& a, const absl::Status& s);
   // A membership change to tell the servers, taken under mu_ and applied without it.
   struct MembershipOrder {
     Client* client = nullptr;
@@ -68,6 +86,7 @@ class WorkerDaemon {
   static std::string KeyOf(const v1::WorkerAssignment& a);
 
   const WorkerDaemonOptions options_;
+  std::unique_ptr<v1::Scheduler::Stub> scheduler_;  // checkpoints and restore reports
   WorkerMetrics* const metrics_;
   HealthServer* const health_;
   absl::Mutex mu_;
@@ -76,6 +95,8 @@ class WorkerDaemon {
   // The job being run: valid while running_key_ is set.
   std::string running_key_ ABSL_GUARDED_BY(mu_);  // "job/worker id"
   uint64_t running_epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t running_shard_epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  bool restart_ ABSL_GUARDED_BY(mu_) = false;  // a newer shard map came: the run stops for it
   Client* client_ ABSL_GUARDED_BY(mu_) = nullptr;
   JobRunner* runner_ ABSL_GUARDED_BY(mu_) = nullptr;
   v1::ConsistencySpec consistency_ ABSL_GUARDED_BY(mu_);

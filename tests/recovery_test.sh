@@ -1,0 +1,198 @@
+#!/usr/bin/env bash
+# Checkpoints and recovery with real daemons on loopback:
+#  1. an undisturbed sync Fashion-MNIST job (3 servers, 2 workers, a checkpoint every 150 steps);
+#  2. the same job with one of its 3 servers SIGKILLed mid-job: it SUCCEEDS without anyone
+#     touching it (the survivors take the dead server's slots, the job rolls back to the latest
+#     checkpoint), its test accuracy within 1 point of run 1; the recovery time is printed;
+#  3. a server SIGKILLed while a checkpoint is being written: that checkpoint FAILS, the
+#     previous one stays the latest, the job recovers from it on a spare server and SUCCEEDS;
+#  4. `psctl restore` of that ended job from a corrupted checkpoint: the corruption is detected,
+#     the restore falls back to the previous complete checkpoint and the new job SUCCEEDS.
+# Usage: recovery_test.sh BUILD_DIR     (HEARTBEAT_TIMEOUT=5s for the daemons' default)
+set -euo pipefail
+build=$(cd "$1" && pwd)
+sched_bin=$build/scheduler/ps_scheduler server_bin=$build/server/ps_server
+worker_bin=$build/worker/ps_worker psctl_bin=$build/scheduler/psctl
+hb_timeout=${HEARTBEAT_TIMEOUT:-2s}
+dir=$(mktemp -d /tmp/ps_recovery_XXXXXX)
+pids=()
+cleanup() {
+  kill -9 "${pids[@]}" 2>/dev/null || true
+  wait 2>/dev/null || true
+  if [ "${keep:-0}" = 1 ]; then echo "logs kept in $dir"; else rm -rf "$dir"; fi
+}
+trap cleanup EXIT
+fail() {
+  echo "FAIL: $*"
+  keep=1
+  for f in "$dir"/*.log; do echo "== $f"; tail -25 "$f"; done
+  exit 1
+}
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+sched=127.0.0.1:$(free_port)
+psctl() { "$psctl_bin" --scheduler="$sched" "$@"; }
+"$sched_bin" --listen="$sched" --state_dir="$dir/state" --checkpoint_root="$dir/checkpoints" \
+  --heartbeat_interval=500ms --heartbeat_timeout="$hb_timeout" >"$dir/scheduler.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do psctl list >/dev/null 2>&1 && break; sleep 0.1; done
+start_server() {  # start_server NAME [FLAGS...]; sets <NAME>_pid
+  local name=$1
+  shift
+  "$server_bin" --listen=127.0.0.1:0 --scheduler="$sched" "$@" >"$dir/$name.log" 2>&1 &
+  pids+=($!)
+  eval "${name}_pid=$!"
+}
+wait_nodes() {  # wait_nodes N: until N nodes are alive
+  for _ in $(seq 100); do
+    [ "$(psctl nodes | grep -c ALIVE)" -ge "$1" ] && return 0
+    sleep 0.1
+  done
+  fail "fewer than $1 nodes alive"
+}
+json() {  # json COMMAND... EXPR: a field of psctl's JSON answer ('' if absent)
+  local expr=${*: -1}
+  psctl --output=json "${@:1:$#-1}" 2>/dev/null |
+    python3 -c "import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1]))" "$expr" \
+      2>/dev/null || true
+}
+clock_of() { json status "$1" "d.get('progress',{}).get('clock','0')"; }
+wait_clock() {  # wait_clock JOB N: until the job's clock passes N (bounded)
+  for _ in $(seq 1200); do
+    [ "$(clock_of "$1")" -gt "$2" ] 2>/dev/null && return 0
+    sleep 0.1
+  done
+  fail "job $1 did not reach clock $2"
+}
+wait_done() {  # wait_done JOB: until the job ends; prints its state
+  for _ in $(seq 3000); do
+    s=$(json status "$1" "d.get('state','')")
+    case "$s" in SUCCEEDED|FAILED|CANCELLED) echo "$s"; return 0 ;; esac
+    sleep 0.1
+  done
+  echo TIMEOUT
+}
+accuracy_of() { json status "$1" "round(100 * d['progress']['testAccuracy'], 2)"; }
+checkpoint_state() {  # checkpoint_state JOB ID
+  json checkpoints "$1" \
+    "[c.get('state') for c in d.get('checkpoints', []) if c['checkpointId'] == '$2'][0]"
+}
+
+for i in 0 1 2; do start_server server$i; done
+for i in 0 1; do
+  "$worker_bin" --scheduler="$sched" --rpc_timeout=60s --recovery_wait=60s \
+    >"$dir/worker$i.log" 2>&1 &
+  pids+=($!)
+done
+wait_nodes 5
+spec="$dir/job.textproto"
+cat >"$spec" <<'SPEC'
+name: "recovery-test"
+model: "fashion_mlp"
+num_workers: 2
+num_servers: 3
+epochs: 2
+seed: 7
+consistency { mode: SYNC }
+checkpoint { every_steps: 150 }
+SPEC
+
+echo "== 1. undisturbed run"
+job1=$(psctl submit "$spec")
+[ "$(wait_done "$job1")" = SUCCEEDED ] || fail "$job1 did not succeed"
+acc1=$(accuracy_of "$job1")
+psctl checkpoints "$job1"
+echo "ok: $job1 test accuracy $acc1%"
+
+echo "== 2. one of the job's 3 servers SIGKILLed mid-job (no spare: the survivors take over)"
+job2=$(psctl submit "$spec")
+wait_clock "$job2" 400
+[ "$(json status "$job2" "d.get('latestCheckpointId','0')")" -ge 1 ] || fail "no checkpoint yet"
+kill -9 "$server1_pid"
+killed_at=$(date +%s.%N)
+echo "killed server1 at clock $(clock_of "$job2")"
+for _ in $(seq 600); do
+  [ "$(json status "$job2" "d.get('recoveries',0)")" -ge 1 ] && break
+  sleep 0.1
+done
+trained_at=$(date +%s.%N)
+[ "$(json status "$job2" "d.get('recoveries',0)")" -ge 1 ] || fail "$job2 did not recover"
+state=$(wait_done "$job2")
+psctl events "$job2" | tee "$dir/events2.txt" | grep -E "dead|restor|recovered|checkpoint" || true
+[ "$state" = SUCCEEDED ] || fail "$job2 ended $state after a server died"
+acc2=$(accuracy_of "$job2")
+grep -q "slots move to the 2 surviving servers" "$dir/events2.txt" || fail "no slot move event"
+recovered=$(sed -n 's/.*recovered: training again at clock [0-9]*, \([0-9.]*\) s after.*/\1/p' \
+  "$dir/events2.txt")
+echo "recovery: detection to training again ${recovered} s; SIGKILL to the scheduler seeing" \
+  "training again $(python3 -c "print(round($trained_at - $killed_at, 1))") s" \
+  "(heartbeat timeout $hb_timeout)"
+python3 -c "import sys; sys.exit(abs($acc1 - $acc2) > 1.0)" ||
+  fail "test accuracy $acc2% is more than 1 point from the undisturbed $acc1%"
+echo "ok: $job2 SUCCEEDED with test accuracy $acc2% (undisturbed: $acc1%)"
+
+echo "== 3. a server SIGKILLed while a checkpoint is written"
+start_server slow --checkpoint_write_delay=3s  # its writes take 3 s: a window to kill it in
+wait_nodes 5
+cat >"$dir/job3.textproto" <<'SPEC'
+name: "kill-during-checkpoint"
+model: "fashion_mlp"
+num_workers: 2
+num_servers: 3
+epochs: 6
+seed: 7
+consistency { mode: SYNC }
+SPEC
+job3=$(psctl submit "$dir/job3.textproto")
+start_server spare  # registered after the job started: a spare
+wait_nodes 6
+wait_clock "$job3" 20
+psctl checkpoint "$job3" || fail "checkpoint 1 of $job3 failed"
+psctl checkpoint "$job3" --wait=false
+for _ in $(seq 100); do
+  [ "$(checkpoint_state "$job3" 2)" = CHECKPOINT_WRITING ] && break
+  sleep 0.05
+done
+[ "$(checkpoint_state "$job3" 2)" = CHECKPOINT_WRITING ] || fail "checkpoint 2 is not writing"
+kill -9 "$slow_pid"
+echo "killed the slow server while checkpoint 2 was written"
+for _ in $(seq 200); do
+  [ "$(checkpoint_state "$job3" 2)" = CHECKPOINT_FAILED ] && break
+  sleep 0.1
+done
+[ "$(checkpoint_state "$job3" 2)" = CHECKPOINT_FAILED ] || fail "checkpoint 2 did not fail"
+[ "$(json status "$job3" "d.get('latestCheckpointId')")" = 1 ] || fail "checkpoint 1 not latest"
+for _ in $(seq 600); do
+  [ "$(json status "$job3" "d.get('recoveries',0)")" -ge 1 ] && break
+  sleep 0.1
+done
+psctl checkpoint "$job3" || fail "checkpoint after the recovery failed"
+state=$(wait_done "$job3")
+psctl events "$job3" | tee "$dir/events3.txt" | grep -E "dead|restor|recovered|checkpoint" || true
+[ "$state" = SUCCEEDED ] || fail "$job3 ended $state"
+grep -q "spare server node" "$dir/events3.txt" || fail "the spare did not take the slots"
+grep -q "from checkpoint 1 (clock" "$dir/events3.txt" || fail "not restored from checkpoint 1"
+psctl checkpoints "$job3"
+echo "ok: checkpoint 2 failed, checkpoint 1 stayed the latest and was restored; $job3 SUCCEEDED"
+
+echo "== 4. restore from a corrupt checkpoint falls back to the previous one"
+latest=$(json status "$job3" "d.get('latestCheckpointId')")
+[ "$latest" -ge 3 ] || fail "expected a checkpoint after the recovery"
+ckdir=$(json checkpoints "$job3" \
+  "[c['dir'] for c in d['checkpoints'] if c['checkpointId'] == '$latest'][0]")
+sst=$(find "$ckdir" -name '*.sst' -size +8k | head -1)
+[ -n "$sst" ] || fail "no table file in $ckdir"
+size=$(stat -c %s "$sst")
+dd if=/dev/urandom of="$sst" bs=1 seek=$((size / 2)) count=4096 conv=notrunc status=none
+echo "corrupted 4 KiB of $sst"
+job4=$(psctl restore "$job3" 2>/dev/null | head -1)
+[ -n "$job4" ] && [ "$job4" != "$job3" ] || fail "psctl restore did not submit a new job"
+state=$(wait_done "$job4")
+psctl events "$job4" | tee "$dir/events4.txt" | grep -E "corrupt|restor|checkpoint" || true
+[ "$state" = SUCCEEDED ] || fail "$job4 ended $state"
+grep -q "checkpoint $latest is corrupt" "$dir/events4.txt" || fail "corruption not reported"
+grep -q "falling back to checkpoint 1" "$dir/events4.txt" || fail "no fallback to checkpoint 1"
+[ "$(checkpoint_state "$job3" "$latest")" = CHECKPOINT_CORRUPT ] || fail "not marked corrupt"
+echo "ok: checkpoint $latest found corrupt; $job4 started from checkpoint 1 and SUCCEEDED" \
+  "(test accuracy $(accuracy_of "$job4")%)"
+echo PASS
