@@ -38,5 +38,7 @@ if [ "$status" -ne 0 ]; then
   "$psctl" events "$job" || true
   exit "$status"
 fi
+echo "== $job's checkpoints (psctl checkpoints $job)"
+"$psctl" checkpoints "$job" || true
 accuracy=$(grep -o 'test accuracy [0-9.]*%' run/cluster/watch.log | tail -n 1)
 echo "== done in $(($(date +%s) - start)) s: final ${accuracy:-test accuracy not reported}"
