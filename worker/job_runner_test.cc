@@ -1,8 +1,15 @@
 #include "worker/job_runner.h"
 
 #include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "server/parameter_server.h"
+#include "worker/client.h"
+#include "worker/model.h"
 
 namespace ps {
 namespace {
@@ -35,6 +42,96 @@ TEST(LearningRateScaleTest, CosineGoesFromOneToFinalFraction) {
   EXPECT_FLOAT_EQ(LearningRateScale(s, 0, 10, 100), 1.0f);
   EXPECT_NEAR(LearningRateScale(s, 50, 10, 100), 0.6f, 1e-6);
   EXPECT_NEAR(LearningRateScale(s, 100, 10, 100), 0.2f, 1e-6);
+}
+
+}  // namespace
+}  // namespace ps
+
+namespace ps {
+namespace {
+
+// Records the examples of every step; each step advances the client's clock once.
+class RecordingModel : public Model {
+ public:
+  explicit RecordingModel(int64_t examples) : examples_(examples) {}
+  std::vector<v1::TableSpec> Tables(const std::string&, uint32_t) const override { return {}; }
+  int64_t num_train_examples() const override { return examples_; }
+  absl::Status Start(Client*) override { return absl::OkStatus(); }
+  absl::StatusOr<StepStats> TrainStep(Client* client, absl::Span<const int64_t> examples,
+                                      float) override {
+    batches.emplace_back(examples.begin(), examples.end());
+    absl::Status s = client->Clock();
+    if (!s.ok()) return s;
+    StepStats stats;
+    stats.examples = static_cast<int64_t>(examples.size());
+    return stats;
+  }
+  absl::StatusOr<StepStats> Evaluate(Client*) override { return StepStats(); }
+
+  std::vector<std::vector<int64_t>> batches;
+
+ private:
+  const int64_t examples_;
+};
+
+class JobRunnerDataTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ParameterServerOptions options;
+    options.listen = "127.0.0.1:0";
+    auto server = ParameterServer::Start(options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+  }
+  void TearDown() override {
+    if (server_ != nullptr) server_->Shutdown();
+  }
+
+  // The batches of a run of rank 1 of 2 that starts at `start_clock`.
+  std::vector<std::vector<int64_t>> Run(const std::string& job, int64_t start_clock) {
+    ClientOptions co;
+    co.servers = {absl::StrCat("127.0.0.1:", server_->port())};
+    co.job_id = job;
+    co.worker_id = 0;
+    auto client = Client::Connect(co);
+    EXPECT_TRUE(client.ok()) << client.status();
+    v1::ConsistencySpec async;
+    async.set_mode(v1::ConsistencySpec::ASYNC);
+    // The server learns where this worker is, as a server that took over slots does.
+    EXPECT_TRUE((*client)->ConfigureJob(async, {0}, 1, nullptr, start_clock).ok());
+    (*client)->SetClock(start_clock);
+    RecordingModel model(/*examples=*/100);
+    JobRunnerOptions ro;
+    ro.epochs = 3;
+    ro.batch_size = 8;
+    ro.num_workers = 2;
+    ro.consistency = async;
+    ro.seed = 5;
+    JobRunner runner(&model, client->get(), ro);
+    runner.SetShard(1, 2);
+    EXPECT_TRUE(runner.Run(nullptr, nullptr, 0).ok());
+    return model.batches;
+  }
+
+  std::unique_ptr<ParameterServer> server_;
+};
+
+// A run restarted at clock c (after a server loss or a restore) reads what an undisturbed run
+// reads from clock c on: same pass over the shard, same place in it.
+TEST_F(JobRunnerDataTest, ARunStartingAtAClockReadsOnWhereAnUndisturbedRunWould) {
+  const std::vector<std::vector<int64_t>> whole = Run("data-whole", 0);
+  ASSERT_EQ(whole.size(), 18u);  // 100 / (8 x 2) = 6 clocks per epoch, 3 epochs
+  for (int64_t start : {1, 6, 7, 13}) {
+    const std::vector<std::vector<int64_t>> rest = Run(absl::StrCat("data-", start), start);
+    ASSERT_EQ(rest.size(), whole.size() - start) << "start " << start;
+    for (size_t i = 0; i < rest.size(); ++i) {
+      EXPECT_EQ(rest[i], whole[start + i]) << "start " << start << ", step " << start + i;
+    }
+  }
+  // Every example of the batches is in rank 1's shard (odd indices).
+  for (const auto& batch : whole) {
+    for (int64_t e : batch) EXPECT_EQ(e % 2, 1);
+  }
 }
 
 }  // namespace
