@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 #include "server/reject_reason.h"
 
 namespace ps {
@@ -27,6 +28,15 @@ struct ConsistencyGate::Job {
   std::map<std::pair<uint32_t, int64_t>, uint32_t> parts ABSL_GUARDED_BY(mu);
   // sync: every clock below this has been applied.
   int64_t applied_clock ABSL_GUARDED_BY(mu) = 0;
+  // Requests of older shard epochs are refused (0: none yet).
+  uint64_t shard_epoch ABSL_GUARDED_BY(mu) = 0;
+
+  absl::Status CheckEpoch(uint64_t request_epoch) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (request_epoch == 0 || request_epoch >= shard_epoch) return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat("stale shard map epoch ", request_epoch,
+                                                      " of job ", id, "; this server is at ",
+                                                      shard_epoch));
+  }
 
   int64_t MinClock() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     if (clocks.empty()) return std::numeric_limits<int64_t>::max();
@@ -144,11 +154,12 @@ absl::StatusOr<ConsistencySpec::Mode> ConsistencyGate::ModeOf(const std::string&
 }
 
 absl::Status ConsistencyGate::CheckPush(const std::string& job_id, uint32_t worker_id,
-                                        int64_t clock) const {
+                                        int64_t clock, uint64_t shard_epoch) const {
   auto found = Find(job_id);
   if (!found.ok()) return found.status();
   Job* job = *found;
   absl::MutexLock l(&job->mu);
+  PS_RETURN_IF_ERROR(job->CheckEpoch(shard_epoch));
   auto it = job->clocks.find(worker_id);
   if (it == job->clocks.end()) {
     return absl::FailedPreconditionError(
@@ -170,24 +181,25 @@ absl::Status ConsistencyGate::CheckPush(const std::string& job_id, uint32_t work
 }
 
 absl::Status ConsistencyGate::CheckPushAndRun(const std::string& job_id, uint32_t worker_id,
-                                              int64_t clock,
+                                              int64_t clock, uint64_t shard_epoch,
                                               absl::FunctionRef<absl::Status()> then) {
   auto found = Find(job_id);
   if (!found.ok()) return found.status();
   absl::ReaderMutexLock hold_applies(&(*found)->apply_mu);
-  absl::Status s = CheckPush(job_id, worker_id, clock);
+  absl::Status s = CheckPush(job_id, worker_id, clock, shard_epoch);
   if (!s.ok()) return s;
   return then();
 }
 
 absl::StatusOr<int64_t> ConsistencyGate::AdvanceClock(const std::string& job_id, uint32_t worker_id,
-                                                      int64_t new_clock) {
+                                                      int64_t new_clock, uint64_t shard_epoch) {
   auto found = Find(job_id);
   if (!found.ok()) return found.status();
   Job* job = *found;
   int64_t min_clock;
   {
     absl::MutexLock l(&job->mu);
+    PS_RETURN_IF_ERROR(job->CheckEpoch(shard_epoch));
     auto it = job->clocks.find(worker_id);
     if (it == job->clocks.end()) {
       return absl::FailedPreconditionError(
@@ -208,6 +220,13 @@ absl::StatusOr<int64_t> ConsistencyGate::AdvanceClock(const std::string& job_id,
   }
   ApplyFinishedClocks(job);
   return min_clock;
+}
+
+void ConsistencyGate::SetShardEpoch(const std::string& job_id, uint64_t shard_epoch) {
+  auto found = Find(job_id);
+  if (!found.ok()) return;
+  absl::MutexLock l(&(*found)->mu);
+  (*found)->shard_epoch = std::max((*found)->shard_epoch, shard_epoch);
 }
 
 absl::Status ConsistencyGate::RaiseClock(const std::string& job_id, uint32_t worker_id,

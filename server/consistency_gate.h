@@ -48,18 +48,27 @@ class ConsistencyGate {
 
   // Checks that `worker_id` may push gradients for `clock` now: it must be a live worker, and
   // the clock must not be ahead of its own (nor, in sync mode, behind it).
-  absl::Status CheckPush(const std::string& job_id, uint32_t worker_id, int64_t clock) const;
+  // A request routed with a shard epoch older than the job's (SetShardEpoch) is refused too
+  // (`shard_epoch` 0: not checked).
+  absl::Status CheckPush(const std::string& job_id, uint32_t worker_id, int64_t clock,
+                         uint64_t shard_epoch = 0) const;
 
   // CheckPush, then `then()` (which accumulates the push) while the job's sync applies are held
   // off (shared with other pushes): a push that passed the check cannot land in a clock that
   // another request applied in between.
   absl::Status CheckPushAndRun(const std::string& job_id, uint32_t worker_id, int64_t clock,
-                               absl::FunctionRef<absl::Status()> then);
+                               uint64_t shard_epoch, absl::FunctionRef<absl::Status()> then);
 
   // Moves the worker's clock to `new_clock`, which may be at most one ahead of its current clock
   // (older clocks are a no-op). Returns the job's minimum clock afterwards.
   absl::StatusOr<int64_t> AdvanceClock(const std::string& job_id, uint32_t worker_id,
-                                       int64_t new_clock);
+                                       int64_t new_clock, uint64_t shard_epoch = 0);
+
+  // Requests routed with an older shard epoch than this are refused from now on (CheckPush,
+  // AdvanceClock). Checked under the same lock as the clocks, so a request of the old map
+  // that was already past the server's entry check cannot move a clock after a restore reset
+  // it. Never lowers the epoch.
+  void SetShardEpoch(const std::string& job_id, uint64_t shard_epoch);
 
   // Moves the worker's clock up to `clock` if it is behind (never down); no-op for a worker
   // that is not live. A server that took over slots learns where the workers are this way.

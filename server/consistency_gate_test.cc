@@ -314,7 +314,7 @@ TEST(ConsistencyGateRaceTest, SyncApplyWaitsForAPushInProgress) {
   ASSERT_TRUE(gate.Configure("j", sync, {0}, 1).ok());
   absl::Notification in_push, advanced;
   std::thread advancer;
-  absl::Status s = gate.CheckPushAndRun("j", 0, 0, [&] {
+  absl::Status s = gate.CheckPushAndRun("j", 0, 0, 0, [&] {
     // Another request of the same worker advances its clock meanwhile: clock 0 would be
     // applied now, but must wait for this push.
     advancer = std::thread([&] {
@@ -383,6 +383,34 @@ TEST_F(ConsistencyGateTest, RaiseClockMovesAWorkerUpNeverDown) {
   // The raised worker pushes at its new clock at once.
   EXPECT_TRUE(gate_.CheckPush(kJob, 1, 7).ok());
   EXPECT_FALSE(gate_.RaiseClock("nojob", 1, 1).ok());
+}
+
+// A request of an old shard map that got past the server's entry check before the map changed
+// cannot move a clock or land a push afterwards (e.g. after a rollback reset the clocks).
+TEST_F(ConsistencyGateTest, RequestsOfAnOldShardEpochAreRefused) {
+  ASSERT_TRUE(gate_.Configure(kJob, Spec(ConsistencySpec::SYNC), {1, 2}, 1).ok());
+  gate_.SetShardEpoch(kJob, 1);
+  ASSERT_TRUE(gate_.AdvanceClock(kJob, 1, 1, /*shard_epoch=*/1).ok());
+  gate_.SetShardEpoch(kJob, 2);
+  gate_.SetShardEpoch(kJob, 1);  // never lowered
+  auto stale = gate_.AdvanceClock(kJob, 2, 1, /*shard_epoch=*/1);
+  EXPECT_EQ(stale.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(stale.status().message().find("stale shard map epoch 1"), std::string::npos);
+  EXPECT_EQ(gate_.CheckPush(kJob, 2, 0, /*shard_epoch=*/1).code(),
+            absl::StatusCode::kFailedPrecondition);
+  bool ran = false;
+  EXPECT_FALSE(gate_
+                   .CheckPushAndRun(kJob, 2, 0, 1,
+                                    [&] {
+                                      ran = true;
+                                      return absl::OkStatus();
+                                    })
+                   .ok());
+  EXPECT_FALSE(ran);
+  EXPECT_EQ(gate_.Clocks(kJob), (std::map<uint32_t, int64_t>{{1, 1}, {2, 0}}));
+  // The current epoch, and requests that carry none, pass.
+  EXPECT_TRUE(gate_.CheckPush(kJob, 2, 0, /*shard_epoch=*/2).ok());
+  EXPECT_TRUE(gate_.AdvanceClock(kJob, 2, 1, /*shard_epoch=*/0).ok());
 }
 
 }  // namespace

@@ -57,6 +57,7 @@ absl::Status ParameterService::DoConfigureJob(const v1::ConfigureJobRequest& req
   std::vector<uint32_t> workers(req.worker_ids().begin(), req.worker_ids().end());
   PS_RETURN_IF_ERROR(
       gate_.Configure(req.job_id(), req.consistency(), workers, req.membership_epoch()));
+  if (!req.owned_slots().empty()) gate_.SetShardEpoch(req.job_id(), req.shard_epoch());
   if (req.caller_clock() >= 0) {
     PS_RETURN_IF_ERROR(gate_.RaiseClock(req.job_id(), req.caller_worker_id(), req.caller_clock()));
   }
@@ -104,7 +105,7 @@ absl::Status ParameterService::DoPush(const v1::PushRequest& req, bool* duplicat
     return absl::OkStatus();
   }
   PS_RETURN_IF_ERROR(store_->CheckShardEpoch(req.job_id(), req.shard_epoch()));
-  return gate_.CheckPushAndRun(req.job_id(), req.worker_id(), req.clock(),
+  return gate_.CheckPushAndRun(req.job_id(), req.worker_id(), req.clock(), req.shard_epoch(),
                                [&] { return ApplyPush(req, job, duplicate); });
 }
 
@@ -201,7 +202,8 @@ absl::Status ParameterService::DoPushPull(const v1::PushPullRequest& req, absl::
                                                           push.clock(), req.clock_parts()));
       if (last) {
         PS_RETURN_IF_ERROR(
-            gate_.AdvanceClock(push.job_id(), push.worker_id(), pull_clock).status());
+            gate_.AdvanceClock(push.job_id(), push.worker_id(), pull_clock, push.shard_epoch())
+                .status());
       }
     }
   }
