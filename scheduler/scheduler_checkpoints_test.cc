@@ -9,44 +9,13 @@
 #include "absl/strings/str_cat.h"
 #include "common/shard_map.h"
 #include "gtest/gtest.h"
-#include "scheduler/internal/test_util.h"
-#include "scheduler/scheduler.h"
+#include "scheduler/internal/scheduler_fixture.h"
 
 namespace ps {
 namespace {
 
-class SchedulerCheckpointsTest : public ::testing::Test {
+class SchedulerCheckpointsTest : public SchedulerFixture {
  protected:
-  void SetUp() override {
-    options_.state_dir = dir_.path() + "/state";
-    Reopen();
-  }
-
-  void Reopen() {
-    scheduler_.reset();
-    auto scheduler = Scheduler::Open(options_, clock_.AsFunction());
-    ASSERT_TRUE(scheduler.ok()) << scheduler.status();
-    scheduler_ = std::move(*scheduler);
-  }
-
-  uint64_t Register(v1::NodeRole role) {
-    v1::RegisterRequest req;
-    req.set_role(role);
-    if (role == v1::SERVER) req.set_address(absl::StrCat("10.0.0.", ++servers_, ":7100"));
-    auto resp = scheduler_->Register(req);
-    EXPECT_TRUE(resp.ok()) << resp.status();
-    return resp.ok() ? resp->node_id() : 0;
-  }
-
-  v1::HeartbeatResponse Heartbeat(uint64_t node_id, const v1::WorkerProgress* progress = nullptr) {
-    v1::HeartbeatRequest req;
-    req.set_node_id(node_id);
-    if (progress != nullptr) *req.mutable_progress() = *progress;
-    auto resp = scheduler_->Heartbeat(req);
-    EXPECT_TRUE(resp.ok()) << resp.status();
-    return resp.ok() ? *resp : v1::HeartbeatResponse();
-  }
-
   std::string Submit(int num_workers, int num_servers, v1::ConsistencySpec::Mode mode,
                      int keep_last = 0) {
     v1::JobSpec spec;
@@ -59,12 +28,6 @@ class SchedulerCheckpointsTest : public ::testing::Test {
     auto id = scheduler_->SubmitJob(spec);
     EXPECT_TRUE(id.ok()) << id.status();
     return id.ok() ? *id : "";
-  }
-
-  v1::JobInfo Job(const std::string& job_id) {
-    auto job = scheduler_->GetJob(job_id);
-    EXPECT_TRUE(job.ok()) << job.status();
-    return job.ok() ? *job : v1::JobInfo();
   }
 
   // Begins and finishes a checkpoint at `clock` (one row and 100 bytes per server).
@@ -91,18 +54,6 @@ class SchedulerCheckpointsTest : public ::testing::Test {
     return info->checkpoint_id();
   }
 
-  void Advance(absl::Duration d) {
-    clock_.Advance(d);
-    ASSERT_TRUE(scheduler_->Tick().ok());
-  }
-
-  void KillNode(uint64_t silent, const std::vector<uint64_t>& others) {
-    for (int i = 0; i < 3; ++i) {
-      Advance(absl::Seconds(2));
-      for (uint64_t id : others) Heartbeat(id);
-    }
-  }
-
   v1::CheckpointInfo CheckpointOf(const std::string& job_id, uint64_t id) {
     auto list = scheduler_->ListCheckpoints(job_id);
     EXPECT_TRUE(list.ok()) << list.status();
@@ -112,19 +63,6 @@ class SchedulerCheckpointsTest : public ::testing::Test {
     ADD_FAILURE() << "no checkpoint " << id;
     return v1::CheckpointInfo();
   }
-
-  static bool HasEventStartingWith(const v1::JobInfo& job, const std::string& prefix) {
-    for (const v1::JobEvent& event : job.events()) {
-      if (event.message().rfind(prefix, 0) == 0) return true;
-    }
-    return false;
-  }
-
-  ScopedTempDir dir_;
-  FakeClock clock_;
-  SchedulerOptions options_;
-  std::unique_ptr<Scheduler> scheduler_;
-  int servers_ = 0;
 };
 
 TEST_F(SchedulerCheckpointsTest, CatalogRecordsPrunesAndSurvivesARestart) {

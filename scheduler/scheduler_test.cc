@@ -8,47 +8,15 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "scheduler/internal/test_util.h"
+#include "scheduler/internal/scheduler_fixture.h"
 
 namespace ps {
 namespace {
 
 using ::testing::ElementsAre;
 
-class SchedulerTest : public ::testing::Test {
+class SchedulerTest : public SchedulerFixture {
  protected:
-  void SetUp() override {
-    options_.state_dir = dir_.path() + "/state";
-    Reopen();
-  }
-
-  // Opens the scheduler (again) over the same state dir, as a restarted daemon does.
-  void Reopen() {
-    scheduler_.reset();
-    auto scheduler = Scheduler::Open(options_, clock_.AsFunction());
-    ASSERT_TRUE(scheduler.ok()) << scheduler.status();
-    scheduler_ = std::move(*scheduler);
-  }
-
-  uint64_t Register(v1::NodeRole role) {
-    v1::RegisterRequest req;
-    req.set_role(role);
-    if (role == v1::SERVER) req.set_address(absl::StrCat("10.0.0.", ++servers_, ":7100"));
-    req.set_hostname("host");
-    auto resp = scheduler_->Register(req);
-    EXPECT_TRUE(resp.ok()) << resp.status();
-    return resp.ok() ? resp->node_id() : 0;
-  }
-
-  v1::HeartbeatResponse Heartbeat(uint64_t node_id, const v1::WorkerProgress* progress = nullptr) {
-    v1::HeartbeatRequest req;
-    req.set_node_id(node_id);
-    if (progress != nullptr) *req.mutable_progress() = *progress;
-    auto resp = scheduler_->Heartbeat(req);
-    EXPECT_TRUE(resp.ok()) << resp.status();
-    return resp.ok() ? *resp : v1::HeartbeatResponse();
-  }
-
   void Report(uint64_t node_id, const std::string& job_id, bool finished,
               const std::string& error = "", int64_t clock = 0) {
     v1::WorkerProgress progress;
@@ -73,48 +41,6 @@ class SchedulerTest : public ::testing::Test {
     EXPECT_TRUE(id.ok()) << id.status();
     return id.ok() ? *id : "";
   }
-
-  v1::JobInfo Job(const std::string& job_id) {
-    auto job = scheduler_->GetJob(job_id);
-    EXPECT_TRUE(job.ok()) << job.status();
-    return job.ok() ? *job : v1::JobInfo();
-  }
-
-  v1::NodeInfo Node(uint64_t node_id) {
-    for (const v1::NodeInfo& node : scheduler_->ListNodes()) {
-      if (node.node_id() == node_id) return node;
-    }
-    ADD_FAILURE() << "no node " << node_id;
-    return v1::NodeInfo();
-  }
-
-  // Moves time on by `d`, then the ticker's turn.
-  void Advance(absl::Duration d) {
-    clock_.Advance(d);
-    ASSERT_TRUE(scheduler_->Tick().ok());
-  }
-
-  // Lets `silent` miss heartbeats until it is declared dead; the others keep heartbeating.
-  void KillNode(uint64_t silent, const std::vector<uint64_t>& others) {
-    for (int i = 0; i < 3; ++i) {
-      Advance(absl::Seconds(2));
-      for (uint64_t id : others) Heartbeat(id);
-    }
-    ASSERT_EQ(Node(silent).state(), v1::DEAD);
-  }
-
-  static bool HasEvent(const v1::JobInfo& job, const std::string& message) {
-    for (const v1::JobEvent& event : job.events()) {
-      if (event.message() == message) return true;
-    }
-    return false;
-  }
-
-  ScopedTempDir dir_;
-  FakeClock clock_;
-  SchedulerOptions options_;
-  std::unique_ptr<Scheduler> scheduler_;
-  int servers_ = 0;
 };
 
 TEST_F(SchedulerTest, RegisterHeartbeatAndDeadDetection) {

@@ -10,17 +10,7 @@ set -euo pipefail
 build=$(cd "$1" && pwd)
 sched_bin=$build/scheduler/ps_scheduler server_bin=$build/server/ps_server
 worker_bin=$build/worker/ps_worker psctl_bin=$build/scheduler/psctl
-dir=$(mktemp -d /tmp/ps_control_XXXXXX)
-pids=()
-cleanup() {
-  kill -9 "${pids[@]}" 2>/dev/null || true
-  wait 2>/dev/null || true
-  if [ "${keep:-0}" = 1 ]; then echo "logs kept in $dir"; else rm -rf "$dir"; fi
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; keep=1; for f in "$dir"/*.log; do echo "== $f"; tail -20 "$f"; done; exit 1; }
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+source "$(dirname "$0")/lib/daemons.sh" ps_control
 port=$(free_port)
 sched=127.0.0.1:$port
 psctl() { "$psctl_bin" --scheduler="$sched" "$@"; }

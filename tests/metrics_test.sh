@@ -19,20 +19,7 @@ sched_bin=$build/scheduler/ps_scheduler server_bin=$build/server/ps_server
 worker_bin=$build/worker/ps_worker psctl_bin=$build/scheduler/psctl
 dashboard=$src/deploy/grafana/ps-cluster.json
 
-dir=$(mktemp -d /tmp/ps_metrics_XXXXXX)
-pids=()
-cleanup() {
-  kill -9 "${pids[@]}" 2>/dev/null || true
-  wait 2>/dev/null || true
-  if [ "${keep:-0}" = 1 ]; then echo "logs kept in $dir"; else rm -rf "$dir"; fi
-}
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $*"
-  keep=1
-  for f in "$dir"/*.log; do [ -e "$f" ] && { echo "== $f"; tail -20 "$f"; }; done
-  exit 1
-}
+source "$src/tests/lib/daemons.sh" ps_metrics
 # wait_for SECONDS WHAT COMMAND...: until COMMAND succeeds, or FAIL after SECONDS.
 wait_for() {
   local limit=$1 what=$2
@@ -43,7 +30,6 @@ wait_for() {
     sleep 0.2
   done
 }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 has_content() { [ -s "$1" ]; }
 
 for b in "$sched_bin" "$server_bin" "$worker_bin" "$psctl_bin"; do

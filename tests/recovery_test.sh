@@ -16,22 +16,7 @@ build=$(cd "$1" && pwd)
 sched_bin=$build/scheduler/ps_scheduler server_bin=$build/server/ps_server
 worker_bin=$build/worker/ps_worker psctl_bin=$build/scheduler/psctl
 hb_timeout=${HEARTBEAT_TIMEOUT:-2s}
-dir=$(mktemp -d /tmp/ps_recovery_XXXXXX)
-pids=()
-cleanup() {
-  kill -9 "${pids[@]}" 2>/dev/null || true
-  wait 2>/dev/null || true
-  if [ "${keep:-0}" = 1 ]; then echo "logs kept in $dir"; else rm -rf "$dir"; fi
-}
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $*"
-  keep=1
-  for f in "$dir"/*.log; do echo "== $f"; tail -25 "$f"; done
-  exit 1
-}
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+source "$(dirname "$0")/lib/daemons.sh" ps_recovery
 sched=127.0.0.1:$(free_port)
 psctl() { "$psctl_bin" --scheduler="$sched" "$@"; }
 "$sched_bin" --listen="$sched" --state_dir="$dir/state" --checkpoint_root="$dir/checkpoints" \
@@ -200,11 +185,16 @@ grep -q "falling back to checkpoint 1" "$dir/events4.txt" || fail "no fallback t
 echo "ok: checkpoint $latest found corrupt; $job4 started from checkpoint 1 and SUCCEEDED" \
   "(test accuracy $(accuracy_of "$job4")%)"
 echo "== 5. an async job loses a server: only its slots are restored, on a spare"
-job5=$(psctl submit "$spec" --name=async-recovery --consistency=async --num_servers=2)
-wait_clock "$job5" 300
+job5=$(psctl submit "$spec" --name=async-recovery --consistency=async --num_servers=2 \
+  --epochs=4)
+wait_clock "$job5" 0
 victim=$(json status "$job5" "d['serverNodes'][1]")
 pid=$(json nodes "[n['pid'] for n in d['nodes'] if n['nodeId'] == '$victim'][0]")
 [ -n "$pid" ] || fail "no pid for server node $victim"
+for _ in $(seq 600); do  # after the first checkpoint (every 150 steps) is complete
+  [ "$(json status "$job5" "d.get('latestCheckpointId','0')")" -ge 1 ] && break
+  sleep 0.1
+done
 kill -9 "$pid"
 echo "killed server node $victim (pid $pid) at clock $(clock_of "$job5")"
 state=$(wait_done "$job5")
