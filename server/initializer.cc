@@ -89,4 +89,11 @@ void InitializeRow(const InitializerSpec& spec, uint32_t table_id, uint64_t key,
   }
 }
 
+uint32_t InitializerStream(const v1::TableSpec& table) {
+  if (table.name().empty()) return table.table_id();
+  uint32_t h = 2166136261u;  // FNV-1a: stable across builds and platforms
+  for (unsigned char c : table.name()) h = (h ^ c) * 16777619u;
+  return h;
+}
+
 }  // namespace ps

@@ -1,4 +1,5 @@
-// Deterministic row initializers: a row's first values depend only on (spec, table id, key).
+// Deterministic row initializers: a row's first values depend only on (spec, stream, key), the
+// stream naming the table (InitializerStream).
 #ifndef PS_SERVER_INITIALIZER_H_
 #define PS_SERVER_INITIALIZER_H_
 
@@ -18,6 +19,11 @@ absl::Status ValidateInitializer(const v1::InitializerSpec& spec);
 // state). `spec` must have passed ValidateInitializer.
 void InitializeRow(const v1::InitializerSpec& spec, uint32_t table_id, uint64_t key, float* out,
                    int dim);
+
+// The `table_id` argument of InitializeRow for a table: a hash of its name when it has one,
+// else its id. Table ids differ from job to job (they are unique per server), names do not: a
+// job submitted again with the same seed starts from the same weights.
+uint32_t InitializerStream(const v1::TableSpec& table);
 
 }  // namespace ps
 

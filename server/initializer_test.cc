@@ -186,3 +186,27 @@ TEST(InitializerTest, ValidateRejectsBadSpecs) {
 
 }  // namespace
 }  // namespace ps
+
+namespace ps {
+namespace {
+
+// Two jobs' tables of the same name (other ids) start from the same rows; other names, or
+// unnamed tables with other ids, from other rows.
+TEST(InitializerTest, StreamFollowsTheTableNameNotItsId) {
+  v1::TableSpec a, b, c, unnamed1, unnamed2;
+  a.set_table_id(1001);
+  a.set_name("weights0");
+  b.set_table_id(2001);
+  b.set_name("weights0");
+  c.set_table_id(1001);
+  c.set_name("weights1");
+  unnamed1.set_table_id(7);
+  unnamed2.set_table_id(8);
+  EXPECT_EQ(InitializerStream(a), InitializerStream(b));
+  EXPECT_NE(InitializerStream(a), InitializerStream(c));
+  EXPECT_EQ(InitializerStream(unnamed1), 7u);
+  EXPECT_NE(InitializerStream(unnamed1), InitializerStream(unnamed2));
+}
+
+}  // namespace
+}  // namespace ps

@@ -282,7 +282,8 @@ absl::Status TableStore::CheckPullSize(absl::Span<const BlockView> views) const 
 TableStore::Row TableStore::NewRow(const Table& table, uint64_t key) const {
   Row row;
   row.data.reset(new float[table.row_floats]);
-  InitializeRow(table.spec.initializer(), table.spec.table_id(), key, row.data.get(), table.dim);
+  InitializeRow(table.spec.initializer(), InitializerStream(table.spec), key, row.data.get(),
+                table.dim);
   table.optimizer->InitState(row.data.get(), row.data.get() + table.dim, table.dim);
   return row;
 }

@@ -108,8 +108,8 @@ TEST(TableStoreTest, PullOfUnknownSparseKeyCreatesInitializedRow) {
   const std::vector<uint64_t> keys = {123, uint64_t{1} << 63};
   const std::string first = PullBytes(store, 2, keys);
   std::vector<float> want(16);
-  InitializeRow(spec.initializer(), 2, keys[0], want.data(), 8);
-  InitializeRow(spec.initializer(), 2, keys[1], want.data() + 8, 8);
+  InitializeRow(spec.initializer(), InitializerStream(spec), keys[0], want.data(), 8);
+  InitializeRow(spec.initializer(), InitializerStream(spec), keys[1], want.data() + 8, 8);
   EXPECT_EQ(Floats(first), want);
   EXPECT_EQ(store.NumRows(2), 2u);
   EXPECT_EQ(PullBytes(store, 2, keys), first);
