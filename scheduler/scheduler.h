@@ -64,8 +64,9 @@ class Scheduler {
   absl::StatusOr<v1::RequestCheckpointResponse> RequestCheckpoint(const std::string& job_id);
   absl::StatusOr<std::vector<v1::CheckpointInfo>> ListCheckpoints(const std::string& job_id) const;
   absl::StatusOr<v1::JobInfo> RestoreJob(const std::string& job_id, uint64_t checkpoint_id);
-  // Workers: a new WRITING checkpoint (FAILED_PRECONDITION while another one writes, or for an
-  // old shard map), and its end (COMPLETE once every server confirmed; then pruning).
+  // Workers: a new WRITING checkpoint (FAILED_PRECONDITION for an old shard map; one still
+  // WRITING is marked FAILED: its report was lost), and its end (COMPLETE once every server
+  // confirmed; then pruning).
   absl::StatusOr<v1::CheckpointInfo> BeginCheckpoint(const v1::BeginCheckpointRequest& req);
   absl::StatusOr<v1::CheckpointInfo> FinishCheckpoint(const v1::FinishCheckpointRequest& req);
   // A restore order could not be carried out: a corrupt or missing checkpoint is marked CORRUPT

@@ -321,14 +321,19 @@ absl::StatusOr<v1::CheckpointInfo> Scheduler::BeginCheckpoint(
                                                       " is not the job's (", info.shard_epoch(),
                                                       "): no checkpoint under an old shard map"));
   }
-  for (const auto& [id, checkpoint] : job->checkpoints) {
-    if (checkpoint.state() == v1::CHECKPOINT_WRITING) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("checkpoint ", id, " of ", req.job_id(), " is still being written"));
-    }
-  }
   const absl::Time now = clock_();
   Changes changes;
+  // Rank 0 begins a checkpoint only once it has reported the previous one: one still WRITING
+  // here lost its report (a scheduler restart, a rank 0 that died) and never completes.
+  for (auto& [id, checkpoint] : job->checkpoints) {
+    if (checkpoint.state() != v1::CHECKPOINT_WRITING) continue;
+    checkpoint.set_state(v1::CHECKPOINT_FAILED);
+    checkpoint.set_error("superseded: its completion was never reported");
+    checkpoint.set_end_time_unix_ms(ToMs(now));
+    changes.checkpoints.insert({job->number, id});
+    if (metrics_ != nullptr) metrics_->CheckpointEnded("failed", absl::ZeroDuration());
+    AddEvent(job, absl::StrCat("checkpoint ", id, " failed: ", checkpoint.error()), now, &changes);
+  }
   const uint64_t id = std::max<uint64_t>(1, info.next_checkpoint_id());
   info.set_next_checkpoint_id(id + 1);
   changes.jobs.insert(job->number);

@@ -90,13 +90,21 @@ TEST_F(SchedulerCheckpointsTest, CatalogRecordsPrunesAndSurvivesARestart) {
   ASSERT_TRUE(slots.ok());
   EXPECT_FALSE((*slots)[0]);
   EXPECT_TRUE((*slots)[1]);
-  // One at a time; never under an old shard map.
-  EXPECT_EQ(scheduler_->BeginCheckpoint(begin).status().code(),
+  // Never under an old shard map.
+  v1::BeginCheckpointRequest old_map = begin;
+  old_map.set_shard_epoch(0);
+  EXPECT_EQ(scheduler_->BeginCheckpoint(old_map).status().code(),
             absl::StatusCode::kFailedPrecondition);
+  // Rank 0 begins one only after reporting the last: one still writing lost its report.
+  auto second = scheduler_->BeginCheckpoint(begin);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->checkpoint_id(), 2u);
+  EXPECT_EQ(CheckpointOf(job_id, 1).state(), v1::CHECKPOINT_FAILED);
+  EXPECT_EQ(CheckpointOf(job_id, 1).error(), "superseded: its completion was never reported");
   // Not complete until every server confirmed.
   v1::FinishCheckpointRequest finish;
   finish.set_job_id(job_id);
-  finish.set_checkpoint_id(1);
+  finish.set_checkpoint_id(2);
   finish.add_shards()->set_rows(5);
   auto partial = scheduler_->FinishCheckpoint(finish);
   ASSERT_TRUE(partial.ok());
@@ -119,9 +127,10 @@ TEST_F(SchedulerCheckpointsTest, CatalogRecordsPrunesAndSurvivesARestart) {
   Heartbeat(w0);
   auto list = scheduler_->ListCheckpoints(job_id);
   ASSERT_TRUE(list.ok());
-  ASSERT_EQ(list->size(), 4u);
+  ASSERT_EQ(list->size(), 5u);
   EXPECT_EQ((*list)[0].state(), v1::CHECKPOINT_FAILED);
-  EXPECT_EQ((*list)[3].clock(), 40);
+  EXPECT_EQ((*list)[1].state(), v1::CHECKPOINT_FAILED);
+  EXPECT_EQ((*list)[4].clock(), 40);
   EXPECT_EQ(Job(job_id).latest_checkpoint_id(), c4);
   EXPECT_EQ(scheduler_->ListCheckpoints("job-99").status().code(), absl::StatusCode::kNotFound);
 }

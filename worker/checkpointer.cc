@@ -15,6 +15,7 @@ namespace {
 // A write of a large table takes a while; this bounds how long a dead server can hold it up.
 constexpr absl::Duration kAwaitTimeout = absl::Minutes(30);
 constexpr absl::Duration kSchedulerTimeout = absl::Seconds(10);
+constexpr absl::Duration kReportPatience = absl::Seconds(60);
 
 }  // namespace
 
@@ -118,9 +119,16 @@ void Checkpointer::Finish(uint64_t id, absl::Time begun) {
     finish.set_error(std::string(written.status().message()));
   }
   v1::CheckpointInfo info;
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + kSchedulerTimeout));
-  absl::Status s = FromGrpcStatus(scheduler_->FinishCheckpoint(&ctx, finish, &info));
+  absl::Status s;
+  // A scheduler that restarts is back within seconds: keep the report until then.
+  const absl::Time give_up = absl::Now() + kReportPatience;
+  while (true) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + kSchedulerTimeout));
+    s = FromGrpcStatus(scheduler_->FinishCheckpoint(&ctx, finish, &info));
+    if (s.code() != absl::StatusCode::kUnavailable || absl::Now() > give_up) break;
+    absl::SleepFor(absl::Seconds(1));
+  }
   if (!s.ok()) {
     LOG(WARNING) << job_id_ << ": checkpoint " << id << ": " << s;
   } else if (info.state() == v1::CHECKPOINT_COMPLETE) {
