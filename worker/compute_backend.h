@@ -119,7 +119,7 @@ class ComputeBackend {
   virtual void AddBiasRelu(int rows, int cols, const float* bias, float* y) = 0;
 
   // grad[i] = 0 wherever activation[i] <= 0, for n elements; `activation` is the ReLU output.
-  virtual void ReluBackward(int n, const float* activation, float* grad) = 0;
+  virtual void ReluBackward(int64_t n, const float* activation, float* grad) = 0;
 
   // bias_grad[c] = sum over r of grad[r, c], for a rows x cols matrix grad (overwrites).
   virtual void BiasGradient(int rows, int cols, const float* grad, float* bias_grad) = 0;

@@ -149,8 +149,8 @@ class CpuBackend : public ComputeBackend {
     }
   }
 
-  void ReluBackward(int n, const float* activation, float* grad) override {
-    for (int i = 0; i < n; ++i) grad[i] = activation[i] > 0.0f ? grad[i] : 0.0f;
+  void ReluBackward(int64_t n, const float* activation, float* grad) override {
+    for (int64_t i = 0; i < n; ++i) grad[i] = activation[i] > 0.0f ? grad[i] : 0.0f;
   }
 
   void BiasGradient(int rows, int cols, const float* grad, float* bias_grad) override {

@@ -192,7 +192,7 @@ absl::Status MlpModel::StartStep(absl::Span<const float* const> params, const fl
     if (l == 0) break;
     // delta_prev = (delta * W^T) masked by relu'(acts_[l-1]).
     be.Gemm(false, true, batch, n_in, n_out, 1.0f, delta, p[2 * l], 0.0f, next_delta);
-    be.ReluBackward(batch * n_in, acts_[l - 1].floats(), next_delta);
+    be.ReluBackward(static_cast<int64_t>(batch) * n_in, acts_[l - 1].floats(), next_delta);
     std::swap(delta, next_delta);
   }
   return absl::OkStatus();

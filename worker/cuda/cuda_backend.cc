@@ -164,7 +164,7 @@ class CudaBackend final : public ComputeBackend {
            "LaunchAddBias(relu)");
   }
 
-  void ReluBackward(int n, const float* activation, float* grad) override {
+  void ReluBackward(int64_t n, const float* activation, float* grad) override {
     if (!Ready()) return;
     Record(cuda::LaunchReluBackward(compute_stream_, n, activation, grad), "LaunchReluBackward");
   }
@@ -191,11 +191,13 @@ class CudaBackend final : public ComputeBackend {
     if (!EnsureRowScratch(batch)) return;
     const int slot = static_cast<int>(pending_stats_.size());
     check_errors_ = true;
+    // No classes: no row is written, so none may be summed either (the scratch holds garbage).
+    const int rows = classes > 0 ? batch : 0;
     Record(
-        cuda::LaunchSoftmaxCrossEntropy(compute_stream_, batch, classes, logits, labels, grad_scale,
+        cuda::LaunchSoftmaxCrossEntropy(compute_stream_, rows, classes, logits, labels, grad_scale,
                                         grad, row_loss_, row_correct_, errors_device_),
         "LaunchSoftmaxCrossEntropy");
-    Record(cuda::LaunchReduceLossStats(compute_stream_, batch, row_loss_, row_correct_,
+    Record(cuda::LaunchReduceLossStats(compute_stream_, rows, row_loss_, row_correct_,
                                        stats_device_ + slot),
            "LaunchReduceLossStats");
     // On the compute stream: the result follows its kernel without an event.
