@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "worker/compute_backend.h"
+#include "worker/testing/reference_gemm.h"
 
 namespace ps {
 namespace {
@@ -27,36 +28,8 @@ std::vector<float> RandomMatrix(size_t size, uint32_t seed) {
   return v;
 }
 
-// C = alpha * op(A) * op(B) + beta * C in double, straight from the definition. Also returns, per
-// element, a bound on the magnitudes summed (to scale the float tolerance).
-void NaiveGemm(bool trans_a, bool trans_b, int m, int n, int k, double alpha,
-               const std::vector<float>& a, const std::vector<float>& b, double beta,
-               std::vector<double>& c, std::vector<double>& magnitude) {
-  magnitude.assign(static_cast<size_t>(m) * n, 0.0);
-  for (int i = 0; i < m; ++i) {
-    for (int j = 0; j < n; ++j) {
-      double sum = 0, abs_sum = 0;
-      for (int p = 0; p < k; ++p) {
-        const double av =
-            trans_a ? a[static_cast<size_t>(p) * m + i] : a[static_cast<size_t>(i) * k + p];
-        const double bv =
-            trans_b ? b[static_cast<size_t>(j) * k + p] : b[static_cast<size_t>(p) * n + j];
-        sum += av * bv;
-        abs_sum += std::fabs(av * bv);
-      }
-      double& cij = c[static_cast<size_t>(i) * n + j];
-      const double old = beta == 0.0 ? 0.0 : beta * cij;
-      cij = alpha * sum + old;
-      magnitude[static_cast<size_t>(i) * n + j] = std::fabs(alpha) * abs_sum + std::fabs(old);
-    }
-  }
-}
-
-struct GemmShape {
-  int m, n, k;
-};
-
-void PrintTo(const GemmShape& s, std::ostream* os) { *os << s.m << "x" << s.n << "x" << s.k; }
+using reference::GemmShape;
+using reference::NaiveGemm;
 
 struct AlphaBeta {
   float alpha, beta;
