@@ -345,8 +345,11 @@ absl::StatusOr<v1::CheckpointInfo> Scheduler::BeginCheckpoint(
   checkpoint.set_start_time_unix_ms(ToMs(now));
   checkpoint.set_request_seq(req.request_seq());
   checkpoint.set_shard_epoch(info.shard_epoch());
+  // The job's folder carries its submit time: a scheduler whose state was wiped numbers its jobs
+  // from job-1 again, and must not meet the old job-1's checkpoints (servers never overwrite).
   const std::filesystem::path dir = std::filesystem::path(CheckpointRoot(info.spec())) /
-                                    info.job_id() / absl::StrCat("ckpt-", id);
+                                    absl::StrCat(info.job_id(), ".", info.submit_time_unix_ms()) /
+                                    absl::StrCat("ckpt-", id);
   checkpoint.set_dir(dir.string());
   const std::vector<int> owners = SlotOwners(info);
   for (int k = 0; k < info.server_addresses_size(); ++k) {

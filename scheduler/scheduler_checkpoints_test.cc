@@ -81,10 +81,11 @@ TEST_F(SchedulerCheckpointsTest, CatalogRecordsPrunesAndSurvivesARestart) {
   EXPECT_EQ(first->checkpoint_id(), 1u);
   EXPECT_EQ(first->state(), v1::CHECKPOINT_WRITING);
   ASSERT_EQ(first->shards_size(), 2);
-  // Each server's directory under <root>/<job>/ckpt-1, with the slots it owns (s % 2).
+  // Each server's directory under <root>/<job>.<submit time>/ckpt-1, with the slots it owns.
   const std::string root =
       (std::filesystem::path(dir_.path()) / "checkpoints").lexically_normal().string();
-  EXPECT_EQ(first->dir(), root + "/" + job_id + "/ckpt-1");
+  EXPECT_EQ(first->dir(),
+            absl::StrCat(root, "/", job_id, ".", Job(job_id).submit_time_unix_ms(), "/ckpt-1"));
   EXPECT_EQ(first->shards(1).path(), first->dir() + "/shard-1");
   auto slots = DecodeSlotBitmap(first->shards(1).slots());
   ASSERT_TRUE(slots.ok());

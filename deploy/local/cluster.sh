@@ -5,7 +5,8 @@
 # Usage: deploy/local/cluster.sh COMMAND
 #   up [--servers=N] [--workers=M] [--fresh]   start the cluster (default 2 servers, 2 workers)
 #        [--server_flags="..."] [--worker_flags="..."]   extra flags for every server / worker
-#                                              --fresh: forget the scheduler's state (jobs, nodes)
+#                                              --fresh: forget the scheduler's state (jobs,
+#                                              nodes) and the checkpoints
 #   down                                       stop everything (TERM, then KILL after 10 s)
 #   status                                     which daemons run, and `psctl nodes`
 #   kill-worker N | kill-server N              kill -9 worker / server N (fault demos)
@@ -172,7 +173,7 @@ cmd_up() {
   prometheus_alive && die "a Prometheus from an earlier cluster still runs; run '$0 down' first"
   rm -f "$run"/*.pid "$run"/*.port "$run"/*.metrics_port "$run"/*.log "$run/env" \
     "$run/prometheus-targets.json"
-  [ "$fresh" -eq 1 ] && rm -rf "$run/scheduler"
+  [ "$fresh" -eq 1 ] && rm -rf "$run/scheduler" "$run/checkpoints"
   echo "$server_flags" >"$run/server_flags"
   echo "$worker_flags" >"$run/worker_flags"
 
