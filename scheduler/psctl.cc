@@ -41,6 +41,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "ps/v1/scheduler.grpc.pb.h"
 #include "scheduler/internal/job_format.h"
+#include "scheduler/internal/psctl_commands.h"
 
 ABSL_FLAG(std::string, scheduler, "",
           "scheduler host:port (default: $PS_SCHEDULER, else localhost:7000)");
@@ -84,17 +85,10 @@ ABSL_FLAG(std::string, from_checkpoint, "",
 
 namespace {
 
-using ps::v1::JobInfo;
+using ps::psctl::Commands;
+using ps::psctl::kOk;
+using ps::psctl::kUsage;
 using ps::v1::JobSpec;
-
-// Exit codes; scripts rely on them (documented in --help and docs/operations.md).
-enum ExitCode {
-  kOk = 0,           // done; `status --watch`: the job SUCCEEDED
-  kRefused = 1,      // the scheduler refused the request, or the watched job FAILED/CANCELLED,
-                     // or the awaited checkpoint failed or did not complete in --wait_timeout
-  kUsage = 2,        // bad command line or job file
-  kUnreachable = 3,  // no answer from the scheduler (UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED)
-};
 
 constexpr char kUsageText[] = R"(psctl: the command-line client of the parameter-server scheduler.
 
@@ -381,517 +375,13 @@ absl::Status ApplyCheckpointFlags(const std::set<std::string>& given, JobSpec& s
 
 // ---- the commands -----------------------------------------------------------------------
 
-struct Options {
-  std::string address;          // the scheduler's host:port
-  bool json = false;            // --output=json
-  absl::Duration timeout;       // of one request
-  std::set<std::string> given;  // flags given on the command line
-};
-
-// Reconnects within a second of a restarted scheduler coming back (status --watch), instead of
-// gRPC's default backoff of up to two minutes.
-std::shared_ptr<grpc::Channel> NewChannel(const std::string& address) {
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
-}
-
-// One command against the scheduler. Not thread-safe; one instance per process.
-class Psctl {
- public:
-  explicit Psctl(Options options)
-      : options_(std::move(options)),
-        stub_(ps::v1::Scheduler::NewStub(NewChannel(options_.address))) {}
-
-  int Nodes();
-  int Submit(const std::vector<std::string>& args);
-  int Status(const std::string& job_id);
-  int Watch(const std::string& job_id);
-  int List();
-  int Cancel(const std::string& job_id);
-  int Events(const std::string& job_id);
-  int Checkpoint(const std::string& job_id);
-  int Checkpoints(const std::string& job_id);
-  int Restore(const std::string& job_id);
-
- private:
-  void Prepare(grpc::ClientContext& context) const {
-    context.set_deadline(absl::ToChronoTime(absl::Now() + options_.timeout));
-  }
-  // No answer: not reachable, too slow, or the call was cut off by the scheduler's shutdown.
-  static bool Unreachable(const grpc::Status& s) {
-    return s.error_code() == grpc::StatusCode::UNAVAILABLE ||
-           s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
-           s.error_code() == grpc::StatusCode::CANCELLED;
-  }
-  std::string Describe(const grpc::Status& s) const {
-    const std::string code =
-        absl::StatusCodeToString(static_cast<absl::StatusCode>(s.error_code()));
-    return s.error_message().empty() ? code : absl::StrCat(code, ": ", s.error_message());
-  }
-  // Prints the failure of `command` and returns its exit code.
-  int Fail(absl::string_view command, const grpc::Status& s) const {
-    if (Unreachable(s)) {
-      std::cerr << "psctl: " << command << ": cannot reach the scheduler at " << options_.address
-                << " (" << Describe(s) << "); set --scheduler or PS_SCHEDULER\n";
-      return kUnreachable;
-    }
-    std::cerr << "psctl: " << command << ": " << Describe(s);
-    if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED && s.error_message().empty()) {
-      std::cerr << " (the scheduler at " << options_.address << " does not implement '" << command
-                << "'; is it an older ps_scheduler?)";
-    }
-    std::cerr << "\n";
-    return kRefused;
-  }
-  void PrintJson(const google::protobuf::Message& m, bool one_line = false) const {
-    google::protobuf::util::JsonPrintOptions opts;
-    opts.add_whitespace = !one_line;
-    opts.always_print_primitive_fields = true;
-    std::string out;
-    (void)google::protobuf::util::MessageToJsonString(m, &out, opts);
-    if (!out.empty() && out.back() != '\n') out += "\n";
-    std::cout << out << std::flush;
-  }
-  grpc::Status GetJob(const std::string& job_id, JobInfo& job) const {
-    grpc::ClientContext context;
-    Prepare(context);
-    ps::v1::GetJobRequest request;
-    request.set_job_id(job_id);
-    return stub_->GetJob(&context, request, &job);
-  }
-  grpc::Status ListCheckpoints(const std::string& job_id,
-                               ps::v1::ListCheckpointsResponse& list) const {
-    grpc::ClientContext context;
-    Prepare(context);
-    ps::v1::ListCheckpointsRequest request;
-    request.set_job_id(job_id);
-    return stub_->ListCheckpoints(&context, request, &list);
-  }
-  void PrintJob(const JobInfo& job) const;
-  int WaitForCheckpoint(const std::string& job_id, uint64_t request_seq);
-  int CheckpointOutcome(const ps::v1::CheckpointInfo& c) const;
-
-  Options options_;
-  std::unique_ptr<ps::v1::Scheduler::Stub> stub_;
-};
-
-int Psctl::Nodes() {
-  grpc::ClientContext context;
-  Prepare(context);
-  ps::v1::ListNodesResponse response;
-  grpc::Status s = stub_->ListNodes(&context, ps::v1::ListNodesRequest(), &response);
-  if (!s.ok()) return Fail("nodes", s);
-  if (options_.json) {
-    PrintJson(response);
-    return kOk;
-  }
-  if (response.nodes_size() == 0) {
-    std::cout << "no nodes registered\n";
-    return kOk;
-  }
-  const absl::Time now = absl::Now();
-  Table table;
-  table.AddRow({"NODE", "ROLE", "STATE", "ADDRESS", "METRICS", "HOST/PID", "HEARTBEAT", "JOB"});
-  for (const auto& n : response.nodes()) {
-    table.AddRow({absl::StrCat(n.node_id()), Lower(ps::v1::NodeRole_Name(n.role())),
-                  ps::v1::NodeState_Name(n.state()), n.address().empty() ? "-" : n.address(),
-                  n.metrics_address().empty() ? "-" : n.metrics_address(),
-                  absl::StrCat(n.hostname(), "/", n.pid()),
-                  n.last_heartbeat_unix_ms() > 0
-                      ? absl::StrCat(Age(n.last_heartbeat_unix_ms(), now), " ago")
-                      : "never",
-                  n.job_id().empty() ? "-" : n.job_id()});
-  }
-  table.Print(std::cout);
-  if (!response.metrics_address().empty()) {
-    std::cout << "scheduler metrics: " << response.metrics_address() << "\n";
-  }
-  return kOk;
-}
-
-int Psctl::Submit(const std::vector<std::string>& args) {
-  JobSpec spec;
-  if (!args.empty()) {
-    auto file = ReadJobFile(args[0]);
-    if (!file.ok()) {
-      std::cerr << "psctl: submit: " << file.status().message() << "\n";
-      return kUsage;
-    }
-    spec = *std::move(file);
-  } else if (std::none_of(options_.given.begin(), options_.given.end(), IsSubmitFlag)) {
-    std::cerr << "psctl: submit needs a job file or flags (e.g. --model=fashion_mlp "
-                 "--num_workers=2); see psctl --help\n";
-    return kUsage;
-  }
-  absl::Status st = ApplySubmitFlags(options_.given, spec);
-  if (st.ok()) st = ApplyCheckpointFlags(options_.given, spec);
-  if (!st.ok()) {
-    std::cerr << "psctl: submit: " << st.message() << "\n";
-    return kUsage;
-  }
-  grpc::ClientContext context;
-  Prepare(context);
-  ps::v1::SubmitJobRequest request;
-  *request.mutable_spec() = spec;
-  ps::v1::SubmitJobResponse response;
-  grpc::Status s = stub_->SubmitJob(&context, request, &response);
-  if (!s.ok()) return Fail("submit", s);
-  if (options_.json) {
-    PrintJson(response);
-  } else {
-    std::cout << response.job_id() << "\n";
-  }
-  return kOk;
-}
-
-void Psctl::PrintJob(const JobInfo& job) const {
-  const absl::Time now = absl::Now();
-  Table t;
-  t.AddRow({"job:", job.spec().name().empty()
-                        ? job.job_id()
-                        : absl::StrCat(job.job_id(), " \"", job.spec().name(), "\"")});
-  t.AddRow({"state:", ps::v1::JobState_Name(job.state())});
-  if (!job.reason().empty()) t.AddRow({"reason:", job.reason()});
-  t.AddRow({"spec:", SpecSummary(job.spec())});
-  std::vector<std::string> servers, workers;
-  for (int i = 0; i < job.server_nodes_size(); ++i) {
-    servers.push_back(absl::StrCat("node ", job.server_nodes(i), " ",
-                                   i < job.server_addresses_size() ? job.server_addresses(i) : ""));
-  }
-  for (int i = 0; i < job.worker_nodes_size(); ++i) {
-    workers.push_back(absl::StrCat(
-        "node ", job.worker_nodes(i),
-        i < job.worker_ids_size() ? absl::StrCat(" as worker ", job.worker_ids(i)) : ""));
-  }
-  if (!servers.empty()) {
-    t.AddRow({"servers:", absl::StrCat(absl::StrJoin(servers, ", "), " (shard epoch ",
-                                       job.shard_epoch(), ")")});
-  }
-  if (!workers.empty()) {
-    t.AddRow({"workers:", absl::StrCat(absl::StrJoin(workers, ", "), " (membership epoch ",
-                                       job.membership_epoch(), ")")});
-  }
-  const auto& p = job.progress();
-  if (p.total_clocks() > 0) {
-    t.AddRow({"progress:", ProgressSummary(job)});
-    std::string more;
-    if (p.test_accuracy() > 0) {
-      more = absl::StrFormat("test accuracy %s (loss %.4f), ", Percent(p.test_accuracy()),
-                             p.test_loss());
-    }
-    absl::StrAppendFormat(&more, "%.0f samples/s", p.samples_per_second());
-    if (job.state() == ps::v1::RUNNING) {
-      absl::StrAppend(&more, ", ETA ", Eta(job, StepRate().Get(job, now)));
-    }
-    t.AddRow({"", more});
-    if (!p.error().empty()) t.AddRow({"error:", p.error()});
-  }
-  std::string times = absl::StrCat("submitted ", FormatTimestamp(job.submit_time_unix_ms()), " (",
-                                   Age(job.submit_time_unix_ms(), now), " ago)");
-  if (job.start_time_unix_ms() > 0) {
-    absl::StrAppend(&times, ", started ", FormatTimestamp(job.start_time_unix_ms()));
-  }
-  if (job.end_time_unix_ms() > 0) {
-    absl::StrAppend(&times, ", ended ", FormatTimestamp(job.end_time_unix_ms()));
-  }
-  for (auto& [label, value] : ps::psctl::CheckpointStatusRows(job)) t.AddRow({label, value});
-  t.AddRow({"time:", times});
-  t.Print(std::cout);
-}
-
-int Psctl::Status(const std::string& job_id) {
-  JobInfo job;
-  grpc::Status s = GetJob(job_id, job);
-  if (!s.ok()) return Fail("status", s);
-  if (options_.json) {
-    PrintJson(job);
-  } else {
-    PrintJob(job);
-  }
-  return kOk;
-}
-
-// Follows a job until it ends. A scheduler that goes away (e.g. restarts) is retried for a
-// minute before psctl gives up with kUnreachable.
-int Psctl::Watch(const std::string& job_id) {
-  const bool tty = isatty(STDOUT_FILENO) && !options_.json;
-  constexpr absl::Duration kPoll = absl::Seconds(1);
-  constexpr absl::Duration kGiveUp = absl::Seconds(60);
-  StepRate rate;
-  std::string last_key;
-  absl::Time unreachable_since = absl::InfiniteFuture();
-  size_t drawn = 0;  // characters on the tty's current line
-  for (bool first = true;; first = false) {
-    if (!first) absl::SleepFor(kPoll);
-    JobInfo job;
-    grpc::Status s = GetJob(job_id, job);
-    const absl::Time now = absl::Now();
-    if (!s.ok()) {
-      if (first || !Unreachable(s) || now - unreachable_since > kGiveUp) {
-        if (drawn > 0) std::cout << "\n";
-        return Fail("status", s);
-      }
-      if (unreachable_since == absl::InfiniteFuture()) {
-        unreachable_since = now;
-        std::cerr << (drawn > 0 ? "\n" : "") << "psctl: status: scheduler unreachable ("
-                  << Describe(s) << "); retrying for " << kGiveUp << "\n";
-        drawn = 0;
-      }
-      continue;
-    }
-    unreachable_since = absl::InfiniteFuture();
-    rate.Observe(now, job.progress().clock());
-    const bool done = IsFinal(job.state());
-    if (options_.json) {
-      const std::string key = job.SerializeAsString();
-      if (key != last_key) PrintJson(job, /*one_line=*/true);
-      last_key = key;
-    } else if (done) {
-      std::cout << (drawn > 0 ? "\r\033[K" : "") << FinalLine(job) << "\n" << std::flush;
-    } else {
-      const std::string line = WatchLine(job, rate.Get(job, now));
-      if (tty) {
-        std::cout << "\r" << line << "\033[K" << std::flush;
-        drawn = line.size();
-      } else {
-        // One line per change; the ETA and rate alone do not count as a change.
-        const auto& p = job.progress();
-        const std::string key = absl::StrCat(job.state(), "|", job.reason(), "|", p.clock(), "|",
-                                             p.epoch(), "|", p.test_accuracy());
-        if (key != last_key) std::cout << line << "\n" << std::flush;
-        last_key = key;
-      }
-    }
-    if (done) return job.state() == ps::v1::SUCCEEDED ? kOk : kRefused;
-  }
-}
-
-int Psctl::List() {
-  grpc::ClientContext context;
-  Prepare(context);
-  ps::v1::ListJobsResponse response;
-  grpc::Status s = stub_->ListJobs(&context, ps::v1::ListJobsRequest(), &response);
-  if (!s.ok()) return Fail("list", s);
-  if (options_.json) {
-    PrintJson(response);
-    return kOk;
-  }
-  if (response.jobs_size() == 0) {
-    std::cout << "no jobs\n";
-    return kOk;
-  }
-  const absl::Time now = absl::Now();
-  Table table;
-  table.AddRow({"JOB", "NAME", "STATE", "MODEL", "WORKERS", "PROGRESS", "AGE", "REASON"});
-  for (const auto& job : response.jobs()) {
-    const auto& p = job.progress();
-    std::string progress = "-";
-    if (job.state() == ps::v1::SUCCEEDED && p.test_accuracy() > 0) {
-      progress = absl::StrCat("test ", Percent(p.test_accuracy()));
-    } else if (p.total_clocks() > 0) {
-      progress = absl::StrFormat("%.0f%% e%d/%d", 100.0 * p.clock() / p.total_clocks(), p.epoch(),
-                                 TotalEpochs(job.spec()));
-    }
-    table.AddRow({job.job_id(), job.spec().name().empty() ? "-" : job.spec().name(),
-                  ps::v1::JobState_Name(job.state()),
-                  job.spec().model().empty() ? "-" : job.spec().model(),
-                  absl::StrCat(job.worker_nodes_size(), "/", job.spec().num_workers()), progress,
-                  Age(job.submit_time_unix_ms(), now), job.reason()});
-  }
-  table.Print(std::cout);
-  return kOk;
-}
-
-int Psctl::Cancel(const std::string& job_id) {
-  grpc::ClientContext context;
-  Prepare(context);
-  ps::v1::CancelJobRequest request;
-  request.set_job_id(job_id);
-  JobInfo job;
-  grpc::Status s = stub_->CancelJob(&context, request, &job);
-  if (!s.ok()) return Fail("cancel", s);
-  if (options_.json) {
-    PrintJson(job);
-  } else {
-    std::cout << job.job_id() << " " << ps::v1::JobState_Name(job.state())
-              << (job.reason().empty() ? "" : absl::StrCat(": ", job.reason())) << "\n";
-  }
-  return kOk;
-}
-
-int Psctl::Events(const std::string& job_id) {
-  JobInfo job;
-  grpc::Status s = GetJob(job_id, job);
-  if (!s.ok()) return Fail("events", s);
-  if (options_.json) {
-    PrintJson(job);
-    return kOk;
-  }
-  if (job.events_size() == 0) std::cout << "no events\n";
-  for (const auto& e : job.events()) {
-    std::cout << FormatTimestamp(e.time_unix_ms()) << "  " << e.message() << "\n";
-  }
-  return kOk;
-}
-
-int Psctl::Checkpoint(const std::string& job_id) {
-  grpc::ClientContext context;
-  Prepare(context);
-  ps::v1::RequestCheckpointRequest request;
-  request.set_job_id(job_id);
-  ps::v1::RequestCheckpointResponse response;
-  grpc::Status s = stub_->RequestCheckpoint(&context, request, &response);
-  if (!s.ok()) return Fail("checkpoint", s);
-  const bool wait = absl::GetFlag(FLAGS_wait);
-  if (options_.json) {
-    if (!wait) PrintJson(response);
-  } else {
-    std::cout << "checkpoint of " << job_id << " requested (request " << response.request_seq()
-              << ")\n"
-              << std::flush;
-  }
-  return wait ? WaitForCheckpoint(job_id, response.request_seq()) : kOk;
-}
-
-// A line on stderr that is redrawn in place on a terminal, else printed once per Show().
-class ProgressLine {
- public:
-  ProgressLine() : tty_(isatty(STDERR_FILENO)) {}
-  void Show(const std::string& line) {
-    std::cerr << (tty_ ? "\r" : "") << line << (tty_ ? "\033[K" : "\n") << std::flush;
-    drawn_ = tty_;
-  }
-  // Before anything else is printed.
-  void Clear() {
-    if (drawn_) std::cerr << "\r\033[K" << std::flush;
-    drawn_ = false;
-  }
-
- private:
-  const bool tty_;
-  bool drawn_ = false;
-};
-
-// Prints how the checkpoint answering a request ended; its exit code.
-int Psctl::CheckpointOutcome(const ps::v1::CheckpointInfo& c) const {
-  if (options_.json) PrintJson(c);
-  if (c.state() == ps::v1::CHECKPOINT_COMPLETE || c.state() == ps::v1::CHECKPOINT_PRUNED) {
-    if (!options_.json) std::cout << ps::psctl::CheckpointCompleteLine(c) << "\n";
-    return kOk;
-  }
-  std::cerr << "psctl: checkpoint: " << ps::psctl::CheckpointFailedLine(c) << "\n";
-  return kRefused;
-}
-
-// Polls the catalog until the checkpoint answering `request_seq` is no longer WRITING, the job
-// ends without it, or --wait_timeout passes. Progress goes to stderr every few seconds. A
-// scheduler that goes away is retried for a minute, as by status --watch.
-int Psctl::WaitForCheckpoint(const std::string& job_id, uint64_t request_seq) {
-  constexpr absl::Duration kPoll = absl::Seconds(1);
-  constexpr absl::Duration kProgressEvery = absl::Seconds(5);
-  constexpr absl::Duration kGiveUp = absl::Seconds(60);
-  const absl::Time start = absl::Now();
-  const absl::Time deadline = start + absl::GetFlag(FLAGS_wait_timeout);
-  absl::Time next_progress = start + kProgressEvery;
-  absl::Time last_answer = start;
-  ProgressLine progress;
-  std::optional<ps::v1::CheckpointInfo> answer;  // the last seen, while WRITING
-  for (bool first = true;; first = false) {
-    if (!first) absl::SleepFor(kPoll);
-    // The job first, the catalog second: a job seen ended has written all it ever will.
-    JobInfo job;
-    const bool have_job = (first || absl::Now() >= next_progress) && GetJob(job_id, job).ok();
-    ps::v1::ListCheckpointsResponse list;
-    grpc::Status s = ListCheckpoints(job_id, list);
-    const absl::Time now = absl::Now();
-    if (s.ok()) {
-      last_answer = now;
-      const ps::v1::CheckpointInfo* c = ps::psctl::AnsweringCheckpoint(list, request_seq);
-      if (c != nullptr && c->state() != ps::v1::CHECKPOINT_WRITING &&
-          c->state() != ps::v1::CHECKPOINT_STATE_UNSPECIFIED) {
-        progress.Clear();
-        return CheckpointOutcome(*c);
-      }
-      if (c != nullptr) answer = *c;
-    } else if (!Unreachable(s) || now - last_answer > kGiveUp) {
-      progress.Clear();
-      return Fail("checkpoint", s);
-    }
-    const std::string where = answer ? absl::StrCat("checkpoint ", answer->checkpoint_id(),
-                                                    " was writing at clock ", answer->clock())
-                                     : absl::StrCat("request ", request_seq, " had not begun");
-    if (s.ok() && have_job && IsFinal(job.state())) {
-      progress.Clear();
-      std::cerr << "psctl: checkpoint: " << job_id << " ended ("
-                << ps::v1::JobState_Name(job.state()) << ") before its checkpoint was complete ("
-                << where << ")\n";
-      return kRefused;
-    }
-    if (now >= deadline) {
-      progress.Clear();
-      std::cerr << "psctl: checkpoint: not complete after " << absl::GetFlag(FLAGS_wait_timeout)
-                << " (" << where << "); it may still complete: psctl checkpoints " << job_id
-                << "\n";
-      return kRefused;
-    }
-    if (now >= next_progress) {
-      next_progress = now + kProgressEvery;
-      std::string line = ps::psctl::CheckpointWaitLine(
-          job_id, request_seq, answer ? &*answer : nullptr, have_job ? &job : nullptr, now - start);
-      if (!s.ok()) absl::StrAppend(&line, "; scheduler unreachable, retrying");
-      progress.Show(line);
-    }
-  }
-}
-
-int Psctl::Checkpoints(const std::string& job_id) {
-  ps::v1::ListCheckpointsResponse list;
-  grpc::Status s = ListCheckpoints(job_id, list);
-  if (!s.ok()) return Fail("checkpoints", s);
-  if (options_.json) {
-    PrintJson(list);
-  } else {
-    ps::psctl::PrintCheckpoints(list, absl::Now(), std::cout);
-  }
-  return kOk;
-}
-
-// A running job rolls back (same job id in the answer); an ended one is submitted again from
-// the checkpoint as a new job, whose id goes alone to stdout like `submit`'s.
-int Psctl::Restore(const std::string& job_id) {
-  grpc::ClientContext context;
-  Prepare(context);
-  ps::v1::RestoreJobRequest request;
-  request.set_job_id(job_id);
-  request.set_checkpoint_id(absl::GetFlag(FLAGS_checkpoint));
-  JobInfo job;
-  grpc::Status s = stub_->RestoreJob(&context, request, &job);
-  if (!s.ok()) return Fail("restore", s);
-  const bool resubmitted = job.job_id() != job_id;
-  if (options_.json) {
-    PrintJson(job);
-  } else if (resubmitted) {
-    std::cout << job.job_id() << "\n" << std::flush;
-  } else {
-    std::cout << ps::psctl::RollbackLine(job, request.checkpoint_id()) << "\n";
-  }
-  if (resubmitted) {
-    std::cerr << "psctl: restore: " << ps::psctl::ResubmitNote(job, job_id, request.checkpoint_id())
-              << "\n";
-  }
-  return kOk;
-}
-
 int UsageError(absl::string_view message) {
   std::cerr << "psctl: " << message << "\n(psctl --help lists the commands and flags)\n";
   return kUsage;
 }
 
 // Checks the command's arguments and flags, then runs it.
-int Run(const CommandLine& cl, Options options) {
+int Run(const CommandLine& cl, ps::psctl::Options options) {
   const std::string& command = cl.args[0];
   const std::vector<std::string> args(cl.args.begin() + 1, cl.args.end());
   struct Arity {
@@ -917,14 +407,28 @@ int Run(const CommandLine& cl, Options options) {
   if (args.size() < arity->min || args.size() > arity->max) {
     return UsageError(absl::StrCat("usage: psctl ", arity->usage));
   }
-  for (const std::string& flag : options.given) {
+  for (const std::string& flag : cl.given) {
     if (!FlagAppliesTo(flag, command)) {
       return UsageError(absl::StrCat("--", flag, " does not apply to '", command, "'"));
     }
   }
-  Psctl psctl(std::move(options));
+  JobSpec spec;
+  if (command == "submit") {
+    if (!args.empty()) {
+      auto file = ReadJobFile(args[0]);
+      if (!file.ok()) return UsageError(absl::StrCat("submit: ", file.status().message()));
+      spec = *std::move(file);
+    } else if (std::none_of(cl.given.begin(), cl.given.end(), IsSubmitFlag)) {
+      return UsageError(
+          "submit needs a job file or flags (e.g. --model=fashion_mlp --num_workers=2)");
+    }
+    absl::Status st = ApplySubmitFlags(cl.given, spec);
+    if (st.ok()) st = ApplyCheckpointFlags(cl.given, spec);
+    if (!st.ok()) return UsageError(absl::StrCat("submit: ", st.message()));
+  }
+  Commands psctl(std::move(options));
   if (command == "nodes") return psctl.Nodes();
-  if (command == "submit") return psctl.Submit(args);
+  if (command == "submit") return psctl.Submit(spec);
   if (command == "status") {
     return absl::GetFlag(FLAGS_watch) ? psctl.Watch(args[0]) : psctl.Status(args[0]);
   }
@@ -949,7 +453,7 @@ int main(int argc, char** argv) {
     PrintHelp(std::cerr);
     return kUsage;
   }
-  Options options;
+  ps::psctl::Options options;
   options.address = absl::GetFlag(FLAGS_scheduler);
   if (options.address.empty()) {
     const char* env = std::getenv("PS_SCHEDULER");
@@ -965,6 +469,8 @@ int main(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_wait_timeout) <= absl::ZeroDuration()) {
     return UsageError("--wait_timeout must be positive");
   }
-  options.given = cl->given;
+  options.wait = absl::GetFlag(FLAGS_wait);
+  options.wait_timeout = absl::GetFlag(FLAGS_wait_timeout);
+  options.checkpoint_id = absl::GetFlag(FLAGS_checkpoint);
   return Run(*cl, std::move(options));
 }
