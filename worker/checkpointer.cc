@@ -78,18 +78,11 @@ void Checkpointer::MaybeCheckpoint(int64_t clock) {
     writing_ = true;
   }
   if (!snapshot.ok()) {
-    LOG(WARNING) << job_id_ << ": checkpoint " << info.checkpoint_id()
-                 << " failed: " << snapshot.status();
     v1::FinishCheckpointRequest finish;
     finish.set_job_id(job_id_);
     finish.set_checkpoint_id(info.checkpoint_id());
     finish.set_error(std::string(snapshot.status().message()));
-    grpc::ClientContext fctx;
-    fctx.set_deadline(absl::ToChronoTime(absl::Now() + kSchedulerTimeout));
-    v1::CheckpointInfo ignored;
-    scheduler_->FinishCheckpoint(&fctx, finish, &ignored);
-    absl::MutexLock l(&mu_);
-    writing_ = false;
+    Report(finish);
     return;
   }
   LOG(INFO) << job_id_ << ": checkpoint " << info.checkpoint_id() << " at clock " << clock
@@ -118,6 +111,10 @@ void Checkpointer::Finish(uint64_t id, absl::Time begun) {
   } else {
     finish.set_error(std::string(written.status().message()));
   }
+  Report(finish);
+}
+
+void Checkpointer::Report(const v1::FinishCheckpointRequest& finish) {
   v1::CheckpointInfo info;
   absl::Status s;
   // A scheduler that restarts is back within seconds: keep the report until then.
@@ -129,6 +126,7 @@ void Checkpointer::Finish(uint64_t id, absl::Time begun) {
     if (s.code() != absl::StatusCode::kUnavailable || absl::Now() > give_up) break;
     absl::SleepFor(absl::Seconds(1));
   }
+  const uint64_t id = finish.checkpoint_id();
   if (!s.ok()) {
     LOG(WARNING) << job_id_ << ": checkpoint " << id << ": " << s;
   } else if (info.state() == v1::CHECKPOINT_COMPLETE) {

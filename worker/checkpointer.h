@@ -44,7 +44,11 @@ class Checkpointer {
   uint64_t requests_done() const;
 
  private:
+  // Waits for every server's write of checkpoint `id`, then Report()s it.
   void Finish(uint64_t id, absl::Time begun);
+  // Tells the scheduler how checkpoint `finish.checkpoint_id()` ended (retrying while it is
+  // unreachable, for a while) and lets the next checkpoint begin.
+  void Report(const v1::FinishCheckpointRequest& finish);
 
   v1::Scheduler::StubInterface* const scheduler_;
   Client* const client_;
