@@ -129,6 +129,9 @@ class Scheduler {
   // The newest COMPLETE checkpoint of `job` with id < `before` (null: none).
   const v1::CheckpointInfo* LatestComplete(const Job& job, uint64_t before = UINT64_MAX) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Marks the job's WRITING checkpoint (if any) FAILED with `why`.
+  void FailWritingCheckpoints(Job* job, const std::string& why, absl::Time now, Changes* changes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PruneCheckpoints(Job* job, absl::Time now, Changes* changes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string CheckpointRoot(const v1::JobSpec& spec) const;

@@ -281,15 +281,7 @@ void Scheduler::RecoverFromServerLoss(Job* job, uint64_t node_id, const std::str
   }
   if (metrics_ != nullptr) metrics_->SlotsMoved(lost_count);
   // A checkpoint being written is incomplete for good.
-  for (auto& [id, checkpoint] : job->checkpoints) {
-    if (checkpoint.state() != v1::CHECKPOINT_WRITING) continue;
-    checkpoint.set_state(v1::CHECKPOINT_FAILED);
-    checkpoint.set_error(absl::StrCat(dead_name, " died while it was written"));
-    checkpoint.set_end_time_unix_ms(ToMs(now));
-    changes->checkpoints.insert({job->number, id});
-    if (metrics_ != nullptr) metrics_->CheckpointEnded("failed", absl::ZeroDuration());
-    AddEvent(job, absl::StrCat("checkpoint ", id, " failed: ", checkpoint.error()), now, changes);
-  }
+  FailWritingCheckpoints(job, absl::StrCat(dead_name, " died while it was written"), now, changes);
   AddEvent(
       job,
       absl::StrCat(dead_name, " dead: ", why, "; its ", lost_count, " slots move to ", moved_to),
@@ -307,6 +299,19 @@ void Scheduler::RecoverFromServerLoss(Job* job, uint64_t node_id, const std::str
       rollback ? (checkpoint == nullptr ? 0 : checkpoint->clock()) : info.progress().clock();
 }
 
+void Scheduler::FailWritingCheckpoints(Job* job, const std::string& why, absl::Time now,
+                                       Changes* changes) {
+  for (auto& [id, checkpoint] : job->checkpoints) {
+    if (checkpoint.state() != v1::CHECKPOINT_WRITING) continue;
+    checkpoint.set_state(v1::CHECKPOINT_FAILED);
+    checkpoint.set_error(why);
+    checkpoint.set_end_time_unix_ms(ToMs(now));
+    changes->checkpoints.insert({job->number, id});
+    if (metrics_ != nullptr) metrics_->CheckpointEnded("failed", absl::ZeroDuration());
+    AddEvent(job, absl::StrCat("checkpoint ", id, " failed: ", why), now, changes);
+  }
+}
+
 absl::StatusOr<v1::CheckpointInfo> Scheduler::BeginCheckpoint(
     const v1::BeginCheckpointRequest& req) {
   absl::MutexLock lock(&mu_);
@@ -315,6 +320,10 @@ absl::StatusOr<v1::CheckpointInfo> Scheduler::BeginCheckpoint(
   v1::JobInfo& info = job->info;
   if (info.state() != v1::RUNNING) {
     return absl::FailedPreconditionError(absl::StrCat("job ", req.job_id(), " is not running"));
+  }
+  if (req.clock() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint clock ", req.clock(), " is negative"));
   }
   if (req.shard_epoch() != info.shard_epoch()) {
     return absl::FailedPreconditionError(absl::StrCat("shard epoch ", req.shard_epoch(),
@@ -325,15 +334,7 @@ absl::StatusOr<v1::CheckpointInfo> Scheduler::BeginCheckpoint(
   Changes changes;
   // Rank 0 begins a checkpoint only once it has reported the previous one: one still WRITING
   // here lost its report (a scheduler restart, a rank 0 that died) and never completes.
-  for (auto& [id, checkpoint] : job->checkpoints) {
-    if (checkpoint.state() != v1::CHECKPOINT_WRITING) continue;
-    checkpoint.set_state(v1::CHECKPOINT_FAILED);
-    checkpoint.set_error("superseded: its completion was never reported");
-    checkpoint.set_end_time_unix_ms(ToMs(now));
-    changes.checkpoints.insert({job->number, id});
-    if (metrics_ != nullptr) metrics_->CheckpointEnded("failed", absl::ZeroDuration());
-    AddEvent(job, absl::StrCat("checkpoint ", id, " failed: ", checkpoint.error()), now, &changes);
-  }
+  FailWritingCheckpoints(job, "superseded: its completion was never reported", now, &changes);
   const uint64_t id = std::max<uint64_t>(1, info.next_checkpoint_id());
   info.set_next_checkpoint_id(id + 1);
   changes.jobs.insert(job->number);
@@ -393,8 +394,11 @@ absl::StatusOr<v1::CheckpointInfo> Scheduler::FinishCheckpoint(
   const absl::Duration took = now - absl::FromUnixMillis(checkpoint.start_time_unix_ms());
   std::string error = req.error();
   if (error.empty() && req.shards_size() != checkpoint.shards_size()) {
-    error =
-        absl::StrCat(req.shards_size(), " of ", checkpoint.shards_size(), " servers confirmed it");
+    error = req.shards_size() < checkpoint.shards_size()
+                ? absl::StrCat(req.shards_size(), " of ", checkpoint.shards_size(),
+                               " servers confirmed it")
+                : absl::StrCat("the report names ", req.shards_size(), " servers; it was taken on ",
+                               checkpoint.shards_size());
   }
   if (!error.empty()) {
     checkpoint.set_state(v1::CHECKPOINT_FAILED);
@@ -434,14 +438,12 @@ void Scheduler::PruneCheckpoints(Job* job, absl::Time now, Changes* changes) {
   const int keep = std::max(1, job->info.spec().checkpoint().keep_last());
   const v1::RestoreOrder& order = job->info.restore();
   int complete = 0;
-  bool older_than_kept = false;
   for (auto it = job->checkpoints.rbegin(); it != job->checkpoints.rend(); ++it) {
     v1::CheckpointInfo& checkpoint = it->second;
     const bool in_use = order.source_job_id() == job->info.job_id() &&
                         order.checkpoint_id() == checkpoint.checkpoint_id();
     if (checkpoint.state() == v1::CHECKPOINT_COMPLETE) {
       if (++complete <= keep || in_use) continue;
-      older_than_kept = true;
     } else if (checkpoint.state() == v1::CHECKPOINT_FAILED ||
                checkpoint.state() == v1::CHECKPOINT_CORRUPT) {
       // Their files are useless once a newer checkpoint is complete; the entry stays.
@@ -464,7 +466,6 @@ void Scheduler::PruneCheckpoints(Job* job, absl::Time now, Changes* changes) {
     checkpoint.set_dir(error ? checkpoint.dir() : "");
     changes->checkpoints.insert({job->number, checkpoint.checkpoint_id()});
   }
-  (void)older_than_kept;
 }
 
 absl::StatusOr<v1::JobInfo> Scheduler::ReportRestoreFailure(

@@ -342,5 +342,49 @@ TEST_F(SchedulerCheckpointsTest, RestoreRollsARunningJobBackOrResubmitsAnEndedOn
   EXPECT_EQ(scheduler_->SubmitJob(spec).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// Malformed or stray worker reports get clear errors and change nothing.
+TEST_F(SchedulerCheckpointsTest, BadCheckpointReportsAreRefused) {
+  Register(v1::SERVER);
+  Register(v1::WORKER);
+  const std::string job_id = Submit(1, 1, v1::ConsistencySpec::SYNC);
+  v1::BeginCheckpointRequest begin;
+  begin.set_job_id(job_id);
+  begin.set_shard_epoch(1);
+  begin.set_clock(-3);
+  auto negative = scheduler_->BeginCheckpoint(begin);
+  EXPECT_EQ(negative.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(negative.status().message(), "checkpoint clock -3 is negative");
+  begin.set_job_id("job-42");
+  begin.set_clock(5);
+  EXPECT_EQ(scheduler_->BeginCheckpoint(begin).status().code(), absl::StatusCode::kNotFound);
+  begin.set_job_id("nonsense");
+  EXPECT_EQ(scheduler_->BeginCheckpoint(begin).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(scheduler_->ListCheckpoints(job_id)->empty());
+
+  v1::FinishCheckpointRequest finish;
+  finish.set_job_id(job_id);
+  finish.set_checkpoint_id(9);
+  EXPECT_EQ(scheduler_->FinishCheckpoint(finish).status().code(), absl::StatusCode::kNotFound);
+  begin.set_job_id(job_id);
+  ASSERT_TRUE(scheduler_->BeginCheckpoint(begin).ok());
+  finish.set_checkpoint_id(1);
+  for (int i = 0; i < 3; ++i) finish.add_shards()->set_rows(1);  // the job has 1 server
+  auto too_many = scheduler_->FinishCheckpoint(finish);
+  ASSERT_TRUE(too_many.ok());
+  EXPECT_EQ(too_many->state(), v1::CHECKPOINT_FAILED);
+  EXPECT_EQ(too_many->error(), "the report names 3 servers; it was taken on 1");
+  EXPECT_EQ(Job(job_id).latest_checkpoint_id(), 0u);
+
+  v1::ReportRestoreFailureRequest report;  // no restore is in progress: nothing happens
+  report.set_job_id(job_id);
+  report.set_shard_epoch(1);
+  report.set_code(static_cast<int>(absl::StatusCode::kDataLoss));
+  ASSERT_TRUE(scheduler_->ReportRestoreFailure(report).ok());
+  EXPECT_EQ(Job(job_id).state(), v1::RUNNING);
+  EXPECT_EQ(Job(job_id).shard_epoch(), 1u);
+  report.set_job_id("job-42");
+  EXPECT_EQ(scheduler_->ReportRestoreFailure(report).status().code(), absl::StatusCode::kNotFound);
+}
+
 }  // namespace
 }  // namespace ps
