@@ -364,5 +364,70 @@ TEST(ClusterTest, ConfigureJobAssignsSlots) {
   }
 }
 
+// A sync worker that dies between its pushes to two servers leaves them at different applied
+// clocks. The worker that replaces it joins at the highest of its clocks on every server, so
+// its pulls there do not wait forever for a clock no live worker will push (seen in CI: a job
+// hung after `kill -9` of a worker, both live workers stuck on one server).
+TEST(ClusterTest, JoiningWorkerStartsAtOneClockOnEveryServer) {
+  auto cluster = LocalCluster::Start(2);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const std::string job = "join_after_partial_push";
+  const v1::ConsistencySpec sync = Mode(v1::ConsistencySpec::SYNC);
+  auto connect = [&](uint32_t worker) {
+    ClientOptions o;
+    o.servers = cluster->addresses();
+    o.job_id = job;
+    o.worker_id = worker;
+    o.rpc_timeout = absl::Seconds(5);  // without the fix the pulls below wait this long and fail
+    auto c = Client::Connect(o);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? std::move(*c) : nullptr;
+  };
+  auto w1 = connect(1);
+  ASSERT_NE(w1, nullptr);
+  ASSERT_TRUE(w1->ConfigureJob(sync, {0, 1}).ok());
+  v1::TableSpec t = Table(1, job, v1::DENSE, 2, 16, v1::OptimizerSpec::SGD, 1.0f);
+  ASSERT_TRUE(w1->CreateTable(t).ok());
+  // Worker 1 finishes clock 0 everywhere; worker 0 only on server 1, then dies.
+  ASSERT_TRUE(w1->Clock().ok());
+  {
+    auto stub = v1::ParameterServer::NewStub(
+        grpc::CreateChannel(cluster->addresses()[1], grpc::InsecureChannelCredentials()));
+    v1::ClockRequest req;
+    req.set_job_id(job);
+    req.set_worker_id(0);
+    req.set_clock(1);
+    v1::ClockResponse resp;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub->Clock(&ctx, req, &resp).ok());
+  }
+  // The scheduler replaces worker 0 by worker 2 (membership epoch 2); worker 1 is told too.
+  ASSERT_TRUE(w1->ConfigureJob(sync, {1, 2}, 2).ok());
+  auto w2 = connect(2);
+  ASSERT_NE(w2, nullptr);
+  int64_t clock = -1;
+  ASSERT_TRUE(w2->ConfigureJob(sync, {1, 2}, 2, &clock, -1, /*even_out_clock=*/true).ok());
+  EXPECT_EQ(clock, 1);
+  for (size_t i = 0; i < 2; ++i) {  // every server has worker 2 at clock 1
+    auto stub = v1::ParameterServer::NewStub(
+        grpc::CreateChannel(cluster->addresses()[i], grpc::InsecureChannelCredentials()));
+    v1::ConfigureJobRequest req;
+    req.set_job_id(job);
+    *req.mutable_consistency() = sync;
+    req.add_worker_ids(1);
+    req.add_worker_ids(2);
+    req.set_membership_epoch(2);
+    v1::ConfigureJobResponse resp;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub->ConfigureJob(&ctx, req, &resp).ok());
+    EXPECT_EQ(resp.worker_clocks().at(2), 1) << "server " << i;
+  }
+  w2->SetClock(clock);
+  const std::vector<uint64_t> keys = DenseKeys(16);
+  std::vector<float> vals(32);
+  EXPECT_TRUE(w2->Pull({TableOp{1, keys, nullptr, vals.data()}}).ok());
+  EXPECT_TRUE(w1->Pull({TableOp{1, keys, nullptr, vals.data()}}).ok());
+}
+
 }  // namespace
 }  // namespace ps

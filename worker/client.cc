@@ -465,7 +465,7 @@ void Client::CancelInFlight() {
 absl::Status Client::ConfigureJob(const v1::ConsistencySpec& consistency,
                                   const std::vector<uint32_t>& worker_ids,
                                   uint64_t membership_epoch, int64_t* worker_clock,
-                                  int64_t caller_clock) {
+                                  int64_t caller_clock, bool even_out_clock) {
   if (worker_clock != nullptr) *worker_clock = -1;
   v1::ConfigureJobRequest req;
   req.set_job_id(options_.job_id);
@@ -475,16 +475,31 @@ absl::Status Client::ConfigureJob(const v1::ConsistencySpec& consistency,
   for (uint32_t w : worker_ids) req.add_worker_ids(w);
   req.set_membership_epoch(membership_epoch);
   req.set_shard_epoch(map_.epoch());
-  return ForEachServer(stubs_.size(), absl::Seconds(30), [&](size_t i, grpc::ClientContext* ctx) {
-    v1::ConfigureJobResponse resp;
-    req.set_owned_slots(EncodeSlotBitmap(map_.SlotsOf(static_cast<int>(i))));
-    grpc::Status s = stubs_[i][0]->ConfigureJob(ctx, req, &resp);
-    auto it = resp.worker_clocks().find(options_.worker_id);
-    if (s.ok() && worker_clock != nullptr && it != resp.worker_clocks().end()) {
-      *worker_clock = std::max(*worker_clock, it->second);
-    }
-    return s;
-  });
+  // This worker's clock as each server has it (-1: not in its set).
+  std::vector<int64_t> clocks(stubs_.size(), -1);
+  auto configure_all = [&]() {
+    return ForEachServer(stubs_.size(), absl::Seconds(30), [&](size_t i, grpc::ClientContext* ctx) {
+      v1::ConfigureJobResponse resp;
+      req.set_owned_slots(EncodeSlotBitmap(map_.SlotsOf(static_cast<int>(i))));
+      grpc::Status s = stubs_[i][0]->ConfigureJob(ctx, req, &resp);
+      auto it = resp.worker_clocks().find(options_.worker_id);
+      clocks[i] = s.ok() && it != resp.worker_clocks().end() ? it->second : -1;
+      return s;
+    });
+  };
+  PS_RETURN_IF_ERROR(configure_all());
+  const int64_t highest = *std::max_element(clocks.begin(), clocks.end());
+  const int64_t lowest = *std::min_element(clocks.begin(), clocks.end());
+  if (even_out_clock && lowest >= 0 && lowest < highest && caller_clock < highest) {
+    // The servers disagree: a worker joining a sync job starts at each server's applied clock,
+    // and those differ when the worker it replaces died between its pushes to two servers. A
+    // pull at the higher clock would wait forever on the servers that have the lower one, so
+    // raise it there (the dead worker's share of that clock is then missing on those servers).
+    req.set_caller_clock(highest);
+    PS_RETURN_IF_ERROR(configure_all());
+  }
+  if (worker_clock != nullptr) *worker_clock = *std::max_element(clocks.begin(), clocks.end());
+  return absl::OkStatus();
 }
 
 namespace {

@@ -106,9 +106,13 @@ class Client {
   // any server reports; -1 if this worker is not in the set): a worker joining a running job
   // starts there (SetClock).
   // `caller_clock` (>= 0) tells servers that took over slots where this worker is.
+  // `even_out_clock`: if the servers hold different clocks for this worker (it joins a running
+  // job whose previous worker died between its pushes to two servers), raise it to the highest
+  // on all of them, so it can pull there. Not while the job rolls back: the restore sets clocks.
   absl::Status ConfigureJob(const v1::ConsistencySpec& consistency,
                             const std::vector<uint32_t>& worker_ids, uint64_t membership_epoch = 1,
-                            int64_t* worker_clock = nullptr, int64_t caller_clock = -1);
+                            int64_t* worker_clock = nullptr, int64_t caller_clock = -1,
+                            bool even_out_clock = false);
 
   // Checkpoints (see ParameterServer.Checkpoint). Snapshot asks every server at once to copy its
   // rows for checkpoint `id` into memory, server i writing to paths[i]; it returns once all have
