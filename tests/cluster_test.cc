@@ -364,15 +364,18 @@ TEST(ClusterTest, ConfigureJobAssignsSlots) {
   }
 }
 
-// A sync worker that dies between its pushes to two servers leaves them at different applied
-// clocks. The worker that replaces it joins at the highest of its clocks on every server, so
-// its pulls there do not wait forever for a clock no live worker will push (seen in CI: a job
-// hung after `kill -9` of a worker, both live workers stuck on one server).
-TEST(ClusterTest, JoiningWorkerStartsAtOneClockOnEveryServer) {
+// A worker that dies between its clock advances on two servers leaves them at different clocks
+// for a worker that joins (sync: the applied clock; ssp/async: the slowest live worker's). The
+// worker that replaces it starts at the highest of them on every server, so its pulls there do
+// not wait forever for a clock no live worker will push (seen in CI: a sync job hung after
+// `kill -9` of a worker, both live workers stuck on one server) and its pushes are not "ahead".
+class JoinTest : public ::testing::TestWithParam<v1::ConsistencySpec::Mode> {};
+
+TEST_P(JoinTest, JoiningWorkerStartsAtOneClockOnEveryServer) {
   auto cluster = LocalCluster::Start(2);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   const std::string job = "join_after_partial_push";
-  const v1::ConsistencySpec sync = Mode(v1::ConsistencySpec::SYNC);
+  const v1::ConsistencySpec mode = Mode(GetParam(), 1);
   auto connect = [&](uint32_t worker) {
     ClientOptions o;
     o.servers = cluster->addresses();
@@ -385,7 +388,7 @@ TEST(ClusterTest, JoiningWorkerStartsAtOneClockOnEveryServer) {
   };
   auto w1 = connect(1);
   ASSERT_NE(w1, nullptr);
-  ASSERT_TRUE(w1->ConfigureJob(sync, {0, 1}).ok());
+  ASSERT_TRUE(w1->ConfigureJob(mode, {0, 1}).ok());
   v1::TableSpec t = Table(1, job, v1::DENSE, 2, 16, v1::OptimizerSpec::SGD, 1.0f);
   ASSERT_TRUE(w1->CreateTable(t).ok());
   // Worker 1 finishes clock 0 everywhere; worker 0 only on server 1, then dies.
@@ -402,18 +405,18 @@ TEST(ClusterTest, JoiningWorkerStartsAtOneClockOnEveryServer) {
     ASSERT_TRUE(stub->Clock(&ctx, req, &resp).ok());
   }
   // The scheduler replaces worker 0 by worker 2 (membership epoch 2); worker 1 is told too.
-  ASSERT_TRUE(w1->ConfigureJob(sync, {1, 2}, 2).ok());
+  ASSERT_TRUE(w1->ConfigureJob(mode, {1, 2}, 2).ok());
   auto w2 = connect(2);
   ASSERT_NE(w2, nullptr);
   int64_t clock = -1;
-  ASSERT_TRUE(w2->ConfigureJob(sync, {1, 2}, 2, &clock, -1, /*even_out_clock=*/true).ok());
+  ASSERT_TRUE(w2->ConfigureJob(mode, {1, 2}, 2, &clock, -1, /*even_out_clock=*/true).ok());
   EXPECT_EQ(clock, 1);
   for (size_t i = 0; i < 2; ++i) {  // every server has worker 2 at clock 1
     auto stub = v1::ParameterServer::NewStub(
         grpc::CreateChannel(cluster->addresses()[i], grpc::InsecureChannelCredentials()));
     v1::ConfigureJobRequest req;
     req.set_job_id(job);
-    *req.mutable_consistency() = sync;
+    *req.mutable_consistency() = mode;
     req.add_worker_ids(1);
     req.add_worker_ids(2);
     req.set_membership_epoch(2);
@@ -427,7 +430,17 @@ TEST(ClusterTest, JoiningWorkerStartsAtOneClockOnEveryServer) {
   std::vector<float> vals(32);
   EXPECT_TRUE(w2->Pull({TableOp{1, keys, nullptr, vals.data()}}).ok());
   EXPECT_TRUE(w1->Pull({TableOp{1, keys, nullptr, vals.data()}}).ok());
+  std::vector<float> grads(32, 0.01f);
+  absl::Status pushed = w2->Push({TableOp{1, keys, grads.data(), nullptr}});
+  EXPECT_TRUE(pushed.ok()) << pushed;
 }
+
+INSTANTIATE_TEST_SUITE_P(Modes, JoinTest,
+                         ::testing::Values(v1::ConsistencySpec::SYNC, v1::ConsistencySpec::SSP,
+                                           v1::ConsistencySpec::ASYNC),
+                         [](const ::testing::TestParamInfo<JoinTest::ParamType>& info) {
+                           return v1::ConsistencySpec::Mode_Name(info.param);
+                         });
 
 }  // namespace
 }  // namespace ps
