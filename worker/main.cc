@@ -73,10 +73,9 @@ ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:0",
 ABSL_FLAG(std::string, metrics_port_file, "",
           "if set, write the bound /metrics port here once serving");
 ABSL_FLAG(std::string, device, "auto",
-          "where fashion_mlp computes: cpu | cuda:N (CUDA device N; 'cuda' = cuda:0) | auto "
-          "(cuda:0 if this binary has CUDA support and a device is present, else cpu). An "
-          "explicit cuda:N that is not there is an error, never a silent CPU fallback. "
-          "spam_logreg always computes on the CPU");
+          "where a job's training steps compute: cpu | cuda:N (CUDA device N; 'cuda' = "
+          "cuda:0) | auto (cuda:0 if this binary has CUDA support and a device is present, else "
+          "cpu). An explicit cuda:N that is not there is an error, never a silent CPU fallback");
 ABSL_FLAG(std::string, gemm_precision, "tf32",
           "CUDA GEMMs: fp32 (exact FP32, as the CPU) | tf32 (tensor cores, ~1e-3 relative "
           "rounding of the inputs) | bf16 | fp16 (tensor cores; fp16 may flush tiny gradients)");
@@ -327,8 +326,7 @@ int RunDaemon(const ps::ComputeOptions& compute) {
 int main(int argc, char** argv) {
   ps::SetUsage(
       "Worker: trains models of the zoo (fashion_mlp, spam_logreg) through the parameter "
-      "servers, computing on the CPU or a CUDA GPU (--device; fashion_mlp only: spam_logreg "
-      "keeps its sparse math on the CPU).\n"
+      "servers, computing on the CPU or a CUDA GPU (--device).\n"
       "Daemon:     ps_worker --scheduler=sched:7000\n"
       "Standalone: ps_worker --servers=127.0.0.1:7100,127.0.0.1:7101 --worker_id=0 "
       "--num_workers=2 --evaluate",

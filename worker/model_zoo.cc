@@ -32,7 +32,8 @@ absl::StatusOr<std::unique_ptr<Model>> MakeModel(const v1::JobSpec& spec,
     return MakeSpamLogReg(
         spec.data_dir().empty() ? "/usr/share/datasets/spam-assassin" : spec.data_dir(),
         spec.hash_bits() > 0 ? spec.hash_bits() : 20,
-        spec.has_optimizer() ? spec.optimizer() : DefaultSpamLogRegOptimizer(), spec.seed());
+        spec.has_optimizer() ? spec.optimizer() : DefaultSpamLogRegOptimizer(), spec.seed(),
+        compute);
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "model '", spec.model(), "' is unknown; the zoo has fashion_mlp and spam_logreg"));

@@ -89,8 +89,13 @@ v1::OptimizerSpec DefaultSpamLogRegOptimizer() {
   return spec;
 }
 
-SparseLogReg::SparseLogReg(SpamDataset data, v1::OptimizerSpec optimizer, uint64_t seed)
-    : data_(std::move(data)), optimizer_(std::move(optimizer)), seed_(seed) {
+SparseLogReg::SparseLogReg(SpamDataset data, v1::OptimizerSpec optimizer, uint64_t seed,
+                           std::unique_ptr<ComputeBackend> backend)
+    : data_(std::move(data)),
+      optimizer_(std::move(optimizer)),
+      seed_(seed),
+      backend_(std::move(backend)) {
+  if (backend_ != nullptr) backend_step_ = std::make_unique<SpamBackendStep>(backend_.get());
   for (const SpamExample& e : data_.test()) {
     test_keys_.insert(test_keys_.end(), e.features.begin(), e.features.end());
   }
@@ -153,21 +158,38 @@ absl::StatusOr<StepStats> SparseLogReg::TrainStep(Client* client,
   PS_RETURN_IF_ERROR(PullWeights(client, keys_, &weights_, &bias));
 
   StepStats stats;
-  grads_.assign(keys_.size(), 0.0f);
-  double bias_grad = 0;
-  for (int64_t i : examples) {
-    const SpamExample& e = train[i];
-    const double z = Margin(e.features, keys_, weights_, bias);
-    Score(z, e.label, stats);
-    const double g = (Sigmoid(z) - e.label) * grad_scale;
-    bias_grad += g;
-    auto it = keys_.begin();
-    for (uint64_t f : e.features) {
-      it = std::lower_bound(it, keys_.end(), f);
-      grads_[it - keys_.begin()] += static_cast<float>(g);
+  float bias_grad_f = 0;
+  if (backend_step_ != nullptr) {
+    batch_.Clear();
+    for (int64_t i : examples) {
+      const SpamExample& e = train[i];
+      auto it = keys_.begin();
+      for (uint64_t f : e.features) {
+        it = std::lower_bound(it, keys_.end(), f);
+        batch_.positions.push_back(static_cast<int32_t>(it - keys_.begin()));
+      }
+      batch_.offsets.push_back(static_cast<int32_t>(batch_.positions.size()));
+      batch_.labels.push_back(e.label);
     }
+    PS_ASSIGN_OR_RETURN(
+        stats, backend_step_->Run(batch_, weights_, bias, grad_scale, &grads_, &bias_grad_f));
+  } else {
+    grads_.assign(keys_.size(), 0.0f);
+    double bias_grad = 0;
+    for (int64_t i : examples) {
+      const SpamExample& e = train[i];
+      const double z = Margin(e.features, keys_, weights_, bias);
+      Score(z, e.label, stats);
+      const double g = (Sigmoid(z) - e.label) * grad_scale;
+      bias_grad += g;
+      auto it = keys_.begin();
+      for (uint64_t f : e.features) {
+        it = std::lower_bound(it, keys_.end(), f);
+        grads_[it - keys_.begin()] += static_cast<float>(g);
+      }
+    }
+    bias_grad_f = static_cast<float>(bias_grad);
   }
-  const float bias_grad_f = static_cast<float>(bias_grad);
   std::vector<TableOp> push;
   if (!keys_.empty()) push.push_back({weights_table_id(), keys_, grads_.data(), nullptr});
   push.push_back({bias_table_id(), absl::MakeConstSpan(&kBiasKey, 1), &bias_grad_f, nullptr});
@@ -198,11 +220,17 @@ absl::StatusOr<SpamEvaluation> SparseLogReg::EvaluateWithAuc(Client* client) {
 
 absl::StatusOr<std::unique_ptr<Model>> MakeSpamLogReg(const std::string& data_dir, int hash_bits,
                                                       const v1::OptimizerSpec& optimizer,
-                                                      uint64_t seed) {
+                                                      uint64_t seed,
+                                                      const ComputeOptions& compute) {
   SpamDatasetOptions options;
   options.hash_bits = hash_bits;
   PS_ASSIGN_OR_RETURN(SpamDataset data, SpamDataset::Load(data_dir, options));
-  return std::unique_ptr<Model>(new SparseLogReg(std::move(data), optimizer, seed));
+  std::unique_ptr<ComputeBackend> backend;
+  if (compute.device.kind == DeviceSpec::Kind::kCuda) {
+    PS_ASSIGN_OR_RETURN(backend, MakeBackend(compute));
+  }
+  return std::unique_ptr<Model>(
+      new SparseLogReg(std::move(data), optimizer, seed, std::move(backend)));
 }
 
 }  // namespace ps

@@ -12,8 +12,11 @@
 #include "absl/types/span.h"
 #include "ps/v1/types.pb.h"
 #include "worker/client.h"
+#include "worker/compute_backend.h"
+#include "worker/device.h"
 #include "worker/model.h"
 #include "worker/spam_dataset.h"
+#include "worker/spam_step.h"
 
 namespace ps {
 
@@ -34,8 +37,11 @@ struct SpamEvaluation {
 // zero init); table first_table_id + 1 is DENSE, 1 row of dim 1 (b). Not thread-safe.
 class SparseLogReg : public Model {
  public:
-  // `optimizer` applies to both tables; `seed` goes into the (zero) initializers.
-  SparseLogReg(SpamDataset data, v1::OptimizerSpec optimizer, uint64_t seed);
+  // `optimizer` applies to both tables; `seed` goes into the (zero) initializers. Without a
+  // backend a training step computes on the host in double precision; with one (a GPU worker's)
+  // it computes there in single precision (spam_step.h). Evaluation computes on the host.
+  SparseLogReg(SpamDataset data, v1::OptimizerSpec optimizer, uint64_t seed,
+               std::unique_ptr<ComputeBackend> backend = nullptr);
 
   // Also records `first_table_id` as the ids this model pulls and pushes: call it (as the runner
   // does, to create the tables) before Start().
@@ -54,6 +60,8 @@ class SparseLogReg : public Model {
   absl::StatusOr<SpamEvaluation> EvaluateWithAuc(Client* client);
 
   const SpamDataset& data() const { return data_; }
+  // The backend training steps compute on; null: the host.
+  ComputeBackend* backend() const { return backend_.get(); }
   uint32_t weights_table_id() const { return first_table_id_; }
   uint32_t bias_table_id() const { return first_table_id_ + 1; }
 
@@ -71,13 +79,18 @@ class SparseLogReg : public Model {
   std::vector<uint64_t> keys_;
   std::vector<float> weights_, grads_;
   std::vector<double> margins_;
+  std::unique_ptr<ComputeBackend> backend_;
+  std::unique_ptr<SpamBackendStep> backend_step_;
+  SpamBatch batch_;
 };
 
-// Loads `<data_dir>/messages.tsv` (80/20 split) with `hash_bits` and builds the model.
-// Errors: those of SpamDataset::Load, and INVALID_ARGUMENT for bad hash_bits.
+// Loads `<data_dir>/messages.tsv` (80/20 split) with `hash_bits` and builds the model, training
+// on `compute.device`: the host for the CPU (double precision, as ever), the CUDA backend for a
+// GPU. Errors: those of SpamDataset::Load and MakeBackend, INVALID_ARGUMENT for bad hash_bits.
 absl::StatusOr<std::unique_ptr<Model>> MakeSpamLogReg(const std::string& data_dir, int hash_bits,
                                                       const v1::OptimizerSpec& optimizer,
-                                                      uint64_t seed);
+                                                      uint64_t seed,
+                                                      const ComputeOptions& compute = {});
 
 }  // namespace ps
 

@@ -20,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "server/parameter_server.h"
 #include "worker/client.h"
+#include "worker/cpu_backend.h"
 #include "worker/spam_dataset.h"
 
 namespace ps {
@@ -132,10 +133,17 @@ TEST_F(SparseLogRegTest, TablesAreSparseWeightsAndDenseBias) {
   EXPECT_EQ(model.num_train_examples(), 1);
 }
 
-// With SGD at learning rate 1 from zero weights, every pushed gradient shows up negated.
-TEST_F(SparseLogRegTest, PushesHandComputedGradients) {
+// With SGD at learning rate 1 from zero weights, every pushed gradient shows up negated. On the
+// host (double precision) and on the CPU backend (the GPU's code path, in FP32).
+class SparseLogRegStepTest : public SparseLogRegTest, public ::testing::WithParamInterface<bool> {
+ protected:
+  std::unique_ptr<ComputeBackend> Backend() { return GetParam() ? MakeCpuBackend() : nullptr; }
+};
+
+TEST_P(SparseLogRegStepTest, PushesHandComputedGradients) {
   // e0 = {1, 2} spam, e1 = {2, 3, 4} ham.
-  SparseLogReg model(SpamDataset({{{1, 2}, 1}, {{2, 3, 4}, 0}}, {}), Sgd(1.0f), 1);
+  SparseLogReg model(SpamDataset({{{1, 2}, 1}, {{2, 3, 4}, 0}}, {}), Sgd(1.0f), 1, Backend());
+  EXPECT_EQ(model.backend() != nullptr, GetParam());
   ASSERT_NO_FATAL_FAILURE(Connect(v1::ConsistencySpec::SYNC, model));
   const std::vector<uint64_t> keys = {1, 2, 3, 4};
 
@@ -218,8 +226,8 @@ SpamDataset SyntheticCorpus(int num_train, int num_test) {
   return SpamDataset(std::move(train), std::move(test));
 }
 
-TEST_F(SparseLogRegTest, LearnsSyntheticCorpusPerfectly) {
-  SparseLogReg model(SyntheticCorpus(300, 90), DefaultSpamLogRegOptimizer(), 1);
+TEST_P(SparseLogRegStepTest, LearnsSyntheticCorpusPerfectly) {
+  SparseLogReg model(SyntheticCorpus(300, 90), DefaultSpamLogRegOptimizer(), 1, Backend());
   ASSERT_NO_FATAL_FAILURE(Connect(v1::ConsistencySpec::SYNC, model));
   auto before = model.EvaluateWithAuc(client_.get());
   ASSERT_TRUE(before.ok()) << before.status();
@@ -239,6 +247,21 @@ TEST_F(SparseLogRegTest, LearnsSyntheticCorpusPerfectly) {
   EXPECT_EQ(plain->correct, 90);
 }
 
+INSTANTIATE_TEST_SUITE_P(Compute, SparseLogRegStepTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "CpuBackend" : "Host";
+                         });
+
+// A label other than 0 or 1 (no data set loader makes one) is refused on the backend path.
+TEST_F(SparseLogRegTest, BackendStepRefusesLabelsOtherThanZeroOrOne) {
+  SparseLogReg model(SpamDataset({{{1}, 1}, {{2}, 3}}, {}), Sgd(1.0f), 1, MakeCpuBackend());
+  ASSERT_NO_FATAL_FAILURE(Connect(v1::ConsistencySpec::ASYNC, model));
+  const std::vector<int64_t> batch = {0, 1};
+  const absl::Status s = model.TrainStep(client_.get(), batch, 1.0f).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_EQ(client_->clock(), 0);  // nothing pushed
+}
+
 TEST(MakeSpamLogRegTest, ReportsLoadErrors) {
   EXPECT_EQ(
       MakeSpamLogReg("/nonexistent-spam-dir", 20, DefaultSpamLogRegOptimizer(), 1).status().code(),
@@ -249,14 +272,17 @@ TEST(MakeSpamLogRegTest, ReportsLoadErrors) {
 }
 
 // The real corpus: a few epochs of batches of 32 must generalize to the held-out 20%.
-TEST_F(SparseLogRegTest, LearnsSpamAssassin) {
+TEST_P(SparseLogRegStepTest, LearnsSpamAssassin) {
   if (!std::ifstream(absl::StrCat(kDefaultSpamAssassinDir, "/", kSpamMessagesFile)).good()) {
     GTEST_SKIP() << "no SpamAssassin corpus in " << kDefaultSpamAssassinDir
                  << "; run deploy/fetch-spam-assassin.sh to install it";
   }
-  auto made = MakeSpamLogReg(kDefaultSpamAssassinDir, 20, DefaultSpamLogRegOptimizer(), 1);
-  ASSERT_TRUE(made.ok()) << made.status();
-  auto* model = static_cast<SparseLogReg*>(made->get());
+  SpamDatasetOptions options;
+  options.hash_bits = 20;
+  auto data = SpamDataset::Load(kDefaultSpamAssassinDir, options);
+  ASSERT_TRUE(data.ok()) << data.status();
+  auto model =
+      std::make_unique<SparseLogReg>(std::move(*data), DefaultSpamLogRegOptimizer(), 1, Backend());
   ASSERT_NO_FATAL_FAILURE(Connect(v1::ConsistencySpec::ASYNC, *model));
   const absl::Time start = absl::Now();
   const StepStats train = Train(*model, /*epochs=*/3, /*batch_size=*/32, /*seed=*/1);
@@ -264,7 +290,8 @@ TEST_F(SparseLogRegTest, LearnsSpamAssassin) {
   auto eval = model->EvaluateWithAuc(client_.get());
   ASSERT_TRUE(eval.ok()) << eval.status();
   const double accuracy = static_cast<double>(eval->stats.correct) / eval->stats.examples;
-  std::cout << "spam_logreg: " << model->num_train_examples() << " train, " << eval->stats.examples
+  std::cout << "spam_logreg (" << (GetParam() ? "cpu backend, fp32" : "host, double")
+            << "): " << model->num_train_examples() << " train, " << eval->stats.examples
             << " test; last epoch train accuracy "
             << static_cast<double>(train.correct) / train.examples << "; held-out accuracy "
             << accuracy << ", AUC " << eval->auc << ", log loss "

@@ -12,6 +12,7 @@
 //    (relative error of a product <= 2 * 2^-10 even when truncating), BF16 keeps 7 (2 * 2^-7).
 //    Tolerance: that relative error times sum_i |terms_i|, plus the FP32 bound.
 //  - SoftmaxCrossEntropy: loss within 1e-9 relative (both in double), gradients within 1e-6.
+//  - spam_logreg's step (SpamBackendStep): as stated in worker/testing/spam_reference.h.
 //  - Whole MLP step in FP32: loss within 1e-5 relative, every gradient within
 //    1e-4 * (largest gradient of its tensor) + 1e-7. TF32: loss within 1e-2 relative; a few
 //    hidden units whose pre-activation is within TF32's rounding of 0 flip their ReLU, adding or
@@ -23,6 +24,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <limits>
@@ -38,7 +40,9 @@
 #include "worker/compute_backend.h"
 #include "worker/cpu_backend.h"
 #include "worker/mlp_model.h"
+#include "worker/spam_step.h"
 #include "worker/testing/reference_gemm.h"
+#include "worker/testing/spam_reference.h"
 
 namespace ps {
 namespace {
@@ -364,6 +368,33 @@ TEST_F(CudaParityTest, GatherIsExactAndScatterAddMatchesCpu) {
   for (size_t i = 0; i < got.size(); ++i) {
     ASSERT_NEAR(got[i], want_table[i], 4.0 * (terms[i / kDim] + 2) * kEpsFp32 * magnitude[i])
         << "at " << i;
+  }
+}
+
+// spam_logreg's step on the GPU (gathers, scatter-adds with atomics, 2-class softmax) against its
+// definition, for batches that grow and shrink through the same buffers.
+TEST_F(CudaParityTest, SpamStepMatchesTheDefinition) {
+  SpamBackendStep step(gpu_.get());
+  for (const auto& [batch, num_weights, features] :
+       {std::tuple{1, 1, 1}, std::tuple{64, 3000, 40}, std::tuple{5, 20, 20},
+        std::tuple{300, 10000, 60}, std::tuple{0, 10, 5}}) {
+    SCOPED_TRACE(absl::StrCat(batch, " examples, ", num_weights, " weights"));
+    const SpamBatch b = reference::RandomSpamBatch(batch, num_weights, features, batch + 1);
+    const std::vector<float> weights = RandomVector(num_weights, num_weights);
+    const float scale = batch > 0 ? 1.0f / batch : 1.0f;
+    std::vector<float> grads;
+    float bias_grad = 0;
+    auto stats = step.Run(b, weights, 0.3f, scale, &grads, &bias_grad);
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    const reference::SpamStepResult want = reference::SpamStep(b, weights, 0.3f, scale);
+    EXPECT_EQ(stats->examples, batch);
+    EXPECT_NEAR(stats->loss_sum, want.loss_sum, 1e-5 * want.loss_sum + 1e-9);
+    EXPECT_LE(std::abs(stats->correct - want.correct), want.near_zero);
+    ASSERT_EQ(grads.size(), weights.size());
+    for (size_t i = 0; i < grads.size(); ++i) {
+      ASSERT_NEAR(grads[i], want.grads[i], 1e-5 * want.magnitudes[i] + 1e-7) << "weight " << i;
+    }
+    EXPECT_NEAR(bias_grad, want.bias_grad, 1e-5 * batch * scale + 1e-7);
   }
 }
 
