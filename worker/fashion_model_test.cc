@@ -12,9 +12,9 @@
 #include "absl/strings/str_cat.h"
 #include "common/testing/daemon_probes.h"
 #include "gtest/gtest.h"
-#include "server/parameter_server.h"
 #include "worker/client.h"
 #include "worker/job_runner.h"
+#include "worker/testing/server_fixture.h"
 #include "worker/worker_metrics.h"
 
 namespace ps {
@@ -73,34 +73,16 @@ TEST(MakeMlpModelTest, RejectsDataOfTheWrongShape) {
 
 // (consistency, overlap mode) against one in-process server.
 class MlpTrainingTest
-    : public ::testing::TestWithParam<std::tuple<v1::ConsistencySpec::Mode, OverlapMode>> {
- protected:
-  void SetUp() override {
-    ParameterServerOptions options;
-    options.listen = "127.0.0.1:0";
-    options.max_pull_wait = absl::Seconds(10);
-    auto server = ParameterServer::Start(options);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(*server);
-  }
-  void TearDown() override {
-    if (server_ != nullptr) server_->Shutdown();
-  }
-
-  std::unique_ptr<ParameterServer> server_;
-};
+    : public testing::InProcessServerTest,
+      public ::testing::WithParamInterface<std::tuple<v1::ConsistencySpec::Mode, OverlapMode>> {};
 
 TEST_P(MlpTrainingTest, LearnsPushesEveryStepAndAccountsTime) {
   const auto [mode, overlap] = GetParam();
   const std::string job = "mlp-job";
   const v1::ConsistencySpec consistency = Mode(mode, mode == v1::ConsistencySpec::SSP ? 1 : 0);
-  ClientOptions co;
-  co.servers = {absl::StrCat("127.0.0.1:", server_->port())};
-  co.job_id = job;
-  co.rpc_timeout = absl::Seconds(20);
-  auto client = Client::Connect(co);
-  ASSERT_TRUE(client.ok()) << client.status();
-  ASSERT_TRUE((*client)->ConfigureJob(consistency, {0}).ok());
+  std::unique_ptr<Client> client = Connect(job);
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->ConfigureJob(consistency, {0}).ok());
 
   MlpRunOptions options;
   options.compute.overlap = overlap;
@@ -113,7 +95,7 @@ TEST_P(MlpTrainingTest, LearnsPushesEveryStepAndAccountsTime) {
   auto model = MakeMlpModel(Clusters(600, 3), Clusters(300, 4), layers, sgd, 7, options);
   ASSERT_TRUE(model.ok()) << model.status();
   const std::vector<v1::TableSpec> tables = (*model)->Tables(job, 1);
-  for (const v1::TableSpec& t : tables) ASSERT_TRUE((*client)->CreateTable(t).ok());
+  for (const v1::TableSpec& t : tables) ASSERT_TRUE(client->CreateTable(t).ok());
 
   prometheus::Registry registry;
   WorkerMetrics metrics(registry);
@@ -122,12 +104,12 @@ TEST_P(MlpTrainingTest, LearnsPushesEveryStepAndAccountsTime) {
   ro.batch_size = 20;
   ro.consistency = consistency;
   ro.evaluate = true;
-  JobRunner runner(model->get(), client->get(), ro, &metrics);
+  JobRunner runner(model->get(), client.get(), ro, &metrics);
   std::vector<JobProgress> epochs;
   ASSERT_TRUE(runner.Run([&](const JobProgress& p) { epochs.push_back(p); }, nullptr, 0).ok());
 
   ASSERT_EQ(epochs.size(), 3u);
-  EXPECT_EQ((*client)->clock(), 90);
+  EXPECT_EQ(client->clock(), 90);
   EXPECT_GT(epochs.back().test_accuracy, 0.95);
   EXPECT_LT(epochs.back().loss, epochs.front().loss);
   // Every step's push was answered before Run() returned (the last one by Flush()).

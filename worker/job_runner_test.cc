@@ -7,9 +7,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "server/parameter_server.h"
 #include "worker/client.h"
 #include "worker/model.h"
+#include "worker/testing/server_fixture.h"
 
 namespace ps {
 namespace {
@@ -74,32 +74,17 @@ class RecordingModel : public Model {
   const int64_t examples_;
 };
 
-class JobRunnerDataTest : public ::testing::Test {
+class JobRunnerDataTest : public testing::InProcessServerTest {
  protected:
-  void SetUp() override {
-    ParameterServerOptions options;
-    options.listen = "127.0.0.1:0";
-    auto server = ParameterServer::Start(options);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(*server);
-  }
-  void TearDown() override {
-    if (server_ != nullptr) server_->Shutdown();
-  }
-
   // The batches of a run of rank 1 of 2 that starts at `start_clock`.
   std::vector<std::vector<int64_t>> Run(const std::string& job, int64_t start_clock) {
-    ClientOptions co;
-    co.servers = {absl::StrCat("127.0.0.1:", server_->port())};
-    co.job_id = job;
-    co.worker_id = 0;
-    auto client = Client::Connect(co);
-    EXPECT_TRUE(client.ok()) << client.status();
+    std::unique_ptr<Client> client = Connect(job);
+    if (client == nullptr) return {};
     v1::ConsistencySpec async;
     async.set_mode(v1::ConsistencySpec::ASYNC);
     // The server learns where this worker is, as a server that took over slots does.
-    EXPECT_TRUE((*client)->ConfigureJob(async, {0}, 1, nullptr, start_clock).ok());
-    (*client)->SetClock(start_clock);
+    EXPECT_TRUE(client->ConfigureJob(async, {0}, 1, nullptr, start_clock).ok());
+    client->SetClock(start_clock);
     RecordingModel model(/*examples=*/100);
     JobRunnerOptions ro;
     ro.epochs = 3;
@@ -107,13 +92,11 @@ class JobRunnerDataTest : public ::testing::Test {
     ro.num_workers = 2;
     ro.consistency = async;
     ro.seed = 5;
-    JobRunner runner(&model, client->get(), ro);
+    JobRunner runner(&model, client.get(), ro);
     runner.SetShard(1, 2);
     EXPECT_TRUE(runner.Run(nullptr, nullptr, 0).ok());
     return model.batches;
   }
-
-  std::unique_ptr<ParameterServer> server_;
 };
 
 // A run restarted at clock c (after a server loss or a restore) reads what an undisturbed run

@@ -18,10 +18,10 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
-#include "server/parameter_server.h"
 #include "worker/client.h"
 #include "worker/cpu_backend.h"
 #include "worker/spam_dataset.h"
+#include "worker/testing/server_fixture.h"
 
 namespace ps {
 namespace {
@@ -29,30 +29,17 @@ namespace {
 constexpr char kJob[] = "spam";
 
 // One parameter server and a worker-0 client configured for one job.
-class SparseLogRegTest : public ::testing::Test {
+class SparseLogRegTest : public testing::InProcessServerTest {
  protected:
-  void SetUp() override {
-    ParameterServerOptions options;
-    options.listen = "127.0.0.1:0";
-    options.max_pull_wait = absl::Seconds(10);
-    auto server = ParameterServer::Start(options);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(*server);
-  }
   void TearDown() override {
     client_.reset();
-    if (server_ != nullptr) server_->Shutdown();
+    InProcessServerTest::TearDown();
   }
 
   // Connects, configures the job with `mode` and worker 0, and creates the model's tables.
   void Connect(v1::ConsistencySpec::Mode mode, SparseLogReg& model, uint32_t first_table_id = 1) {
-    ClientOptions options;
-    options.servers = {absl::StrCat("127.0.0.1:", server_->port())};
-    options.job_id = kJob;
-    options.rpc_timeout = absl::Seconds(20);
-    auto client = Client::Connect(options);
-    ASSERT_TRUE(client.ok()) << client.status();
-    client_ = std::move(*client);
+    client_ = InProcessServerTest::Connect(kJob);
+    ASSERT_NE(client_, nullptr);
     v1::ConsistencySpec consistency;
     consistency.set_mode(mode);
     ASSERT_TRUE(client_->ConfigureJob(consistency, {0}).ok());
@@ -98,7 +85,6 @@ class SparseLogRegTest : public ::testing::Test {
     return epoch_stats;
   }
 
-  std::unique_ptr<ParameterServer> server_;
   std::unique_ptr<Client> client_;
 };
 

@@ -12,10 +12,10 @@
 #include "absl/time/clock.h"
 #include "common/testing/daemon_probes.h"
 #include "gtest/gtest.h"
-#include "server/parameter_server.h"
 #include "worker/client.h"
 #include "worker/job_runner.h"
 #include "worker/model.h"
+#include "worker/testing/server_fixture.h"
 
 namespace ps {
 namespace {
@@ -84,22 +84,12 @@ double Sample(prometheus::Registry& registry, const std::string& name,
   return testing::MetricValue(registry, name, labels, histogram_sum);
 }
 
-class WorkerMetricsTest : public ::testing::Test {
+class WorkerMetricsTest : public testing::InProcessServerTest {
  protected:
   void SetUp() override {
-    ParameterServerOptions options;
-    options.listen = "127.0.0.1:0";
-    options.max_pull_wait = absl::Seconds(10);
-    auto server = ParameterServer::Start(options);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(*server);
-    ClientOptions co;
-    co.servers = {absl::StrCat("127.0.0.1:", server_->port())};
-    co.job_id = kJob;
-    co.rpc_timeout = absl::Seconds(20);
-    auto client = Client::Connect(co);
-    ASSERT_TRUE(client.ok()) << client.status();
-    client_ = std::move(*client);
+    ASSERT_NO_FATAL_FAILURE(InProcessServerTest::SetUp());
+    client_ = Connect(kJob);
+    ASSERT_NE(client_, nullptr);
     ASSERT_TRUE(client_->ConfigureJob(v1::ConsistencySpec(), {0}).ok());  // sync, worker 0
     for (const v1::TableSpec& spec : model_.Tables(kJob, 1)) {
       ASSERT_TRUE(client_->CreateTable(spec).ok());
@@ -107,14 +97,13 @@ class WorkerMetricsTest : public ::testing::Test {
   }
   void TearDown() override {
     client_.reset();
-    if (server_ != nullptr) server_->Shutdown();
+    InProcessServerTest::TearDown();
   }
 
   double Job(const std::string& name) { return Sample(registry_, name, {{"job", kJob}}); }
 
   prometheus::Registry registry_;
   WorkerMetrics metrics_{registry_};
-  std::unique_ptr<ParameterServer> server_;
   std::unique_ptr<Client> client_;
   FakeModel model_;
 };
