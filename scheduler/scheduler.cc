@@ -433,12 +433,17 @@ absl::Status Scheduler::Tick() {
   Changes changes;
   const std::string why =
       absl::StrCat("no heartbeat for ", absl::FormatDuration(options_.heartbeat_timeout));
+  // Every node that timed out is dead before any job recovers: a server that died in the same
+  // tick must not be chosen to take another one's slots.
+  std::vector<v1::NodeInfo*> dead;
   for (auto& [id, node] : nodes_) {
     if (node.state() == v1::ALIVE &&
         now - absl::FromUnixMillis(node.last_heartbeat_unix_ms()) > options_.heartbeat_timeout) {
-      MarkDead(&node, why, now, &changes);
+      node.set_state(v1::DEAD);
+      dead.push_back(&node);
     }
   }
+  for (v1::NodeInfo* node : dead) MarkDead(node, why, now, &changes);
   Schedule(now, &changes);
   return Commit(&changes);
 }

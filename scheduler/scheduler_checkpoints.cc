@@ -287,6 +287,14 @@ void Scheduler::RecoverFromServerLoss(Job* job, uint64_t node_id, const std::str
       absl::StrCat(dead_name, " dead: ", why, "; its ", lost_count, " slots move to ", moved_to),
       now, changes);
   const bool rollback = info.spec().recovery() != v1::RESTORE_LOST_SLOTS;
+  if (!rollback && job->recovery_start.has_value() && info.has_restore()) {
+    // The previous order is not carried out yet (the job has not trained on its map): this one
+    // replaces it, so its slots come along.
+    auto pending = DecodeSlotBitmap(info.restore().slots());
+    if (pending.ok()) {
+      for (uint32_t s = 0; s < kNumSlots; ++s) lost[s] = lost[s] || (*pending)[s];
+    }
+  }
   const v1::CheckpointInfo* checkpoint = LatestComplete(*job);
   if (checkpoint == nullptr && info.spec().has_from_checkpoint()) {
     auto from = ResolveFromCheckpoint(info.spec());

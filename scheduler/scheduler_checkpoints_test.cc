@@ -229,6 +229,55 @@ TEST_F(SchedulerCheckpointsTest, AsyncJobSpreadsTheLostSlotsOverTheSurvivors) {
   EXPECT_GT(map.SlotsOf(0)[1] + map.SlotsOf(1)[1], 0);
 }
 
+// Two servers of an ssp/async job die: in one tick, or one after the other before the job trained
+// on the first restore's map. Neither is handed the other's slots, and the last restore order
+// covers the slots of both (it replaces the first, which no worker carried out).
+class TwoServerDeathsTest : public SchedulerCheckpointsTest,
+                            public ::testing::WithParamInterface<bool> {};
+
+TEST_P(TwoServerDeathsTest, RestoreTheSlotsOfBoth) {
+  const bool same_tick = GetParam();
+  const uint64_t s1 = Register(v1::SERVER);
+  const uint64_t s2 = Register(v1::SERVER);
+  const uint64_t s3 = Register(v1::SERVER);
+  const uint64_t s4 = Register(v1::SERVER);
+  const uint64_t w0 = Register(v1::WORKER);
+  const std::string job_id = Submit(1, 4, v1::ConsistencySpec::ASYNC);
+  ASSERT_EQ(Job(job_id).server_nodes_size(), 4);
+  if (same_tick) {
+    for (int i = 0; i < 3; ++i) {
+      Advance(absl::Seconds(2));
+      for (uint64_t id : {s1, s4, w0}) Heartbeat(id);
+    }
+  } else {
+    KillNode(s2, {s1, s3, s4, w0});
+    KillNode(s3, {s1, s4, w0});
+  }
+  ASSERT_EQ(Node(s2).state(), v1::DEAD);
+  ASSERT_EQ(Node(s3).state(), v1::DEAD);
+  const v1::JobInfo job = Job(job_id);
+  ASSERT_EQ(job.state(), v1::RUNNING) << job.reason();
+  ASSERT_EQ(job.server_nodes_size(), 2);
+  EXPECT_EQ(job.server_nodes(0), s1);
+  EXPECT_EQ(job.server_nodes(1), s4);
+  EXPECT_FALSE(job.restore().rollback());
+  auto slots = DecodeSlotBitmap(job.restore().slots());
+  ASSERT_TRUE(slots.ok());
+  ASSERT_EQ(job.slot_owners_size(), static_cast<int>(kNumSlots));
+  for (uint32_t s = 0; s < kNumSlots; ++s) {
+    // Slot s was on the job's server s % 4: those of index 1 and 2 (s2, s3) died.
+    const bool lost = s % 4 == 1 || s % 4 == 2;
+    ASSERT_EQ((*slots)[s], lost) << "slot " << s;
+    ASSERT_LT(job.slot_owners(s), 2u) << "slot " << s;
+    if (!lost) ASSERT_EQ(job.slot_owners(s), s % 4 == 0 ? 0u : 1u) << "slot " << s;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(When, TwoServerDeathsTest, ::testing::Values(true, false),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "InOneTick" : "OneAfterTheOther";
+                         });
+
 TEST_F(SchedulerCheckpointsTest, AServerDyingMidCheckpointLeavesThePreviousOneLatest) {
   const uint64_t s1 = Register(v1::SERVER);
   const uint64_t s2 = Register(v1::SERVER);
