@@ -280,6 +280,11 @@ absl::StatusOr<bool> ConsistencyGate::CountClockPart(const std::string& job_id, 
 }
 
 void ConsistencyGate::ApplyFinishedClocks(Job* job) {
+  {
+    // Only sync jobs apply by clock; the others must not wait here for their pushes in flight.
+    absl::MutexLock l(&job->mu);
+    if (job->spec.mode() != ConsistencySpec::SYNC) return;
+  }
   absl::MutexLock apply_lock(&job->apply_mu);
   while (true) {
     int64_t clock;

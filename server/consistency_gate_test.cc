@@ -330,6 +330,31 @@ TEST(ConsistencyGateRaceTest, SyncApplyWaitsForAPushInProgress) {
   EXPECT_EQ(applied.load(), 1);
 }
 
+// Async and ssp jobs apply no clocks: a clock advance never waits for a push in progress.
+TEST(ConsistencyGateRaceTest, AsyncAndSspClockAdvancesDoNotWaitForPushes) {
+  for (const auto mode : {v1::ConsistencySpec::ASYNC, v1::ConsistencySpec::SSP}) {
+    ConsistencyGate gate([](const std::string&, int64_t) {});
+    v1::ConsistencySpec spec;
+    spec.set_mode(mode);
+    spec.set_staleness(2);
+    ASSERT_TRUE(gate.Configure("j", spec, {0, 1}, 1).ok());
+    absl::Notification advanced;
+    std::thread advancer;
+    absl::Status s = gate.CheckPushAndRun("j", 0, 0, 0, [&] {
+      advancer = std::thread([&] {
+        EXPECT_TRUE(gate.AdvanceClock("j", 1, 1).ok());
+        advanced.Notify();
+      });
+      // Bounded: without the early return the advance waits until this push is done.
+      EXPECT_TRUE(advanced.WaitForNotificationWithTimeout(absl::Seconds(30)))
+          << v1::ConsistencySpec::Mode_Name(mode);
+      return absl::OkStatus();
+    });
+    EXPECT_TRUE(s.ok()) << s;
+    advancer.join();
+  }
+}
+
 }  // namespace
 }  // namespace ps
 
