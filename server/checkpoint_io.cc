@@ -370,7 +370,8 @@ absl::StatusOr<absl::flat_hash_map<uint32_t, Target>> MapTables(
 // Gathers rows by (target slot, target table).
 class RowCollector {
  public:
-  // `expect`: how many rows to make room for if this is the first of its (slot, table).
+  // `expect`: how many rows to make room for if this is the first of its (slot, table); 0 when
+  // not known (the memory then grows as rows come).
   void Add(uint32_t slot, const Target& target, uint64_t key, int64_t updates, const char* floats,
            uint64_t expect) {
     auto [it, added] = index_.try_emplace((uint64_t{slot} << 32) | target.table_id, 0);
@@ -380,7 +381,7 @@ class RowCollector {
       r.slot = slot;
       r.table_id = target.table_id;
       r.row_floats = target.row_floats;
-      // A hint from the slot record; bounded, in case the record lies.
+      // Bounded, in case the slot record lies.
       expect = std::min<uint64_t>(expect, (uint64_t{1} << 30) / (r.row_floats * sizeof(float)));
       r.keys.reserve(expect);
       r.updates.reserve(expect);
@@ -390,7 +391,7 @@ class RowCollector {
     r.keys.push_back(key);
     r.updates.push_back(updates);
     const size_t at = r.data.size();
-    r.data.resize(at + r.row_floats);
+    r.data.resize(at + r.row_floats);  // `floats` may be unaligned: copied as bytes
     std::memcpy(r.data.data() + at, floats, r.row_floats * sizeof(float));
     ++out_.num_rows;
     out_.bytes += r.row_floats * sizeof(float);
@@ -448,6 +449,7 @@ struct ShardRead {
   const absl::flat_hash_map<uint32_t, Target>& tables;  // checkpoint table id -> target
   bool remap = false;  // some table changes id: rows go to SlotOf(target id, key)
   const std::vector<bool>& wanted;
+  uint32_t last_table = 0;  // the checkpoint's largest table id: the last rows of every slot
 };
 
 // Reads and verifies one slot of a shard, adding the wanted rows to `rows`.
@@ -486,8 +488,12 @@ absl::Status ReadSlot(rocksdb::DB* db, rocksdb::Iterator* it, const ShardRead& s
     const uint64_t key = GetBigEndian(k.data() + 6, 8);
     const uint32_t to_slot = shard.remap ? SlotOf(target.table_id, key) : slot;
     if (!shard.wanted[to_slot]) continue;
-    // Room for the slot's remaining rows (rows that move to other slots: no guess).
-    const uint64_t expect = shard.remap || n > want_rows ? 0 : want_rows - n + 1;
+    // The slot record counts the rows of every table of the slot: the rest of them belong to
+    // this one only if it is the slot's last table (a guess for the others would reserve, and
+    // with the bulk allocator commit, the whole slot's rows at each table's width).
+    const uint64_t table_id = table->first;
+    const uint64_t expect =
+        shard.remap || table_id != shard.last_table || n > want_rows ? 0 : want_rows - n + 1;
     rows.Add(to_slot, target, key, static_cast<int64_t>(GetLittleEndian64(v.data())),
              v.data() + kUpdateBytes, expect);
   }
@@ -580,7 +586,9 @@ absl::StatusOr<CheckpointRows> ReadCheckpointSlots(const std::vector<v1::Checkpo
       for (const auto& [id, target] : tables) remap = remap || id != target.table_id;
       if (remap) PS_RETURN_IF_ERROR(CheckCovered(held, std::vector<bool>(kNumSlots, true)));
     }
-    const ShardRead shard{path, tables, remap, wanted_slots};
+    uint32_t last_table = 0;
+    for (const v1::TableSpec& t : meta.tables()) last_table = std::max(last_table, t.table_id());
+    const ShardRead shard{path, tables, remap, wanted_slots, last_table};
     std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(VerifyingReads()));
     for (uint32_t s = 0; s < kNumSlots; ++s) {
       if (held[i][s] && (remap || wanted_slots[s])) {
