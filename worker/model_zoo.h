@@ -16,10 +16,10 @@ namespace ps {
 
 // "fashion_mlp" (dense MLP on Fashion-MNIST) or "spam_logreg" (sparse logistic regression on
 // the SpamAssassin corpus), with the spec's layers, data_dir, optimizer (the model's default
-// when unset), hash_bits and seed. fashion_mlp computes on the backend of `compute` (a resolved
-// device); spam_logreg always on the CPU (a few sparse dot products per example: a GPU would
-// spend more on copies than it saves). INVALID_ARGUMENT for an unknown model; data errors as the
-// loaders report them; backend errors as MakeBackend.
+// when unset), hash_bits and seed. Both train on the device of `compute` (a resolved device):
+// fashion_mlp on its backend, spam_logreg on the host in double precision for the CPU and on
+// the CUDA backend for a GPU (spam_step.h). INVALID_ARGUMENT for an unknown model; data errors
+// as the loaders report them; backend errors as MakeBackend.
 absl::StatusOr<std::unique_ptr<Model>> MakeModel(const v1::JobSpec& spec,
                                                  const ComputeOptions& compute = {});
 

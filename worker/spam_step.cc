@@ -15,8 +15,12 @@ absl::Status CheckBatch(const SpamBatch& batch, size_t num_weights) {
   if (batch.offsets.size() != batch.labels.size() + 1 || batch.offsets.front() != 0 ||
       static_cast<size_t>(batch.offsets.back()) != n) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "spam batch: ", batch.offsets.size(), " offsets (ending at ", batch.offsets.back(),
-        ") for ", batch.labels.size(), " examples and ", n, " feature positions"));
+        "spam batch: ", batch.offsets.size(), " offsets (",
+        batch.offsets.empty()
+            ? "none"
+            : absl::StrCat("from ", batch.offsets.front(), " to ", batch.offsets.back()),
+        ") for ", batch.labels.size(), " examples and ", n,
+        " feature positions; want examples + 1 offsets from 0 to the positions"));
   }
   for (size_t e = 0; e < batch.labels.size(); ++e) {
     if (batch.offsets[e + 1] < batch.offsets[e]) {

@@ -91,13 +91,15 @@ TEST(SpamBackendStepTest, RejectsMalformedBatchesAndWorksAfterwards) {
   good.offsets = {0, 2};
   good.positions = {0, 1};
   good.labels = {1};
-  SpamBatch out_of_range = good, bad_label = good, bad_offsets = good, decreasing = good;
+  SpamBatch out_of_range = good, bad_label = good, bad_offsets = good, decreasing = good,
+            no_offsets = good;
+  no_offsets.offsets.clear();
   out_of_range.positions[1] = 2;
   bad_label.labels[0] = 2;
   bad_offsets.offsets = {0, 1};
   decreasing.offsets = {0, 2, 1, 2};
   decreasing.labels = {1, 0, 1};
-  for (const SpamBatch* b : {&out_of_range, &bad_label, &bad_offsets, &decreasing}) {
+  for (const SpamBatch* b : {&out_of_range, &bad_label, &bad_offsets, &decreasing, &no_offsets}) {
     const absl::Status s = step.Run(*b, weights, 0, 1, &grads, &bias_grad).status();
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
     EXPECT_NE(s.message().find("spam batch"), std::string::npos) << s;
