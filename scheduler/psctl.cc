@@ -11,12 +11,9 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <fstream>
 #include <iostream>
-#include <optional>
 #include <set>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -38,7 +35,6 @@
 #include "absl/time/time.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
-#include "google/protobuf/util/json_util.h"
 #include "ps/v1/scheduler.grpc.pb.h"
 #include "scheduler/internal/job_format.h"
 #include "scheduler/internal/psctl_commands.h"
@@ -254,23 +250,6 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc, char** argv) {
   }
   return cl;
 }
-
-using ps::psctl::Age;
-using ps::psctl::Eta;
-using ps::psctl::FinalLine;
-using ps::psctl::FormatSeconds;
-using ps::psctl::FormatTimestamp;
-using ps::psctl::FromMillis;
-using ps::psctl::IsFinal;
-using ps::psctl::Lower;
-using ps::psctl::Percent;
-using ps::psctl::ProgressBar;
-using ps::psctl::ProgressSummary;
-using ps::psctl::SpecSummary;
-using ps::psctl::StepRate;
-using ps::psctl::Table;
-using ps::psctl::TotalEpochs;
-using ps::psctl::WatchLine;
 
 // ---- the job file -----------------------------------------------------------------------
 
