@@ -50,11 +50,13 @@ Scheduler::Scheduler(const SchedulerOptions& options, Clock clock,
                      std::unique_ptr<StateStore> store, SchedulerMetrics* metrics)
     : options_(options), clock_(std::move(clock)), store_(std::move(store)), metrics_(metrics) {
   std::error_code error;
-  const std::filesystem::path root =
-      options_.checkpoint_root.empty()
-          ? std::filesystem::path(options_.state_dir).lexically_normal().parent_path() /
-                "checkpoints"
-          : std::filesystem::path(options_.checkpoint_root);
+  // Beside the state dir by default; "a/state/" normalizes to "a/state/", whose parent_path()
+  // would be "a/state" itself: drop the trailing separator first.
+  std::filesystem::path state = std::filesystem::path(options_.state_dir).lexically_normal();
+  if (!state.has_filename() && state.has_parent_path()) state = state.parent_path();
+  const std::filesystem::path root = options_.checkpoint_root.empty()
+                                         ? state.parent_path() / "checkpoints"
+                                         : std::filesystem::path(options_.checkpoint_root);
   const std::filesystem::path absolute = std::filesystem::absolute(root, error);
   checkpoint_root_ = (error ? root : absolute).lexically_normal().string();
 }
@@ -593,6 +595,16 @@ bool Scheduler::TryStart(Job* job, std::vector<uint64_t>* idle, absl::Time now, 
     servers.resize(num_servers);
     std::sort(servers.begin(), servers.end());
   }
+  const v1::CheckpointInfo* from = nullptr;
+  if (spec.has_from_checkpoint()) {
+    auto resolved = ResolveFromCheckpoint(spec);
+    if (!resolved.ok()) {
+      // Found corrupt since the submission: the job fails at once, placed nowhere.
+      EndJob(job, v1::FAILED, std::string(resolved.status().message()), now, changes);
+      return true;
+    }
+    from = *resolved;
+  }
   std::vector<std::string> placement;
   for (uint64_t id : servers) {
     info.add_server_nodes(id);
@@ -600,10 +612,7 @@ bool Scheduler::TryStart(Job* job, std::vector<uint64_t>* idle, absl::Time now, 
     placement.push_back(absl::StrCat("node ", id, " (", nodes_[id].address(), ")"));
   }
   info.set_shard_epoch(1);
-  if (spec.has_from_checkpoint()) {
-    const v1::CheckpointInfo* from = nullptr;
-    auto resolved = ResolveFromCheckpoint(spec);
-    if (resolved.ok()) from = *resolved;
+  if (from != nullptr) {
     v1::RestoreOrder& order = *info.mutable_restore();
     order.set_shard_epoch(1);
     order.set_rollback(true);
@@ -611,16 +620,10 @@ bool Scheduler::TryStart(Job* job, std::vector<uint64_t>* idle, absl::Time now, 
     order.set_reason(absl::StrCat("the job starts from checkpoint ",
                                   spec.from_checkpoint().checkpoint_id(), " of ",
                                   spec.from_checkpoint().job_id()));
-    if (from != nullptr) {
-      order.set_source_job_id(from->job_id());
-      order.set_checkpoint_id(from->checkpoint_id());
-      order.set_clock(from->clock());
-      *order.mutable_shards() = from->shards();
-    } else {
-      // Pruned or found corrupt since the submission: the job fails at once.
-      EndJob(job, v1::FAILED, resolved.status().ToString(), now, changes);
-      return true;
-    }
+    order.set_source_job_id(from->job_id());
+    order.set_checkpoint_id(from->checkpoint_id());
+    order.set_clock(from->clock());
+    *order.mutable_shards() = from->shards();
   }
   std::vector<std::string> workers;
   for (size_t i = 0; i < num_workers; ++i) {

@@ -132,8 +132,13 @@ class Scheduler {
   // Marks the job's WRITING checkpoint (if any) FAILED with `why`.
   void FailWritingCheckpoints(Job* job, const std::string& why, absl::Time now, Changes* changes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Prunes beyond the job's keep_last, sparing checkpoints in use (CheckpointInUse).
   void PruneCheckpoints(Job* job, absl::Time now, Changes* changes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // True if a pending or running job may still restore checkpoint `id` of `job_id`: its restore
+  // order or its from_checkpoint names it.
+  bool CheckpointInUse(const std::string& job_id, uint64_t id) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   std::string CheckpointRoot(const v1::JobSpec& spec) const;
   // Resolves a spec's from_checkpoint to a COMPLETE checkpoint (INVALID_ARGUMENT otherwise).
   absl::StatusOr<const v1::CheckpointInfo*> ResolveFromCheckpoint(const v1::JobSpec& spec) const

@@ -125,6 +125,10 @@ absl::StatusOr<v1::JobInfo> Scheduler::RestoreJob(const std::string& job_id,
   absl::MutexLock lock(&mu_);
   Job* job = FindJob(job_id);
   if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
+  if (job->info.state() == v1::PENDING) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", job_id, " has not started; cancel it and submit it again with --from_checkpoint"));
+  }
   const v1::CheckpointInfo* checkpoint = nullptr;
   if (checkpoint_id == 0) {
     checkpoint = LatestComplete(*job);
@@ -155,11 +159,6 @@ absl::StatusOr<v1::JobInfo> Scheduler::RestoreJob(const std::string& job_id,
                    now, &changes);
       PS_RETURN_IF_ERROR(Commit(&changes));
       return JobWithEvents(*job);
-    case v1::PENDING:
-      return absl::FailedPreconditionError(
-          absl::StrCat("job ", job_id,
-                       " has not started; cancel it and submit it again with "
-                       "--from_checkpoint"));
     default: {
       v1::JobSpec spec = job->info.spec();
       spec.mutable_from_checkpoint()->set_job_id(job_id);
@@ -180,6 +179,9 @@ void Scheduler::OrderRestore(Job* job, const v1::CheckpointInfo* checkpoint, boo
                              const std::vector<bool>& slots, const std::string& reason,
                              absl::Time now, Changes* changes) {
   v1::JobInfo& info = job->info;
+  // A checkpoint being written belongs to the map this order replaces: it is incomplete for good
+  // (completed, it would become the latest and undo this restore at the next recovery).
+  FailWritingCheckpoints(job, absl::StrCat("the job's shard map changed: ", reason), now, changes);
   info.set_shard_epoch(info.shard_epoch() + 1);
   v1::RestoreOrder& order = *info.mutable_restore();
   order.Clear();
@@ -298,7 +300,14 @@ void Scheduler::RecoverFromServerLoss(Job* job, uint64_t node_id, const std::str
   const v1::CheckpointInfo* checkpoint = LatestComplete(*job);
   if (checkpoint == nullptr && info.spec().has_from_checkpoint()) {
     auto from = ResolveFromCheckpoint(info.spec());
-    if (from.ok()) checkpoint = *from;
+    if (from.ok()) {
+      checkpoint = *from;
+    } else {
+      AddEvent(job,
+               absl::StrCat("the checkpoint this job started from cannot be restored (",
+                            from.status().message(), ")"),
+               now, changes);
+    }
   }
   OrderRestore(job, checkpoint, rollback, rollback ? std::vector<bool>(kNumSlots, true) : lost,
                absl::StrCat(dead_name, " died"), now, changes);
@@ -442,14 +451,31 @@ absl::StatusOr<v1::CheckpointInfo> Scheduler::FinishCheckpoint(
   return result;
 }
 
+bool Scheduler::CheckpointInUse(const std::string& job_id, uint64_t id) const {
+  for (const auto& [number, job] : jobs_) {
+    const v1::JobInfo& info = job.info;
+    if (info.state() != v1::PENDING && info.state() != v1::RUNNING) continue;
+    if (info.restore().source_job_id() == job_id && info.restore().checkpoint_id() == id) {
+      return true;
+    }
+    const v1::CheckpointRef& from = info.spec().from_checkpoint();
+    if (info.spec().has_from_checkpoint() && from.job_id() == job_id &&
+        from.checkpoint_id() == id) {
+      return true;
+    }
+  }
+  return false;
+}
+
 void Scheduler::PruneCheckpoints(Job* job, absl::Time now, Changes* changes) {
   const int keep = std::max(1, job->info.spec().checkpoint().keep_last());
   const v1::RestoreOrder& order = job->info.restore();
   int complete = 0;
   for (auto it = job->checkpoints.rbegin(); it != job->checkpoints.rend(); ++it) {
     v1::CheckpointInfo& checkpoint = it->second;
-    const bool in_use = order.source_job_id() == job->info.job_id() &&
-                        order.checkpoint_id() == checkpoint.checkpoint_id();
+    const bool in_use = (order.source_job_id() == job->info.job_id() &&
+                         order.checkpoint_id() == checkpoint.checkpoint_id()) ||
+                        CheckpointInUse(job->info.job_id(), checkpoint.checkpoint_id());
     if (checkpoint.state() == v1::CHECKPOINT_COMPLETE) {
       if (++complete <= keep || in_use) continue;
     } else if (checkpoint.state() == v1::CHECKPOINT_FAILED ||

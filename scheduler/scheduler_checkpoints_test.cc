@@ -391,6 +391,75 @@ TEST_F(SchedulerCheckpointsTest, RestoreRollsARunningJobBackOrResubmitsAnEndedOn
   EXPECT_EQ(scheduler_->SubmitJob(spec).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// psctl restore of a running job while a checkpoint is written: that checkpoint belongs to the
+// replaced map and fails (completed, it would become the latest and undo the rollback). A
+// pending job cannot be restored, and says how to start it from a checkpoint.
+TEST_F(SchedulerCheckpointsTest, RestoreFailsTheCheckpointBeingWrittenAndRefusesPendingJobs) {
+  Register(v1::SERVER);
+  Register(v1::WORKER);
+  const std::string job_id = Submit(1, 1, v1::ConsistencySpec::SYNC);
+  const uint64_t c1 = Checkpoint(job_id, 10);
+  v1::BeginCheckpointRequest begin;
+  begin.set_job_id(job_id);
+  begin.set_clock(20);
+  begin.set_shard_epoch(1);
+  auto c2 = scheduler_->BeginCheckpoint(begin);
+  ASSERT_TRUE(c2.ok()) << c2.status();
+  ASSERT_TRUE(scheduler_->RestoreJob(job_id, c1).ok());
+  EXPECT_EQ(CheckpointOf(job_id, c2->checkpoint_id()).state(), v1::CHECKPOINT_FAILED);
+  v1::FinishCheckpointRequest finish;
+  finish.set_job_id(job_id);
+  finish.set_checkpoint_id(c2->checkpoint_id());
+  finish.add_shards()->set_rows(1);
+  EXPECT_EQ(scheduler_->FinishCheckpoint(finish).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Job(job_id).latest_checkpoint_id(), c1);
+
+  const std::string pending = Submit(1, 1, v1::ConsistencySpec::SYNC);  // no idle worker
+  ASSERT_EQ(Job(pending).state(), v1::PENDING);
+  const absl::Status s = scheduler_->RestoreJob(pending, 0).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("has not started"), std::string::npos) << s;
+}
+
+// A checkpoint that a pending or running job starts from is not pruned by its own job.
+TEST_F(SchedulerCheckpointsTest, ACheckpointAnotherJobStartsFromIsNotPruned) {
+  Register(v1::SERVER);
+  Register(v1::WORKER);
+  const std::string source = Submit(1, 1, v1::ConsistencySpec::SYNC, /*keep_last=*/1);
+  const uint64_t c1 = Checkpoint(source, 10);
+  v1::JobSpec spec = Job(source).spec();
+  spec.mutable_from_checkpoint()->set_job_id(source);
+  spec.mutable_from_checkpoint()->set_checkpoint_id(c1);
+  auto pending = scheduler_->SubmitJob(spec);  // waits for a worker
+  ASSERT_TRUE(pending.ok()) << pending.status();
+  const uint64_t c2 = Checkpoint(source, 20);
+  EXPECT_EQ(CheckpointOf(source, c1).state(), v1::CHECKPOINT_COMPLETE);
+  EXPECT_TRUE(std::filesystem::exists(CheckpointOf(source, c1).dir()));
+  // Once nothing needs it, the next checkpoint prunes it.
+  ASSERT_TRUE(scheduler_->CancelJob(*pending).ok());
+  Checkpoint(source, 30);
+  EXPECT_EQ(CheckpointOf(source, c1).state(), v1::CHECKPOINT_PRUNED);
+  EXPECT_EQ(CheckpointOf(source, c2).state(), v1::CHECKPOINT_PRUNED);
+}
+
+// --state_dir with a trailing slash: the default checkpoint root is still beside it, not in it.
+TEST_F(SchedulerCheckpointsTest, DefaultCheckpointRootIsBesideTheStateDir) {
+  options_.state_dir = dir_.path() + "/state/";
+  Reopen();
+  Register(v1::SERVER);
+  Register(v1::WORKER);
+  const std::string job_id = Submit(1, 1, v1::ConsistencySpec::SYNC);
+  v1::BeginCheckpointRequest begin;
+  begin.set_job_id(job_id);
+  begin.set_shard_epoch(1);
+  auto c = scheduler_->BeginCheckpoint(begin);
+  ASSERT_TRUE(c.ok()) << c.status();
+  const std::string beside =
+      (std::filesystem::path(dir_.path()).lexically_normal() / "checkpoints").string() + "/";
+  EXPECT_EQ(c->shards(0).path().rfind(beside, 0), 0u) << c->shards(0).path();
+}
+
 // Malformed or stray worker reports get clear errors and change nothing.
 TEST_F(SchedulerCheckpointsTest, BadCheckpointReportsAreRefused) {
   Register(v1::SERVER);
