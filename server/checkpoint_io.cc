@@ -21,6 +21,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/shard_map.h"
 #include "common/status_macros.h"
@@ -364,6 +365,19 @@ absl::StatusOr<absl::flat_hash_map<uint32_t, Target>> MapTables(
     }
     mapping[source.table_id()] = Target{target.table_id(), target_floats};
   }
+  if (mapping.size() != targets.size()) {  // a table would silently keep its initial values
+    std::vector<std::string> missing, present;
+    for (const v1::TableSpec& source : meta.tables()) present.push_back(MatchName(source));
+    for (const auto& [name, target] : targets) {
+      if (std::find(present.begin(), present.end(), name) == present.end()) {
+        missing.push_back(name);
+      }
+    }
+    std::sort(missing.begin(), missing.end());
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint ", path, " has no table named ", absl::StrJoin(missing, ", "),
+                     " (it has: ", absl::StrJoin(present, ", "), ")"));
+  }
   return mapping;
 }
 
@@ -536,6 +550,31 @@ absl::StatusOr<v1::CheckpointShardMeta> ReadCheckpointMeta(const std::string& pa
   return ReadMeta(db.get(), path);
 }
 
+absl::StatusOr<std::vector<std::vector<bool>>> HeldSlots(
+    const std::vector<v1::CheckpointShard>& shards) {
+  std::vector<std::vector<bool>> held;
+  std::vector<int> holder(kNumSlots, -1);
+  for (const v1::CheckpointShard& shard : shards) {
+    auto slots = DecodeSlotBitmap(shard.slots());
+    if (!slots.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint shard ", shard.path(),
+                       ": malformed slot bitmap: ", slots.status().message()));
+    }
+    for (uint32_t s = 0; s < kNumSlots; ++s) {
+      if (!(*slots)[s]) continue;
+      if (holder[s] >= 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("checkpoint shards ", shards[holder[s]].path(), " and ", shard.path(),
+                         " both hold slot ", s, " (each slot is in one shard)"));
+      }
+      holder[s] = static_cast<int>(held.size());
+    }
+    held.push_back(std::move(*slots));
+  }
+  return held;
+}
+
 absl::StatusOr<CheckpointRows> ReadCheckpointSlots(const std::vector<v1::CheckpointShard>& shards,
                                                    const std::vector<bool>& wanted_slots,
                                                    const std::vector<v1::TableSpec>& target_tables,
@@ -543,15 +582,7 @@ absl::StatusOr<CheckpointRows> ReadCheckpointSlots(const std::vector<v1::Checkpo
   if (wanted_slots.size() != kNumSlots) {
     return absl::InvalidArgumentError("wanted slots must have kNumSlots entries");
   }
-  std::vector<std::vector<bool>> held;
-  for (const v1::CheckpointShard& shard : shards) {
-    auto slots = DecodeSlotBitmap(shard.slots());
-    if (!slots.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("checkpoint shard ", shard.path(), ": slots: ", slots.status().message()));
-    }
-    held.push_back(std::move(*slots));
-  }
+  PS_ASSIGN_OR_RETURN(const std::vector<std::vector<bool>> held, HeldSlots(shards));
   PS_RETURN_IF_ERROR(CheckCovered(held, wanted_slots));
   absl::flat_hash_map<std::string, const v1::TableSpec*> targets;
   for (const v1::TableSpec& t : target_tables) {

@@ -67,12 +67,18 @@ struct CheckpointRows {
 // `shards`, for the tables `target_tables`: each checkpoint table is matched to the target
 // table of the same name ("table_<id>" when unnamed), which must have the same kind, dim, row
 // width (optimizer state included) and, if dense, number of rows (else FAILED_PRECONDITION
-// naming it); checkpoint tables with no match are skipped. When ids differ, rows move to the
-// slot their key has under the target id (every slot of the checkpoint is then read).
-// Only shards holding a slot that is read are opened; each slot read is checked against its
-// record (row count, CRC-32C) with RocksDB's checksums verified. NOT_FOUND names a missing
-// shard directory; DATA_LOSS names the shard and slot of a missing / corrupt file or record, or
-// a slot no shard holds. Nothing is returned unless everything was read.
+// naming it); checkpoint tables with no match are skipped, a target table with no match is
+// FAILED_PRECONDITION naming it (it would keep its initial values). When ids differ, rows move to
+// the slot their key has under the target id (every slot of the checkpoint is then read). Only
+// shards holding a slot that is read are opened; each slot read is checked against its record (row
+// count, CRC-32C) with RocksDB's checksums verified. NOT_FOUND names a missing shard directory;
+// DATA_LOSS names the shard and slot of a missing / corrupt file or record, or a slot no shard
+// holds. Nothing is returned unless everything was read. The slots each shard holds, decoded;
+// INVALID_ARGUMENT for a malformed bitmap or a slot held by two shards (each slot of a checkpoint
+// is in one shard).
+absl::StatusOr<std::vector<std::vector<bool>>> HeldSlots(
+    const std::vector<v1::CheckpointShard>& shards);
+
 absl::StatusOr<CheckpointRows> ReadCheckpointSlots(const std::vector<v1::CheckpointShard>& shards,
                                                    const std::vector<bool>& wanted_slots,
                                                    const std::vector<v1::TableSpec>& target_tables,

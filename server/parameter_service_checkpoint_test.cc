@@ -464,6 +464,68 @@ TEST_F(CheckpointServiceTest, CorruptCheckpointFailsTheRestoreOnceAndChangesNoth
   EXPECT_EQ(Values(kJob).size(), 32u);
 }
 
+// Malformed restore orders are refused before anything is read, and not remembered: the same
+// epoch's well-formed order is carried out afterwards.
+TEST_F(CheckpointServiceTest, MalformedRestoreOrdersAreRefusedUpFrontAndNotRemembered) {
+  ASSERT_TRUE(Configure(kJob, v1::ConsistencySpec::ASYNC).ok());
+  CreateTables(kJob);
+  ASSERT_TRUE(Push(kJob, 1, 0, 1.0f).ok());
+  const RawRows saved = Raw();
+  TakeCheckpoint(kJob, 1, 0);
+  ASSERT_TRUE(Push(kJob, 1, 0, 2.0f).ok());
+  const RawRows before = Raw();
+  ASSERT_TRUE(Configure(kJob, v1::ConsistencySpec::ASYNC, 2).ok());
+  v1::RestoreOrder negative = Order(2, 1, -5, /*rollback=*/true);
+  v1::RestoreOrder bad_bitmap = Order(2, 1, 0, false);
+  bad_bitmap.mutable_shards(0)->set_slots("xyz");
+  v1::RestoreOrder twice = Order(2, 1, 0, false);
+  *twice.add_shards() = twice.shards(0);  // two shards holding the same slots
+  const std::pair<const v1::RestoreOrder*, std::string> cases[] = {
+      {&negative, "clock -5"}, {&bad_bitmap, "malformed slot bitmap"}, {&twice, "both hold slot"}};
+  for (const auto& [order, message] : cases) {
+    v1::RestoreResponse resp;
+    const grpc::Status s = Restore(kJob, *order, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << message;
+    EXPECT_TRUE(Contains(s, message)) << s.error_message();
+    EXPECT_EQ(Raw(), before);
+  }
+  v1::RestoreResponse resp;
+  const grpc::Status s = Restore(kJob, Order(2, 1, 0, false), &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(Raw(), saved);
+}
+
+// A checkpoint lacking one of the job's tables (by name) cannot be restored: that table would
+// silently keep its initial values.
+TEST_F(CheckpointServiceTest, ACheckpointWithoutOneOfTheTablesIsRefused) {
+  ASSERT_TRUE(Configure(kJob, v1::ConsistencySpec::ASYNC).ok());
+  CreateTables(kJob);
+  ASSERT_TRUE(Push(kJob, 1, 0, 1.0f).ok());
+  TakeCheckpoint(kJob, 1, 0);
+  v1::TableSpec extra;
+  extra.set_table_id(9);
+  extra.set_name("added_later");
+  extra.set_job_id(kJob);
+  extra.set_kind(v1::SPARSE);
+  extra.set_dim(2);
+  extra.mutable_optimizer()->set_kind(v1::OptimizerSpec::SGD);
+  extra.mutable_optimizer()->set_learning_rate(0.1f);
+  {
+    Context c;
+    v1::CreateTableRequest req;
+    *req.mutable_spec() = extra;
+    v1::CreateTableResponse resp;
+    ASSERT_TRUE(stub_->CreateTable(&c.ctx, req, &resp).ok());
+  }
+  const RawRows before = Raw();
+  ASSERT_TRUE(Configure(kJob, v1::ConsistencySpec::ASYNC, 2).ok());
+  v1::RestoreResponse resp;
+  const grpc::Status s = Restore(kJob, Order(2, 1, 0, /*rollback=*/true), &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+  EXPECT_TRUE(Contains(s, "no table named added_later")) << s.error_message();
+  EXPECT_EQ(Raw(), before);
+}
+
 TEST_F(CheckpointServiceTest, RequestsRoutedWithAStaleShardEpochAreRefused) {
   ASSERT_TRUE(Configure(kJob, v1::ConsistencySpec::ASYNC).ok());
   CreateTables(kJob);

@@ -37,6 +37,11 @@ absl::Status Restorer::Check(const v1::RestoreRequest& req, std::vector<bool>* s
     }
     *slots = std::move(*decoded);
   }
+  if (order.rollback() && order.clock() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("restore order rolls back to clock ", order.clock(), "; clocks are >= 0"));
+  }
+  PS_RETURN_IF_ERROR(HeldSlots({order.shards().begin(), order.shards().end()}).status());
   if (order.checkpoint_id() != 0) {
     if (order.shards().empty()) {
       return absl::InvalidArgumentError(
