@@ -12,7 +12,7 @@
 #include "absl/time/clock.h"
 #include "common/scheduler_link.h"
 #include "common/status_macros.h"
-#include "worker/checkpointer.h"
+#include "worker/job_checkpointer.h"
 #include "worker/model_zoo.h"
 
 namespace ps {
@@ -327,9 +327,9 @@ absl::Status WorkerDaemon::RunOnce(const v1::WorkerAssignment& assignment, Model
   bool apply_now = false;
   JobRunner runner(model, client.get(), ro, metrics_);
   runner.SetShard(a.rank(), static_cast<uint32_t>(a.worker_ids_size()));
-  std::unique_ptr<Checkpointer> checkpointer;
+  std::unique_ptr<JobCheckpointer> checkpointer;
   if (scheduler_ != nullptr) {
-    checkpointer = std::make_unique<Checkpointer>(
+    checkpointer = std::make_unique<JobCheckpointer>(
         scheduler_.get(), client.get(), a.job_id(), a.spec().checkpoint(), a.shard_epoch(),
         [this]() -> uint64_t {
           absl::MutexLock l(&mu_);

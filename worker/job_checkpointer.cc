@@ -1,4 +1,4 @@
-#include "worker/checkpointer.h"
+#include "worker/job_checkpointer.h"
 
 #include <glog/logging.h>
 
@@ -16,12 +16,14 @@ namespace {
 constexpr absl::Duration kAwaitTimeout = absl::Minutes(30);
 constexpr absl::Duration kSchedulerTimeout = absl::Seconds(10);
 constexpr absl::Duration kReportPatience = absl::Seconds(60);
+constexpr absl::Duration kRetryBeginAfter = absl::Seconds(5);
 
 }  // namespace
 
-Checkpointer::Checkpointer(v1::Scheduler::StubInterface* scheduler, Client* client,
-                           std::string job_id, v1::CheckpointPolicy policy, uint64_t shard_epoch,
-                           std::function<uint64_t()> requests, uint64_t requests_done)
+JobCheckpointer::JobCheckpointer(v1::Scheduler::StubInterface* scheduler, Client* client,
+                                 std::string job_id, v1::CheckpointPolicy policy,
+                                 uint64_t shard_epoch, std::function<uint64_t()> requests,
+                                 uint64_t requests_done)
     : scheduler_(scheduler),
       client_(client),
       job_id_(std::move(job_id)),
@@ -31,16 +33,16 @@ Checkpointer::Checkpointer(v1::Scheduler::StubInterface* scheduler, Client* clie
       last_begin_(absl::Now()),
       requests_done_(requests_done) {}
 
-Checkpointer::~Checkpointer() {
+JobCheckpointer::~JobCheckpointer() {
   if (writer_.joinable()) writer_.join();
 }
 
-uint64_t Checkpointer::requests_done() const {
+uint64_t JobCheckpointer::requests_done() const {
   absl::MutexLock l(&mu_);
   return requests_done_;
 }
 
-void Checkpointer::MaybeCheckpoint(int64_t clock) {
+void JobCheckpointer::MaybeCheckpoint(int64_t clock) {
   const uint64_t requested = requests_();
   uint64_t request_seq = 0;
   {
@@ -52,6 +54,7 @@ void Checkpointer::MaybeCheckpoint(int64_t clock) {
   const bool by_time = policy_.every_seconds() > 0 &&
                        absl::Now() - last_begin_ >= absl::Seconds(policy_.every_seconds());
   if (request_seq == 0 && !by_steps && !by_time) return;
+  if (absl::Now() < retry_after_) return;
   if (writer_.joinable()) writer_.join();  // the previous one has reported
 
   v1::BeginCheckpointRequest begin;
@@ -65,7 +68,9 @@ void Checkpointer::MaybeCheckpoint(int64_t clock) {
   absl::Status s = FromGrpcStatus(scheduler_->BeginCheckpoint(&ctx, begin, &info));
   last_begin_ = absl::Now();
   if (!s.ok()) {
-    LOG(WARNING) << job_id_ << ": no checkpoint at clock " << clock << ": " << s;
+    retry_after_ = last_begin_ + kRetryBeginAfter;
+    LOG(WARNING) << job_id_ << ": no checkpoint at clock " << clock << ": " << s
+                 << " (next attempt in " << absl::FormatDuration(kRetryBeginAfter) << " or later)";
     return;
   }
   std::vector<std::string> paths;
@@ -91,7 +96,7 @@ void Checkpointer::MaybeCheckpoint(int64_t clock) {
   writer_ = std::thread([this, id = info.checkpoint_id(), begun] { Finish(id, begun); });
 }
 
-void Checkpointer::Finish(uint64_t id, absl::Time begun) {
+void JobCheckpointer::Finish(uint64_t id, absl::Time begun) {
   auto written = client_->AwaitCheckpoint(id, kAwaitTimeout);
   v1::FinishCheckpointRequest finish;
   finish.set_job_id(job_id_);
@@ -114,7 +119,7 @@ void Checkpointer::Finish(uint64_t id, absl::Time begun) {
   Report(finish);
 }
 
-void Checkpointer::Report(const v1::FinishCheckpointRequest& finish) {
+void JobCheckpointer::Report(const v1::FinishCheckpointRequest& finish) {
   v1::CheckpointInfo info;
   absl::Status s;
   // A scheduler that restarts is back within seconds: keep the report until then.

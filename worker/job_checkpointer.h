@@ -1,7 +1,7 @@
 // Takes a job's checkpoints from its worker of rank 0: at the clocks the job's policy names and
 // when `psctl checkpoint` asks, between two steps.
-#ifndef PS_WORKER_CHECKPOINTER_H_
-#define PS_WORKER_CHECKPOINTER_H_
+#ifndef PS_WORKER_JOB_CHECKPOINTER_H_
+#define PS_WORKER_JOB_CHECKPOINTER_H_
 
 #include <cstdint>
 #include <functional>
@@ -28,15 +28,15 @@ namespace ps {
 //      scheduler (COMPLETE, or FAILED with the first server's error).
 // One checkpoint at a time: a trigger while the previous one still writes waits for the next
 // step. Errors are logged and reported to the scheduler, never fail the job.
-class Checkpointer {
+class JobCheckpointer {
  public:
   // `requests` returns how many psctl checkpoint requests the scheduler has made so far (from
   // the latest heartbeat answer). `scheduler` and `client` must outlive this.
-  Checkpointer(v1::Scheduler::StubInterface* scheduler, Client* client, std::string job_id,
-               v1::CheckpointPolicy policy, uint64_t shard_epoch,
-               std::function<uint64_t()> requests, uint64_t requests_done);
+  JobCheckpointer(v1::Scheduler::StubInterface* scheduler, Client* client, std::string job_id,
+                  v1::CheckpointPolicy policy, uint64_t shard_epoch,
+                  std::function<uint64_t()> requests, uint64_t requests_done);
   // Waits for a background write to be reported.
-  ~Checkpointer();
+  ~JobCheckpointer();
 
   // After step `clock` (the clock just reached).
   void MaybeCheckpoint(int64_t clock);
@@ -57,6 +57,9 @@ class Checkpointer {
   const uint64_t shard_epoch_;
   const std::function<uint64_t()> requests_;
   absl::Time last_begin_;
+  // After a failed BeginCheckpoint (the scheduler away, the job changing), no new attempt before
+  // this: a pending psctl request would otherwise call the scheduler on every step.
+  absl::Time retry_after_ = absl::InfinitePast();
   mutable absl::Mutex mu_;
   uint64_t requests_done_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
@@ -65,4 +68,4 @@ class Checkpointer {
 
 }  // namespace ps
 
-#endif  // PS_WORKER_CHECKPOINTER_H_
+#endif  // PS_WORKER_JOB_CHECKPOINTER_H_
