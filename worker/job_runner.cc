@@ -63,14 +63,12 @@ JobRunner::JobRunner(Model* model, Client* client, JobRunnerOptions options, Wor
                  (static_cast<int64_t>(options_.batch_size) * options_.num_workers))),
       total_clocks_(clocks_per_epoch_ * options_.epochs),
       metrics_(metrics == nullptr ? nullptr : metrics->ForJob(client->job_id())) {
-  if (metrics_ != nullptr) client_->set_observer(metrics_.get());
+  client_->set_observer(&observer_);
   absl::MutexLock l(&mu_);
   progress_.total_clocks = total_clocks_;
 }
 
-JobRunner::~JobRunner() {
-  if (metrics_ != nullptr) client_->set_observer(nullptr);
-}
+JobRunner::~JobRunner() { client_->set_observer(nullptr); }
 
 void JobRunner::SetShard(uint32_t rank, uint32_t num_ranks) {
   absl::MutexLock l(&mu_);
@@ -165,8 +163,7 @@ absl::Status JobRunner::RunSteps(const std::function<void(const JobProgress&)>& 
     client_->SetLearningRateScale(
         LearningRateScale(options_.lr_schedule, clock, clocks_per_epoch_, total_clocks_));
     const absl::Time step_start = absl::Now();
-    const absl::Duration blocked_before =
-        metrics_ != nullptr ? metrics_->blocked() : absl::ZeroDuration();
+    const absl::Duration blocked_before = observer_.blocked();
     auto step = model_->TrainStep(client_, batch, grad_scale);
     if (!step.ok()) {
       if (cancelled_) return absl::CancelledError("the job was cancelled");
@@ -175,13 +172,10 @@ absl::Status JobRunner::RunSteps(const std::function<void(const JobProgress&)>& 
           absl::StrCat("step ", clock + 1, " of ", total_clocks_, ": ", step.status().message()));
     }
     {
-      // Blocked: the time the step waited on requests (known with metrics, which observe the
-      // client). In flight: what the model measured, at least the blocked time; the rest was
-      // hidden behind compute.
+      // Blocked: the time the step waited on requests (observer_). In flight: what the model
+      // measured, at least the blocked time; the rest was hidden behind compute.
       const absl::Duration total = absl::Now() - step_start;
-      const absl::Duration blocked = metrics_ != nullptr
-                                         ? std::min(total, metrics_->blocked() - blocked_before)
-                                         : absl::ZeroDuration();
+      const absl::Duration blocked = std::min(total, observer_.blocked() - blocked_before);
       const absl::Duration in_flight = std::max(blocked, step->communication);
       epoch_compute += total - blocked;
       epoch_communication += in_flight;

@@ -102,12 +102,44 @@ class JobRunner {
   // Fills `batch` with the next examples of the current shard (reshuffled every pass).
   void NextBatch(std::vector<int64_t>* batch);
 
+  // Observes the client while the runner lives: counts the time blocked on requests (each
+  // step's compute / communication split, with or without metrics) and passes every event on to
+  // the job's metrics, if any.
+  class Observer final : public ClientObserver {
+   public:
+    explicit Observer(WorkerMetrics::Job* metrics) : metrics_(metrics) {}
+    void OnPushAccepted(int64_t keys) override {
+      if (metrics_ != nullptr) metrics_->OnPushAccepted(keys);
+    }
+    void OnPullAnswered(int64_t keys) override {
+      if (metrics_ != nullptr) metrics_->OnPullAnswered(keys);
+    }
+    void OnPullStaleness(int64_t clocks) override {
+      if (metrics_ != nullptr) metrics_->OnPullStaleness(clocks);
+    }
+    void OnRetry() override {
+      if (metrics_ != nullptr) metrics_->OnRetry();
+    }
+    void OnBlocked(absl::Duration blocked) override {
+      blocked_nanos_.fetch_add(absl::ToInt64Nanoseconds(blocked), std::memory_order_relaxed);
+      if (metrics_ != nullptr) metrics_->OnBlocked(blocked);
+    }
+    absl::Duration blocked() const {
+      return absl::Nanoseconds(blocked_nanos_.load(std::memory_order_relaxed));
+    }
+
+   private:
+    WorkerMetrics::Job* const metrics_;
+    std::atomic<int64_t> blocked_nanos_{0};
+  };
+
   Model* const model_;
   Client* const client_;
   const JobRunnerOptions options_;
   const int64_t clocks_per_epoch_;
   const int64_t total_clocks_;
   const std::shared_ptr<WorkerMetrics::Job> metrics_;  // null: no metrics
+  Observer observer_{metrics_.get()};
   std::atomic<bool> cancelled_{false};
   std::function<void(int64_t)> hook_;
 

@@ -146,12 +146,18 @@ TEST_F(WorkerMetricsTest, EvaluationSetsTestAccuracy) {
   EXPECT_EQ(Job("ps_worker_steps_total"), 2);
 }
 
-TEST_F(WorkerMetricsTest, RunnerWithoutMetricsLeavesClientUnobserved) {
+// Without metrics (ps_worker --metrics_listen=off) no series exist, and the progress still
+// splits the step time: the model waited on its push-pulls, which is communication.
+TEST_F(WorkerMetricsTest, RunnerWithoutMetricsRecordsNoSeriesAndStillSplitsTime) {
   JobRunnerOptions ro;
   ro.batch_size = 32;
   JobRunner runner(&model_, client_.get(), ro);
   ASSERT_TRUE(runner.Run(nullptr, nullptr, 0).ok());
   EXPECT_EQ(Job("ps_worker_steps_total"), -1);
+  const JobProgress p = runner.progress();
+  EXPECT_GT(p.compute_seconds, 0);  // the model's 1 ms per step
+  EXPECT_GT(p.communication_seconds, 0);
+  EXPECT_EQ(p.hidden_communication_seconds, 0);  // it waits for every request
 }
 
 TEST(WorkerMetricsJobsTest, SeriesOfOldJobsAreRemoved) {
