@@ -323,8 +323,7 @@ class Client::Call {
     }
     absl::Status status = FromGrpcStatus(s);
     if (!status.ok()) {
-      status = absl::Status(status.code(), absl::StrCat("server ", client_->map_.servers()[server_],
-                                                        ": ", status.message()));
+      status = WithPrefix(status, absl::StrCat("server ", client_->map_.servers()[server_]));
     }
     int64_t min_clock = std::numeric_limits<int64_t>::max();
     absl::Duration wait;
@@ -516,8 +515,7 @@ absl::Status OnEveryServerAtOnce(size_t n, const std::vector<std::string>& serve
   for (std::thread& t : threads) t.join();
   for (size_t i = 0; i < n; ++i) {
     if (!results[i].ok()) {
-      return absl::Status(results[i].code(),
-                          absl::StrCat("server ", servers[i], ": ", results[i].message()));
+      return WithPrefix(results[i], absl::StrCat("server ", servers[i]));
     }
   }
   return absl::OkStatus();

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
 #include "common/status_macros.h"
 #include "worker/mlp_model.h"
 
@@ -148,8 +149,7 @@ class FashionMlp : public Model {
       pending_.reset();
       absl::Status done = previous.Wait();
       if (!done.ok()) {
-        return absl::Status(done.code(),
-                            absl::StrCat("the previous step's push/pull: ", done.message()));
+        return WithPrefix(done, "the previous step's push/pull");
       }
       latest_ = 1 - set;
       stats.communication = previous.elapsed();

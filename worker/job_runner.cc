@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/grpc_status.h"
 #include "common/status_macros.h"
 
 namespace ps {
@@ -131,8 +132,7 @@ absl::Status JobRunner::Run(const std::function<void(const JobProgress&)>& on_ep
   if (!s.ok()) return s;
   if (!flushed.ok() && cancelled_) return absl::CancelledError("the job was cancelled");
   if (!flushed.ok()) {
-    return absl::Status(flushed.code(),
-                        absl::StrCat("the last step's push/pull: ", flushed.message()));
+    return WithPrefix(flushed, "the last step's push/pull");
   }
   return absl::OkStatus();
 }
@@ -167,9 +167,7 @@ absl::Status JobRunner::RunSteps(const std::function<void(const JobProgress&)>& 
     auto step = model_->TrainStep(client_, batch, grad_scale);
     if (!step.ok()) {
       if (cancelled_) return absl::CancelledError("the job was cancelled");
-      return absl::Status(
-          step.status().code(),
-          absl::StrCat("step ", clock + 1, " of ", total_clocks_, ": ", step.status().message()));
+      return WithPrefix(step.status(), absl::StrCat("step ", clock + 1, " of ", total_clocks_));
     }
     {
       // Blocked: the time the step waited on requests (observer_). In flight: what the model

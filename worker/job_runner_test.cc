@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
 #include "gtest/gtest.h"
 #include "worker/client.h"
 #include "worker/model.h"
@@ -115,6 +116,51 @@ TEST_F(JobRunnerDataTest, ARunStartingAtAClockReadsOnWhereAnUndisturbedRunWould)
   for (const auto& batch : whole) {
     for (int64_t e : batch) EXPECT_EQ(e % 2, 1);
   }
+}
+
+}  // namespace
+}  // namespace ps
+
+namespace ps {
+namespace {
+
+// A model whose steps fail with a local error of a code that servers use too.
+class FailingModel : public RecordingModel {
+ public:
+  FailingModel() : RecordingModel(100) {}
+  absl::StatusOr<StepStats> TrainStep(Client*, absl::Span<const int64_t>, float) override {
+    return absl::FailedPreconditionError("no kernel image for this GPU");
+  }
+};
+
+using JobRunnerErrorTest = testing::InProcessServerTest;
+
+// The worker daemon waits for a new shard map only after a server's error: a step failing on a
+// stopped server says so (IsRpcError), a model's own error of the same code does not.
+TEST_F(JobRunnerErrorTest, ServerErrorsAreTellableFromLocalOnes) {
+  std::unique_ptr<Client> client = Connect("errors", 0, absl::Seconds(2));
+  ASSERT_NE(client, nullptr);
+  v1::ConsistencySpec async;
+  async.set_mode(v1::ConsistencySpec::ASYNC);
+  ASSERT_TRUE(client->ConfigureJob(async, {0}).ok());
+  JobRunnerOptions ro;
+  ro.batch_size = 10;
+  ro.consistency = async;
+  {
+    FailingModel model;
+    JobRunner runner(&model, client.get(), ro);
+    const absl::Status s = runner.Run(nullptr, nullptr, 0);
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+    EXPECT_FALSE(IsRpcError(s)) << s;
+  }
+  server_->Shutdown();
+  server_.reset();
+  RecordingModel model(100);
+  JobRunner runner(&model, client.get(), ro);
+  const absl::Status s = runner.Run(nullptr, nullptr, 0);
+  EXPECT_FALSE(s.ok());
+  EXPECT_TRUE(IsRpcError(s)) << s;
+  EXPECT_NE(s.message().find("step 1 of "), std::string::npos) << s;
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/grpc_status.h"
 #include "common/scheduler_link.h"
 #include "common/status_macros.h"
 #include "worker/job_checkpointer.h"
@@ -233,12 +234,15 @@ absl::Status WorkerDaemon::RunJob(v1::WorkerAssignment a) {
     if (s.ok()) return s;
     if (!restart) {
       // A data-plane failure (most likely a dead server) is not the job's end: the scheduler
-      // moves the server's slots and sends a new shard map.
+      // moves the server's slots and sends a new shard map. Only a server's answer (or its
+      // absence) is; the same codes from this worker's own code (a CUDA kernel that does not
+      // fit the GPU, a table of the wrong shape) will not change with a new map.
       const absl::StatusCode code = s.code();
       const bool recoverable =
-          code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kDeadlineExceeded ||
-          code == absl::StatusCode::kFailedPrecondition || code == absl::StatusCode::kAborted ||
-          code == absl::StatusCode::kDataLoss || code == absl::StatusCode::kNotFound;
+          IsRpcError(s) &&
+          (code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kDeadlineExceeded ||
+           code == absl::StatusCode::kFailedPrecondition || code == absl::StatusCode::kAborted ||
+           code == absl::StatusCode::kDataLoss || code == absl::StatusCode::kNotFound);
       if (!recoverable) return s;
       LOG(WARNING) << a.job_id() << ": " << s << "; waiting up to "
                    << absl::FormatDuration(options_.recovery_wait)

@@ -31,14 +31,15 @@ class InProcessServerTest : public ::testing::Test {
     if (server_ != nullptr) server_->Shutdown();
   }
 
-  // A client of server_ for `job` as `worker` (requests time out after 20 s); null, with a
-  // test failure, if it cannot be made.
-  std::unique_ptr<Client> Connect(const std::string& job, uint32_t worker = 0) {
+  // A client of server_ for `job` as `worker` (requests time out after `rpc_timeout`); null,
+  // with a test failure, if it cannot be made.
+  std::unique_ptr<Client> Connect(const std::string& job, uint32_t worker = 0,
+                                  absl::Duration rpc_timeout = absl::Seconds(20)) {
     ClientOptions options;
     options.servers = {absl::StrCat("127.0.0.1:", server_->port())};
     options.job_id = job;
     options.worker_id = worker;
-    options.rpc_timeout = absl::Seconds(20);
+    options.rpc_timeout = rpc_timeout;
     auto client = Client::Connect(options);
     EXPECT_TRUE(client.ok()) << client.status();
     return client.ok() ? std::move(*client) : nullptr;
