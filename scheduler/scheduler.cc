@@ -513,6 +513,15 @@ std::vector<uint64_t> Scheduler::IdleWorkers() const {
   return idle;
 }
 
+std::map<uint64_t, int> Scheduler::ServerLoad() const {
+  std::map<uint64_t, int> load;
+  for (const auto& [number, job] : jobs_) {
+    if (job.info.state() != v1::RUNNING) continue;
+    for (uint64_t id : job.info.server_nodes()) ++load[id];
+  }
+  return load;
+}
+
 std::vector<uint64_t> Scheduler::AliveServers() const {
   std::vector<uint64_t> servers;
   for (const auto& [id, node] : nodes_) {
@@ -585,11 +594,7 @@ bool Scheduler::TryStart(Job* job, std::vector<uint64_t>* idle, absl::Time now, 
   const size_t num_servers = std::max(1, spec.num_servers());
   if (idle->size() < num_workers || servers.size() < num_servers) return false;
   if (spec.num_servers() > 0) {  // the least loaded: fewest running jobs, then lowest id
-    std::map<uint64_t, int> load;
-    for (const auto& [number, other] : jobs_) {
-      if (other.info.state() != v1::RUNNING) continue;
-      for (uint64_t id : other.info.server_nodes()) ++load[id];
-    }
+    std::map<uint64_t, int> load = ServerLoad();
     std::stable_sort(servers.begin(), servers.end(),
                      [&load](uint64_t a, uint64_t b) { return load[a] < load[b]; });
     servers.resize(num_servers);

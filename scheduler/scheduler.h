@@ -164,6 +164,8 @@ class Scheduler {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<uint64_t> IdleWorkers() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<uint64_t> AliveServers() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // How many running jobs each server node serves (placement and spares: least loaded first).
+  std::map<uint64_t, int> ServerLoad() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   v1::WorkerAssignment Assignment(const Job& job, int index) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

@@ -236,11 +236,7 @@ void Scheduler::RecoverFromServerLoss(Job* job, uint64_t node_id, const std::str
     }
   }
   // A spare: an alive server outside the job, the least loaded (then the lowest id).
-  std::map<uint64_t, int> load;
-  for (const auto& [number, other] : jobs_) {
-    if (other.info.state() != v1::RUNNING) continue;
-    for (uint64_t id : other.info.server_nodes()) ++load[id];
-  }
+  std::map<uint64_t, int> load = ServerLoad();
   uint64_t spare = 0;
   for (uint64_t id : AliveServers()) {
     if (std::find(info.server_nodes().begin(), info.server_nodes().end(), id) !=
