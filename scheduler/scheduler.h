@@ -140,6 +140,10 @@ class Scheduler {
   bool CheckpointInUse(const std::string& job_id, uint64_t id) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   std::string CheckpointRoot(const v1::JobSpec& spec) const;
+  // Checkpoint `id` of `job` (0: the latest complete one) if COMPLETE; NOT_FOUND for an unknown
+  // id, FAILED_PRECONDITION (saying its state) otherwise.
+  absl::StatusOr<const v1::CheckpointInfo*> FindComplete(const Job& job, uint64_t id) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Resolves a spec's from_checkpoint to a COMPLETE checkpoint (INVALID_ARGUMENT otherwise).
   absl::StatusOr<const v1::CheckpointInfo*> ResolveFromCheckpoint(const v1::JobSpec& spec) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);

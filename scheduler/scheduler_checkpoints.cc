@@ -65,27 +65,37 @@ absl::StatusOr<const v1::CheckpointInfo*> Scheduler::ResolveFromCheckpoint(
         absl::StrCat("spec.from_checkpoint: job ", ref.job_id(), " trained another model (",
                      other.model(), "); its tables cannot be loaded into ", spec.model()));
   }
-  const v1::CheckpointInfo* checkpoint = nullptr;
-  if (ref.checkpoint_id() == 0) {
-    checkpoint = LatestComplete(*source);
-    if (checkpoint == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("spec.from_checkpoint: job ", ref.job_id(), " has no complete checkpoint"));
+  auto checkpoint = FindComplete(*source, ref.checkpoint_id());
+  if (!checkpoint.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec.from_checkpoint: ", checkpoint.status().message()));
+  }
+  return *checkpoint;
+}
+
+absl::StatusOr<const v1::CheckpointInfo*> Scheduler::FindComplete(const Job& job,
+                                                                  uint64_t id) const {
+  const std::string& job_id = job.info.job_id();
+  if (id == 0) {
+    const v1::CheckpointInfo* latest = LatestComplete(job);
+    if (latest == nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job ", job_id, " has no complete checkpoint"));
     }
-    return checkpoint;
+    return latest;
   }
-  auto it = source->checkpoints.find(ref.checkpoint_id());
-  if (it == source->checkpoints.end()) {
-    return absl::InvalidArgumentError(absl::StrCat("spec.from_checkpoint: job ", ref.job_id(),
-                                                   " has no checkpoint ", ref.checkpoint_id()));
+  auto it = job.checkpoints.find(id);
+  if (it == job.checkpoints.end()) {
+    return absl::NotFoundError(absl::StrCat("job ", job_id, " has no checkpoint ", id));
   }
-  if (it->second.state() != v1::CHECKPOINT_COMPLETE) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "spec.from_checkpoint: checkpoint ", ref.checkpoint_id(), " of ", ref.job_id(), " is ",
-        StateName(it->second.state()),
-        it->second.error().empty() ? "" : absl::StrCat(" (", it->second.error(), ")")));
+  const v1::CheckpointInfo& checkpoint = it->second;
+  if (checkpoint.state() != v1::CHECKPOINT_COMPLETE) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint ", id, " of ", job_id, " is ", StateName(checkpoint.state()),
+                     checkpoint.error().empty() ? "" : absl::StrCat(" (", checkpoint.error(), ")"),
+                     "; only a complete checkpoint can be restored"));
   }
-  return &it->second;
+  return &checkpoint;
 }
 
 absl::StatusOr<v1::RequestCheckpointResponse> Scheduler::RequestCheckpoint(
@@ -129,27 +139,7 @@ absl::StatusOr<v1::JobInfo> Scheduler::RestoreJob(const std::string& job_id,
     return absl::FailedPreconditionError(absl::StrCat(
         "job ", job_id, " has not started; cancel it and submit it again with --from_checkpoint"));
   }
-  const v1::CheckpointInfo* checkpoint = nullptr;
-  if (checkpoint_id == 0) {
-    checkpoint = LatestComplete(*job);
-    if (checkpoint == nullptr) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("job ", job_id, " has no complete checkpoint"));
-    }
-  } else {
-    auto it = job->checkpoints.find(checkpoint_id);
-    if (it == job->checkpoints.end()) {
-      return absl::NotFoundError(
-          absl::StrCat("job ", job_id, " has no checkpoint ", checkpoint_id));
-    }
-    checkpoint = &it->second;
-    if (checkpoint->state() != v1::CHECKPOINT_COMPLETE) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "checkpoint ", checkpoint_id, " of ", job_id, " is ", StateName(checkpoint->state()),
-          checkpoint->error().empty() ? "" : absl::StrCat(" (", checkpoint->error(), ")"),
-          "; only a complete checkpoint can be restored"));
-    }
-  }
+  PS_ASSIGN_OR_RETURN(const v1::CheckpointInfo* checkpoint, FindComplete(*job, checkpoint_id));
   const absl::Time now = clock_();
   Changes changes;
   switch (job->info.state()) {
