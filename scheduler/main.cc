@@ -12,9 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/flags_usage.h"
-#include "common/metrics_server.h"
-#include "common/port_file.h"
-#include "common/process_metrics.h"
+#include "common/daemon_setup.h"
 #include "common/scheduler_link.h"
 #include "common/signals.h"
 #include "scheduler/scheduler_metrics.h"
@@ -65,39 +63,25 @@ int main(int argc, char** argv) {
   options.checkpoint_root = absl::GetFlag(FLAGS_checkpoint_root);
 
   // /metrics first: the scheduler reports its address (ListNodes) and exports from the start.
-  std::shared_ptr<prometheus::Registry> registry;
+  // Declared before everything that registers in it: destroyed last.
+  auto exporter = ps::DaemonExporter::Start("scheduler", absl::GetFlag(FLAGS_metrics_listen),
+                                            absl::GetFlag(FLAGS_metrics_port_file));
+  if (!exporter.ok()) return Fail(std::string(exporter.status().message()));
   std::unique_ptr<ps::SchedulerMetrics> metrics;
-  std::unique_ptr<ps::ProcessMetrics> process_metrics;
-  std::unique_ptr<ps::MetricsServer> metrics_server;
-  if (const std::string listen = absl::GetFlag(FLAGS_metrics_listen); listen != "off") {
-    registry = std::make_shared<prometheus::Registry>();
+  if (prometheus::Registry* registry = (*exporter)->registry(); registry != nullptr) {
     metrics = std::make_unique<ps::SchedulerMetrics>(*registry);
-    auto process = ps::ProcessMetrics::Start(*registry, "scheduler");
-    if (!process.ok()) return Fail(std::string(process.status().message()));
-    process_metrics = std::move(*process);
-    auto started = ps::MetricsServer::Start(listen, registry);
-    if (!started.ok()) return Fail(absl::StrCat("--metrics_listen: ", started.status().message()));
-    metrics_server = std::move(*started);
-    char host[256] = {};
-    gethostname(host, sizeof(host) - 1);
-    options.metrics_address = ps::AdvertisedAddress(listen, metrics_server->port(), host);
-    LOG(INFO) << "ps_scheduler: metrics on port " << metrics_server->port() << " (/metrics)";
-    if (const std::string file = absl::GetFlag(FLAGS_metrics_port_file); !file.empty()) {
-      if (absl::Status s = ps::WritePortFile(file, metrics_server->port()); !s.ok()) {
-        return Fail(absl::StrCat("--metrics_port_file: ", s.message()));
-      }
-    }
+    options.metrics_address = (*exporter)->Address(ps::HostName());
+    LOG(INFO) << "ps_scheduler: metrics on port " << (*exporter)->port() << " (/metrics)";
   }
 
   auto server = ps::SchedulerServer::Start(options, absl::Now, metrics.get());
   if (!server.ok()) return Fail(std::string(server.status().message()));
   LOG(INFO) << "ps_scheduler serving on port " << (*server)->port() << ", state in "
             << options.state_dir;
-  const std::string port_file = absl::GetFlag(FLAGS_port_file);
-  if (!port_file.empty()) {
-    if (absl::Status s = ps::WritePortFile(port_file, (*server)->port()); !s.ok()) {
-      return Fail(std::string(s.message()));
-    }
+  if (absl::Status s =
+          ps::WritePortFileFlag("--port_file", absl::GetFlag(FLAGS_port_file), (*server)->port());
+      !s.ok()) {
+    return Fail(std::string(s.message()));
   }
   const int sig = ps::WaitForTerminationSignal();
   LOG(INFO) << "ps_scheduler: signal " << sig << ", draining (health NOT_SERVING), then stopping";

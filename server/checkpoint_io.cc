@@ -334,7 +334,7 @@ std::string MatchName(const v1::TableSpec& spec) {
 }
 
 absl::StatusOr<uint32_t> RowFloats(const v1::TableSpec& spec) {
-  auto optimizer = Optimizer::Create(spec.optimizer());
+  auto optimizer = RowOptimizer::Create(spec.optimizer());
   if (!optimizer.ok()) {
     return absl::FailedPreconditionError(
         absl::StrCat("table '", MatchName(spec), "': optimizer: ", optimizer.status().message()));

@@ -1,6 +1,5 @@
 // ps_server: one parameter server daemon.
 #include <glog/logging.h>
-#include <prometheus/registry.h>
 #include <unistd.h>
 
 #include <iostream>
@@ -12,9 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/flags_usage.h"
-#include "common/metrics_server.h"
-#include "common/port_file.h"
-#include "common/process_metrics.h"
+#include "common/daemon_setup.h"
 #include "common/process_tuning.h"
 #include "common/scheduler_link.h"
 #include "common/signals.h"
@@ -85,70 +82,42 @@ int main(int argc, char** argv) {
     std::cerr << "ps_server: --drain_grace must not be negative\n";
     return 2;
   }
-  const std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
-  const bool metrics_on = metrics_listen != "off";
-
   // Declared before everything that registers in it: destroyed last.
-  auto registry = std::make_shared<prometheus::Registry>();
-  std::unique_ptr<ps::ProcessMetrics> process_metrics;
-  if (metrics_on) {
-    auto started = ps::ProcessMetrics::Start(*registry, "server");
-    if (!started.ok()) {
-      std::cerr << "ps_server: " << started.status().message() << "\n";
-      return 1;
-    }
-    process_metrics = std::move(*started);
+  auto exporter = ps::DaemonExporter::Start("server", absl::GetFlag(FLAGS_metrics_listen),
+                                            absl::GetFlag(FLAGS_metrics_port_file));
+  if (!exporter.ok()) {
+    std::cerr << "ps_server: " << exporter.status().message() << "\n";
+    return 1;
   }
-  std::unique_ptr<ps::MetricsServer> metrics_server;
-  if (metrics_on) {
-    auto started = ps::MetricsServer::Start(metrics_listen, registry);
-    if (!started.ok()) {
-      std::cerr << "ps_server: --metrics_listen=" << metrics_listen << ": "
-                << started.status().message() << "\n";
-      return 1;
-    }
-    metrics_server = std::move(*started);
-    LOG(INFO) << "ps_server: /metrics on port " << metrics_server->port();
+  if ((*exporter)->registry() != nullptr) {
+    LOG(INFO) << "ps_server: /metrics on port " << (*exporter)->port();
   } else {
     LOG(INFO) << "ps_server: metrics off";
   }
-  auto server = ps::ParameterServer::Start(options, metrics_on ? registry.get() : nullptr);
+  auto server = ps::ParameterServer::Start(options, (*exporter)->registry());
   if (!server.ok()) {
     std::cerr << "ps_server: " << server.status().message() << "\n";
     return 1;
   }
   LOG(INFO) << "ps_server " << options.server_index << " serving on port " << (*server)->port();
-  const std::string port_file = absl::GetFlag(FLAGS_port_file);
-  if (!port_file.empty()) {
-    if (absl::Status s = ps::WritePortFile(port_file, (*server)->port()); !s.ok()) {
-      std::cerr << "ps_server: " << s.message() << "\n";
-      return 1;
-    }
-  }
-  const std::string metrics_port_file = absl::GetFlag(FLAGS_metrics_port_file);
-  if (!metrics_port_file.empty() && metrics_server != nullptr) {
-    if (absl::Status s = ps::WritePortFile(metrics_port_file, metrics_server->port()); !s.ok()) {
-      std::cerr << "ps_server: " << s.message() << "\n";
-      return 1;
-    }
+  if (absl::Status s =
+          ps::WritePortFileFlag("--port_file", absl::GetFlag(FLAGS_port_file), (*server)->port());
+      !s.ok()) {
+    std::cerr << "ps_server: " << s.message() << "\n";
+    return 1;
   }
   std::unique_ptr<ps::SchedulerLink> link;
   if (const std::string scheduler = absl::GetFlag(FLAGS_scheduler); !scheduler.empty()) {
-    char host[256] = {};
-    gethostname(host, sizeof(host) - 1);
-    std::string address = absl::GetFlag(FLAGS_advertise);
-    if (address.empty()) address = ps::AdvertisedAddress(options.listen, (*server)->port(), host);
+    const std::string address =
+        ps::NodeAddress(absl::GetFlag(FLAGS_advertise), options.listen, (*server)->port());
     ps::SchedulerLinkOptions lo;
     lo.scheduler = scheduler;
     lo.role = ps::v1::SERVER;
     lo.address = address;
-    lo.hostname = host;
+    lo.hostname = ps::HostName();
     lo.pid = getpid();
-    if (metrics_server != nullptr) {
-      // Reachable where the data plane is: a wildcard metrics host becomes the advertised host.
-      lo.metrics_address = ps::AdvertisedAddress(metrics_listen, metrics_server->port(),
-                                                 address.substr(0, address.rfind(':')));
-    }
+    // Reachable where the data plane is: a wildcard metrics host becomes the advertised host.
+    lo.metrics_address = (*exporter)->Address(address.substr(0, address.rfind(':')));
     link = std::make_unique<ps::SchedulerLink>(lo, nullptr, nullptr);
     link->Start();
     LOG(INFO) << "ps_server: registering with scheduler " << scheduler << " as " << address

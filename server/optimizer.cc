@@ -12,7 +12,7 @@ using v1::OptimizerSpec;
 // Adds the L2 weight-decay term to the gradient of one value.
 inline float Decayed(float g, float w, float weight_decay) { return g + weight_decay * w; }
 
-class Sgd : public Optimizer {
+class Sgd : public RowOptimizer {
  public:
   Sgd(float lr, float wd) : lr_(lr), wd_(wd) {}
   int state_per_value() const override { return 0; }
@@ -28,7 +28,7 @@ class Sgd : public Optimizer {
 };
 
 // v = momentum * v + g; w -= lr * v (the heavy-ball form PyTorch uses).
-class Momentum : public Optimizer {
+class Momentum : public RowOptimizer {
  public:
   Momentum(float lr, float mu, float wd) : lr_(lr), mu_(mu), wd_(wd) {}
   int state_per_value() const override { return 1; }
@@ -49,7 +49,7 @@ class Momentum : public Optimizer {
 };
 
 // acc += g^2; w -= lr * g / (sqrt(acc) + eps).
-class Adagrad : public Optimizer {
+class Adagrad : public RowOptimizer {
  public:
   Adagrad(float lr, float eps, float init_acc, float wd)
       : lr_(lr), eps_(eps), init_acc_(init_acc), wd_(wd) {}
@@ -72,7 +72,7 @@ class Adagrad : public Optimizer {
 };
 
 // Kingma & Ba (2015), with bias correction by the row's own update count.
-class Adam : public Optimizer {
+class Adam : public RowOptimizer {
  public:
   Adam(float lr, float b1, float b2, float eps, float wd)
       : lr_(lr), b1_(b1), b2_(b2), eps_(eps), wd_(wd) {}
@@ -103,7 +103,7 @@ class Adam : public Optimizer {
 // FTRL-Proximal (McMahan et al. 2013, "Ad Click Prediction", algorithm 1), per coordinate.
 // State: z then n. The weight is a closed form of (z, n); InitState chooses z so that the closed
 // form reproduces the initialized value while n = 0.
-class Ftrl : public Optimizer {
+class Ftrl : public RowOptimizer {
  public:
   Ftrl(float alpha, float beta, float l1, float l2)
       : alpha_(alpha), beta_(beta), l1_(l1), l2_(l2) {}
@@ -152,7 +152,7 @@ absl::Status CheckRange(const char* field, float v, float lo, bool lo_open, floa
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(const OptimizerSpec& spec) {
+absl::StatusOr<std::unique_ptr<RowOptimizer>> RowOptimizer::Create(const OptimizerSpec& spec) {
   constexpr float kInf = INFINITY;
   const float lr = spec.has_learning_rate() ? spec.learning_rate() : 0.01f;
   const float wd = spec.has_weight_decay() ? spec.weight_decay() : 0.0f;
@@ -161,12 +161,12 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(const OptimizerSpec
   if (!s.ok()) return s;
   switch (spec.kind()) {
     case OptimizerSpec::SGD:
-      return std::unique_ptr<Optimizer>(new Sgd(lr, wd));
+      return std::unique_ptr<RowOptimizer>(new Sgd(lr, wd));
     case OptimizerSpec::MOMENTUM: {
       const float mu = spec.has_momentum() ? spec.momentum() : 0.9f;
       s = CheckRange("momentum", mu, 0, false, 1, true);
       if (!s.ok()) return s;
-      return std::unique_ptr<Optimizer>(new Momentum(lr, mu, wd));
+      return std::unique_ptr<RowOptimizer>(new Momentum(lr, mu, wd));
     }
     case OptimizerSpec::ADAGRAD: {
       const float eps = spec.has_epsilon() ? spec.epsilon() : 1e-10f;
@@ -178,7 +178,7 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(const OptimizerSpec
             "optimizer: adagrad needs epsilon > 0 or initial_accumulator > 0 (division by zero)");
       }
       if (!s.ok()) return s;
-      return std::unique_ptr<Optimizer>(new Adagrad(lr, eps, acc, wd));
+      return std::unique_ptr<RowOptimizer>(new Adagrad(lr, eps, acc, wd));
     }
     case OptimizerSpec::ADAM: {
       const float b1 = spec.has_beta1() ? spec.beta1() : 0.9f;
@@ -188,7 +188,7 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(const OptimizerSpec
       if (s.ok()) s = CheckRange("beta2", b2, 0, false, 1, true);
       if (s.ok()) s = CheckRange("epsilon", eps, 0, true, kInf, true);
       if (!s.ok()) return s;
-      return std::unique_ptr<Optimizer>(new Adam(lr, b1, b2, eps, wd));
+      return std::unique_ptr<RowOptimizer>(new Adam(lr, b1, b2, eps, wd));
     }
     case OptimizerSpec::FTRL: {
       const float l1 = spec.has_l1() ? spec.l1() : 0.0f;
@@ -202,7 +202,7 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(const OptimizerSpec
             "optimizer: ftrl needs ftrl_beta > 0 or l2 > 0 (division by zero on the first step)");
       }
       if (!s.ok()) return s;
-      return std::unique_ptr<Optimizer>(new Ftrl(lr, beta, l1, l2));
+      return std::unique_ptr<RowOptimizer>(new Ftrl(lr, beta, l1, l2));
     }
     default:
       return absl::InvalidArgumentError(

@@ -12,12 +12,12 @@ namespace ps {
 
 // One optimizer per table, shared by all its rows. Stateless itself (the per-row state lives
 // in the row, after the values), so Apply() is thread-safe for different rows.
-class Optimizer {
+class RowOptimizer {
  public:
   // INVALID_ARGUMENT naming the field for a bad spec (negative learning rate, beta outside
   // [0, 1), ...). Unset fields take the defaults documented in types.proto.
-  static absl::StatusOr<std::unique_ptr<Optimizer>> Create(const v1::OptimizerSpec& spec);
-  virtual ~Optimizer() = default;
+  static absl::StatusOr<std::unique_ptr<RowOptimizer>> Create(const v1::OptimizerSpec& spec);
+  virtual ~RowOptimizer() = default;
 
   // Floats of state kept per value: 0 (sgd), 1 (momentum, adagrad), 2 (adam, ftrl).
   virtual int state_per_value() const = 0;

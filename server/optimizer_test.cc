@@ -18,14 +18,14 @@ const std::vector<float> kW0 = {0.5f, -1.0f, 2.0f};
 const std::vector<std::vector<float>> kGrads = {
     {0.1f, -0.2f, 0.3f}, {-0.4f, 0.5f, 0.6f}, {0.7f, 0.8f, -0.9f}};
 
-std::unique_ptr<Optimizer> MustCreate(const OptimizerSpec& spec) {
-  auto opt = Optimizer::Create(spec);
+std::unique_ptr<RowOptimizer> MustCreate(const OptimizerSpec& spec) {
+  auto opt = RowOptimizer::Create(spec);
   EXPECT_TRUE(opt.ok()) << opt.status();
   return opt.ok() ? std::move(*opt) : nullptr;
 }
 
 // Runs InitState on `w0`, then one Apply per gradient (steps 1, 2, ...); returns the values.
-std::vector<float> ApplySteps(const Optimizer& opt, const std::vector<float>& w0,
+std::vector<float> ApplySteps(const RowOptimizer& opt, const std::vector<float>& w0,
                               const std::vector<std::vector<float>>& grads,
                               int64_t first_step = 1) {
   const int dim = static_cast<int>(w0.size());
@@ -276,7 +276,7 @@ std::vector<BadSpec> BadSpecs() {
 TEST(OptimizerTest, CreateRejectsBadSpecsNamingTheField) {
   for (const BadSpec& b : BadSpecs()) {
     SCOPED_TRACE(b.name);
-    auto opt = Optimizer::Create(b.spec);
+    auto opt = RowOptimizer::Create(b.spec);
     ASSERT_FALSE(opt.ok());
     EXPECT_EQ(opt.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_NE(opt.status().message().find(b.field), std::string::npos) << opt.status();
@@ -289,16 +289,16 @@ TEST(OptimizerTest, CreateAcceptsBoundaryValues) {
   spec.set_beta1(0.0f);
   spec.set_beta2(0.0f);
   spec.set_weight_decay(0.0f);
-  EXPECT_TRUE(Optimizer::Create(spec).ok());
+  EXPECT_TRUE(RowOptimizer::Create(spec).ok());
   spec.Clear();
   spec.set_kind(OptimizerSpec::MOMENTUM);
   spec.set_momentum(0.0f);
-  EXPECT_TRUE(Optimizer::Create(spec).ok());
+  EXPECT_TRUE(RowOptimizer::Create(spec).ok());
   spec.Clear();
   spec.set_kind(OptimizerSpec::FTRL);
   spec.set_ftrl_beta(0.0f);
   spec.set_l2(0.5f);  // l2 alone keeps the first denominator positive
-  EXPECT_TRUE(Optimizer::Create(spec).ok());
+  EXPECT_TRUE(RowOptimizer::Create(spec).ok());
 }
 
 }  // namespace

@@ -107,7 +107,7 @@ absl::Status TableStore::CreateTable(const TableSpec& spec) {
     return absl::InvalidArgumentError(
         absl::StrCat("table ", spec.table_id(), ": initializer: ", init.message()));
   }
-  auto optimizer = Optimizer::Create(spec.optimizer());
+  auto optimizer = RowOptimizer::Create(spec.optimizer());
   if (!optimizer.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("table ", spec.table_id(), ": optimizer: ", optimizer.status().message()));
@@ -166,7 +166,7 @@ absl::StatusOr<v1::DescribeTableResponse> TableStore::Describe(uint32_t table_id
   const Table* t = FindTable(table_id);
   if (t == nullptr) {
     return Rejected(RejectReason::kUnknownTable,
-                    absl::InvalidArgumentError(absl::StrCat("unknown table id ", table_id)));
+                    absl::NotFoundError(absl::StrCat("unknown table id ", table_id)));
   }
   v1::DescribeTableResponse r;
   *r.mutable_spec() = t->spec;

@@ -51,7 +51,7 @@ class TableStore {
  public:
   struct Table {
     v1::TableSpec spec;
-    std::unique_ptr<Optimizer> optimizer;
+    std::unique_ptr<RowOptimizer> optimizer;
     int dim = 0;
     int row_floats = 0;            // dim * (1 + optimizer state per value)
     ServerMetrics::Table metrics;  // null gauges without metrics

@@ -97,7 +97,7 @@ TEST(TableStoreTest, CreatesDenseTableWithEveryRow) {
   EXPECT_EQ(described->spec().SerializeAsString(), spec.SerializeAsString());
   EXPECT_EQ(described->rows_on_server(), 10u);
   EXPECT_EQ(Floats(PullBytes(store, 1, {9, 0, 3})), std::vector<float>(12, 0.5f));
-  EXPECT_EQ(store.Describe(2).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store.Describe(2).status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST(TableStoreTest, PullOfUnknownSparseKeyCreatesInitializedRow) {

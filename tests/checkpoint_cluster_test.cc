@@ -13,7 +13,8 @@
 #include "common/shard_map.h"
 #include "gtest/gtest.h"
 #include "tests/local_cluster.h"
-#include "worker/client.h"
+#include "worker/client/job_admin.h"
+#include "worker/client/rpc_client.h"
 
 namespace ps {
 namespace {
@@ -24,13 +25,13 @@ constexpr uint64_t kDenseRows = 700;
 constexpr int kDenseDim = 16;
 constexpr int kSparseDim = 8;
 
-std::unique_ptr<Client> Connect(const LocalCluster& cluster, const std::string& job) {
-  ClientOptions o;
+std::unique_ptr<RpcClient> Connect(const LocalCluster& cluster, const std::string& job) {
+  RpcClientOptions o;
   o.servers = cluster.addresses();
   o.job_id = job;
   o.worker_id = 0;
   o.rpc_timeout = absl::Seconds(60);
-  auto c = Client::Connect(o);
+  auto c = RpcClient::Connect(o);
   EXPECT_TRUE(c.ok()) << c.status();
   return c.ok() ? std::move(*c) : nullptr;
 }
@@ -70,7 +71,7 @@ std::vector<float> Gradients(size_t n, int clock) {
 }
 
 struct Job {
-  std::unique_ptr<Client> client;
+  std::unique_ptr<RpcClient> client;
   uint32_t first_id = 0;
   std::vector<uint64_t> dense_keys = DenseKeys(kDenseRows);
   std::vector<uint64_t> sparse_keys = SparseKeys();
@@ -82,7 +83,7 @@ Job StartJob(const LocalCluster& cluster, const std::string& name, uint32_t firs
   job.first_id = first_id;
   v1::ConsistencySpec async;
   async.set_mode(v1::ConsistencySpec::ASYNC);
-  EXPECT_TRUE(job.client->ConfigureJob(async, {0}).ok());
+  EXPECT_TRUE(JobAdmin(*job.client).ConfigureJob(async, {0}).ok());
   for (const v1::TableSpec& t : Tables(name, first_id)) {
     EXPECT_TRUE(job.client->CreateTable(t).ok());
   }
@@ -140,9 +141,9 @@ v1::RestoreOrder WriteCheckpoint(const LocalCluster& cluster, Job& job, const st
     shard->set_path(paths.back());
     shard->set_slots(EncodeSlotBitmap(map.SlotsOf(static_cast<int>(i))));
   }
-  auto snapshot = job.client->SnapshotCheckpoint(1, job.client->clock(), paths);
+  auto snapshot = JobAdmin(*job.client).SnapshotCheckpoint(1, job.client->clock(), paths);
   EXPECT_TRUE(snapshot.ok()) << snapshot.status();
-  auto written = job.client->AwaitCheckpoint(1, absl::Seconds(60));
+  auto written = JobAdmin(*job.client).AwaitCheckpoint(1, absl::Seconds(60));
   EXPECT_TRUE(written.ok()) << written.status();
   uint64_t rows = 0;
   if (written.ok()) {
@@ -181,7 +182,7 @@ TEST_F(CheckpointClusterTest, RestoreIntoAFreshClusterIsBitIdentical) {
   Job restored = StartJob(*b, "ckpt-b", 501);
   const std::vector<float> initial = PullAll(restored);
   EXPECT_FALSE(BitIdentical(initial, before));
-  auto clock = restored.client->Restore(order, absl::Seconds(60));
+  auto clock = JobAdmin(*restored.client).Restore(order, absl::Seconds(60));
   ASSERT_TRUE(clock.ok()) << clock.status();
   EXPECT_EQ(*clock, 4);  // rolled back to the checkpoint's clock
   restored.client->SetClock(*clock);
@@ -229,7 +230,7 @@ TEST_F(CheckpointClusterTest, CorruptCheckpointIsDetectedAndRowsStayIntact) {
   Job target = StartJob(*b, "ckpt-d", 1);
   for (int c = 0; c < 1; ++c) ASSERT_TRUE(PushStep(target, c).ok());
   const std::vector<float> rows = PullAll(target);
-  auto restored = target.client->Restore(order, absl::Seconds(60));
+  auto restored = JobAdmin(*target.client).Restore(order, absl::Seconds(60));
   EXPECT_EQ(restored.status().code(), absl::StatusCode::kDataLoss) << restored.status();
   // Nothing was loaded (a server reads everything before it replaces a row), and it serves.
   EXPECT_TRUE(BitIdentical(PullAll(target), rows));

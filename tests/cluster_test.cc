@@ -15,22 +15,23 @@
 #include "gtest/gtest.h"
 #include "server/table_store.h"
 #include "tests/local_cluster.h"
-#include "worker/client.h"
+#include "worker/client/job_admin.h"
+#include "worker/client/rpc_client.h"
 
 namespace ps {
 namespace {
 
 using testing::LocalCluster;
 
-std::unique_ptr<Client> Connect(const LocalCluster& cluster, const std::string& job,
+std::unique_ptr<RpcClient> Connect(const LocalCluster& cluster, const std::string& job,
                                 uint32_t worker, size_t max_part_bytes = 4 << 20) {
-  ClientOptions o;
+  RpcClientOptions o;
   o.servers = cluster.addresses();
   o.job_id = job;
   o.worker_id = worker;
   o.max_part_bytes = max_part_bytes;
   o.rpc_timeout = absl::Seconds(60);
-  auto c = Client::Connect(o);
+  auto c = RpcClient::Connect(o);
   EXPECT_TRUE(c.ok()) << c.status();
   return c.ok() ? std::move(*c) : nullptr;
 }
@@ -98,7 +99,7 @@ TEST(ClusterTest, SyncEqualsSequential) {
     workers.emplace_back([&, w] {
       auto client = Connect(*cluster, job, w);
       if (!client || !client->CreateTable(dense).ok() || !client->CreateTable(sparse).ok() ||
-          !client->ConfigureJob(Mode(v1::ConsistencySpec::SYNC), {0, 1, 2}).ok()) {
+          !JobAdmin(*client).ConfigureJob(Mode(v1::ConsistencySpec::SYNC), {0, 1, 2}).ok()) {
         ++failures;
         return;
       }
@@ -203,7 +204,7 @@ TEST(ClusterTest, SspBoundHolds) {
     workers.emplace_back([&, w] {
       auto client = Connect(*cluster, job, w);
       if (!client || !client->CreateTable(counter).ok() ||
-          !client->ConfigureJob(Mode(v1::ConsistencySpec::SSP, kStaleness), {0, 1, 2}).ok()) {
+          !JobAdmin(*client).ConfigureJob(Mode(v1::ConsistencySpec::SSP, kStaleness), {0, 1, 2}).ok()) {
         ++failures;
         return;
       }
@@ -211,7 +212,7 @@ TEST(ClusterTest, SspBoundHolds) {
       std::vector<float> vals(16);
       for (int c = 0; c < kClocks; ++c) {
         if (w == kWorkers - 1) absl::SleepFor(absl::Milliseconds(30));  // the straggler
-        Handle h = client->PushPullAsync({TableOp{1, keys, minus_one.data(), nullptr}},
+        RpcHandle h = client->PushPullAsync({TableOp{1, keys, minus_one.data(), nullptr}},
                                          {TableOp{1, keys, nullptr, vals.data()}});
         absl::Status s = h.Wait();
         if (!s.ok()) {
@@ -255,18 +256,18 @@ TEST(ClusterTest, AsyncLosesNothing) {
     workers.emplace_back([&, w] {
       auto client = Connect(*cluster, job, w, /*max_part_bytes=*/8192);
       if (!client || !client->CreateTable(dense).ok() || !client->CreateTable(sparse).ok() ||
-          !client->ConfigureJob(Mode(v1::ConsistencySpec::ASYNC), {0, 1, 2, 3}).ok()) {
+          !JobAdmin(*client).ConfigureJob(Mode(v1::ConsistencySpec::ASYNC), {0, 1, 2, 3}).ok()) {
         ++failures;
         return;
       }
       // Gradient -(w + 1) on every value: the final value is sum_w (w + 1) * kPushes.
       const std::vector<float> grad(kRows * kDim, -static_cast<float>(w + 1));
-      std::vector<Handle> inflight;
+      std::vector<RpcHandle> inflight;
       for (int p = 0; p < kPushes; ++p) {
         inflight.push_back(client->PushAsync(
             {TableOp{1, keys, grad.data(), nullptr}, TableOp{2, keys, grad.data(), nullptr}}));
         if (inflight.size() == 4) {  // several requests in flight per worker
-          for (Handle& h : inflight) {
+          for (RpcHandle& h : inflight) {
             absl::Status s = h.Wait();
             if (!s.ok()) {
               ADD_FAILURE() << s;
@@ -276,7 +277,7 @@ TEST(ClusterTest, AsyncLosesNothing) {
           inflight.clear();
         }
       }
-      for (Handle& h : inflight) {
+      for (RpcHandle& h : inflight) {
         if (!h.Wait().ok()) ++failures;
       }
     });
@@ -304,7 +305,7 @@ TEST(ClusterTest, LargeTensorTravelsInParts) {
   t.mutable_initializer()->set_kind(v1::InitializerSpec::ZEROS);
   auto client = Connect(*cluster, job, 0, /*max_part_bytes=*/512 << 10);
   ASSERT_TRUE(client->CreateTable(t).ok());
-  ASSERT_TRUE(client->ConfigureJob(Mode(v1::ConsistencySpec::ASYNC), {0}).ok());
+  ASSERT_TRUE(JobAdmin(*client).ConfigureJob(Mode(v1::ConsistencySpec::ASYNC), {0}).ok());
   const std::vector<uint64_t> keys = DenseKeys(kRows);
   std::vector<float> grad(static_cast<size_t>(kRows) * kDim);
   for (size_t i = 0; i < grad.size(); ++i) grad[i] = -static_cast<float>(i % 1000);
@@ -329,7 +330,7 @@ TEST(ClusterTest, ConfigureJobAssignsSlots) {
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   const std::string job = "slots";
   auto client = Connect(*cluster, job, 0);
-  ASSERT_TRUE(client->ConfigureJob(Mode(v1::ConsistencySpec::ASYNC), {0}).ok());
+  ASSERT_TRUE(JobAdmin(*client).ConfigureJob(Mode(v1::ConsistencySpec::ASYNC), {0}).ok());
   v1::TableSpec t = Table(1, job, v1::SPARSE, 2, 0, v1::OptimizerSpec::SGD, 1.0f);
   ASSERT_TRUE(client->CreateTable(t).ok());
   std::vector<uint64_t> keys = DenseKeys(64);
@@ -377,18 +378,18 @@ TEST_P(JoinTest, JoiningWorkerStartsAtOneClockOnEveryServer) {
   const std::string job = "join_after_partial_push";
   const v1::ConsistencySpec mode = Mode(GetParam(), 1);
   auto connect = [&](uint32_t worker) {
-    ClientOptions o;
+    RpcClientOptions o;
     o.servers = cluster->addresses();
     o.job_id = job;
     o.worker_id = worker;
     o.rpc_timeout = absl::Seconds(5);  // without the fix the pulls below wait this long and fail
-    auto c = Client::Connect(o);
+    auto c = RpcClient::Connect(o);
     EXPECT_TRUE(c.ok()) << c.status();
     return c.ok() ? std::move(*c) : nullptr;
   };
   auto w1 = connect(1);
   ASSERT_NE(w1, nullptr);
-  ASSERT_TRUE(w1->ConfigureJob(mode, {0, 1}).ok());
+  ASSERT_TRUE(JobAdmin(*w1).ConfigureJob(mode, {0, 1}).ok());
   v1::TableSpec t = Table(1, job, v1::DENSE, 2, 16, v1::OptimizerSpec::SGD, 1.0f);
   ASSERT_TRUE(w1->CreateTable(t).ok());
   // Worker 1 finishes clock 0 everywhere; worker 0 only on server 1, then dies.
@@ -405,11 +406,11 @@ TEST_P(JoinTest, JoiningWorkerStartsAtOneClockOnEveryServer) {
     ASSERT_TRUE(stub->Clock(&ctx, req, &resp).ok());
   }
   // The scheduler replaces worker 0 by worker 2 (membership epoch 2); worker 1 is told too.
-  ASSERT_TRUE(w1->ConfigureJob(mode, {1, 2}, 2).ok());
+  ASSERT_TRUE(JobAdmin(*w1).ConfigureJob(mode, {1, 2}, 2).ok());
   auto w2 = connect(2);
   ASSERT_NE(w2, nullptr);
   int64_t clock = -1;
-  ASSERT_TRUE(w2->ConfigureJob(mode, {1, 2}, 2, &clock, -1, /*even_out_clock=*/true).ok());
+  ASSERT_TRUE(JobAdmin(*w2).ConfigureJob(mode, {1, 2}, 2, &clock, -1, /*even_out_clock=*/true).ok());
   EXPECT_EQ(clock, 1);
   for (size_t i = 0; i < 2; ++i) {  // every server has worker 2 at clock 1
     auto stub = v1::ParameterServer::NewStub(

@@ -9,7 +9,7 @@
 set -euo pipefail
 build=$(cd "$1" && pwd)
 sched_bin=$build/scheduler/ps_scheduler server_bin=$build/server/ps_server
-worker_bin=$build/worker/ps_worker psctl_bin=$build/scheduler/psctl
+worker_bin=$build/worker/ps_worker psctl_bin=$build/tools/psctl
 source "$(dirname "$0")/lib/daemons.sh" ps_control
 port=$(free_port)
 sched=127.0.0.1:$port

@@ -16,7 +16,7 @@ done
 src=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "$1" && pwd)
 sched_bin=$build/scheduler/ps_scheduler server_bin=$build/server/ps_server
-worker_bin=$build/worker/ps_worker psctl_bin=$build/scheduler/psctl
+worker_bin=$build/worker/ps_worker psctl_bin=$build/tools/psctl
 dashboard=$src/deploy/grafana/ps-cluster.json
 
 source "$src/tests/lib/daemons.sh" ps_metrics

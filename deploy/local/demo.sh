@@ -14,10 +14,10 @@ echo "== building ps_scheduler, ps_server, ps_worker and psctl in $build/"
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$build" --target ps_scheduler ps_server ps_worker psctl -j"$(nproc)" |
   grep -E "error|Built target" || true
-for b in scheduler/ps_scheduler server/ps_server worker/ps_worker scheduler/psctl; do
+for b in scheduler/ps_scheduler server/ps_server worker/ps_worker tools/psctl; do
   [ -x "$build/$b" ] || { echo "build failed: no $build/$b"; exit 1; }
 done
-psctl=$build/scheduler/psctl
+psctl=$build/tools/psctl
 
 trap 'deploy/local/cluster.sh down >/dev/null 2>&1 || true' EXIT
 trap 'exit 130' INT TERM

@@ -1,4 +1,4 @@
-// ps_bench: db_bench-style throughput and latency of ps::Client against real ps_server
+// ps_bench: db_bench-style throughput and latency of ps::RpcClient against real ps_server
 // processes (so every figure includes loopback gRPC), next to raw loopback TCP moving the same
 // payloads.
 //
@@ -44,14 +44,15 @@
 #include "common/status_macros.h"
 #include "tests/bench/server_fleet.h"
 #include "tests/bench/tcp_loopback.h"
-#include "worker/client.h"
+#include "worker/client/job_admin.h"
+#include "worker/client/rpc_client.h"
 
 ABSL_FLAG(std::string, workloads, "push_dense,pull_dense,pushpull_dense,pull_sparse,push_sparse",
           "comma list of: push_dense, pull_dense, pushpull_dense, pull_sparse, push_sparse");
 ABSL_FLAG(std::string, sizes, "4K,1M,16M,64M",
           "comma list of payload sizes: bytes of values per request (K, M, G: powers of 1024)");
 ABSL_FLAG(int, servers, 1, "ps_server processes to spawn (with --addresses: the list's length)");
-ABSL_FLAG(int, clients, 1, "client threads, each with its own ps::Client and worker id");
+ABSL_FLAG(int, clients, 1, "client threads, each with its own ps::RpcClient and worker id");
 ABSL_FLAG(double, seconds, 2.0, "measured seconds per (workload, size), after one warm-up request");
 ABSL_FLAG(int64_t, min_ops, 1, "each client also issues at least this many measured requests");
 ABSL_FLAG(bool, spawn, true,
@@ -70,12 +71,12 @@ ABSL_FLAG(int, dense_dim, 1024, "floats per dense row (a smaller payload is one 
 ABSL_FLAG(int, sparse_dim, 64, "floats per sparse row");
 ABSL_FLAG(int, sparse_key_bits, 22,
           "sparse keys come from [0, 2^bits), never repeated within one request");
-ABSL_FLAG(int64_t, max_part_bytes, ps::ClientOptions().max_part_bytes,
-          "ps::ClientOptions::max_part_bytes");
-ABSL_FLAG(int, channels_per_server, ps::ClientOptions().channels_per_server,
-          "ps::ClientOptions::channels_per_server");
-ABSL_FLAG(int, max_parts_in_flight, ps::ClientOptions().max_parts_in_flight,
-          "ps::ClientOptions::max_parts_in_flight");
+ABSL_FLAG(int64_t, max_part_bytes, ps::RpcClientOptions().max_part_bytes,
+          "ps::RpcClientOptions::max_part_bytes");
+ABSL_FLAG(int, channels_per_server, ps::RpcClientOptions().channels_per_server,
+          "ps::RpcClientOptions::channels_per_server");
+ABSL_FLAG(int, max_parts_in_flight, ps::RpcClientOptions().max_parts_in_flight,
+          "ps::RpcClientOptions::max_parts_in_flight");
 ABSL_FLAG(absl::Duration, rpc_timeout, absl::Seconds(60), "deadline of one RPC");
 ABSL_FLAG(std::string, job_id, "", "job id (default: ps_bench_<pid>_<unix time>, fresh per run)");
 ABSL_FLAG(uint32_t, table_id_base, 0,
@@ -128,9 +129,9 @@ struct BenchOptions {
   int dense_dim = 1024;  // floats per dense row
   int sparse_dim = 64;   // floats per sparse row
   int sparse_key_bits = 22;
-  size_t max_part_bytes = ClientOptions().max_part_bytes;
-  int channels_per_server = ClientOptions().channels_per_server;
-  int max_parts_in_flight = ClientOptions().max_parts_in_flight;
+  size_t max_part_bytes = RpcClientOptions().max_part_bytes;
+  int channels_per_server = RpcClientOptions().channels_per_server;
+  int max_parts_in_flight = RpcClientOptions().max_parts_in_flight;
   absl::Duration rpc_timeout = absl::Seconds(60);
   std::string job_id;
   uint32_t table_id_base = 0;
@@ -380,9 +381,9 @@ uint64_t ScatterKey(uint64_t i, int bits) {
   return (x * 0xbf58476d1ce4e5b9ULL) & mask;
 }
 
-// One benchmark client: its own ps::Client and buffers, allocated (and touched) once.
+// One benchmark client: its own ps::RpcClient and buffers, allocated (and touched) once.
 struct BenchClient {
-  std::unique_ptr<Client> client;
+  std::unique_ptr<RpcClient> client;
   std::vector<float> grads;           // pushed by every push
   std::vector<float> out;             // receives every pull
   std::vector<uint64_t> sparse_keys;  // refilled before each sparse request, untimed
@@ -440,7 +441,7 @@ absl::Status Bench::SetUp() {
   clients_.resize(options_.clients);
   std::vector<uint32_t> worker_ids;
   for (int i = 0; i < options_.clients; ++i) {
-    ClientOptions co;
+    RpcClientOptions co;
     co.servers = addresses_;
     co.job_id = options_.job_id;
     co.worker_id = static_cast<uint32_t>(i);
@@ -448,7 +449,7 @@ absl::Status Bench::SetUp() {
     co.channels_per_server = options_.channels_per_server;
     co.max_parts_in_flight = options_.max_parts_in_flight;
     co.rpc_timeout = options_.rpc_timeout;
-    PS_ASSIGN_OR_RETURN(clients_[i].client, Client::Connect(std::move(co)));
+    PS_ASSIGN_OR_RETURN(clients_[i].client, RpcClient::Connect(std::move(co)));
     // Allocated and written once, so no request pays first-touch page faults of its buffers.
     clients_[i].grads.assign(max_size / sizeof(float), 1e-3f);
     clients_[i].out.assign(max_size / sizeof(float), 0.0f);
@@ -456,10 +457,10 @@ absl::Status Bench::SetUp() {
     clients_[i].next_sparse = static_cast<uint64_t>(i) << (options_.sparse_key_bits - 4);
     worker_ids.push_back(static_cast<uint32_t>(i));
   }
-  Client& admin = *clients_[0].client;
+  RpcClient& admin = *clients_[0].client;
   v1::ConsistencySpec consistency;
   consistency.set_mode(v1::ConsistencySpec::ASYNC);  // pulls never wait on other workers
-  PS_RETURN_IF_ERROR(admin.ConfigureJob(consistency, worker_ids));
+  PS_RETURN_IF_ERROR(JobAdmin(admin).ConfigureJob(consistency, worker_ids));
   for (size_t i = 0; i < options_.sizes.size(); ++i) {
     const int dim = DenseDim(options_, options_.sizes[i]);
     v1::TableSpec spec;
@@ -483,7 +484,7 @@ absl::Status Bench::SetUp() {
 
 Request Bench::MakeRequest(Workload w, size_t size_index, BenchClient& c) {
   const size_t size = options_.sizes[size_index];
-  Client* client = c.client.get();
+  RpcClient* client = c.client.get();
   Request r;
   r.bytes = static_cast<double>(size);
   if (IsSparse(w)) {
@@ -613,7 +614,7 @@ absl::Status RunAll(const BenchOptions& o) {
 
 int main(int argc, char** argv) {
   ps::SetUsage(
-      "db_bench-style benchmark of ps::Client against ps_server processes over loopback gRPC.\n"
+      "db_bench-style benchmark of ps::RpcClient against ps_server processes over loopback gRPC.\n"
       "Example: ps_bench --workloads=push_dense,pull_sparse --sizes=4K,1M --servers=2 "
       "--clients=2",
       __FILE__);

@@ -48,14 +48,15 @@
 #include "common/process_tuning.h"
 #include "common/status_macros.h"
 #include "tests/bench/server_fleet.h"
-#include "worker/client.h"
-#include "worker/compute_backend.h"
-#include "worker/cuda/cuda_backend.h"
-#include "worker/device.h"
-#include "worker/fashion_model.h"
-#include "worker/job_runner.h"
-#include "worker/mlp_model.h"
-#include "worker/worker_metrics.h"
+#include "worker/client/job_admin.h"
+#include "worker/client/rpc_client.h"
+#include "worker/compute/compute_backend.h"
+#include "worker/compute/cuda/cuda_backend.h"
+#include "worker/compute/device.h"
+#include "worker/models/fashion_model.h"
+#include "worker/daemon/job_runner.h"
+#include "worker/models/mlp_model.h"
+#include "worker/daemon/worker_metrics.h"
 
 ABSL_FLAG(std::string, backends, "cpu,cuda",
           "comma list of: cpu, cuda (cuda is skipped, saying why, without a device)");
@@ -427,12 +428,12 @@ absl::Status RunOverlap(const BenchOptions& o, const ComputeOptions& compute,
   for (const auto& [consistency, overlap] : runs) {
     const int run = (*next_run)++;
     const std::string job = absl::StrCat("worker_bench_", getpid(), "_", run);
-    ClientOptions co;
+    RpcClientOptions co;
     co.servers = servers;
     co.job_id = job;
     co.rpc_timeout = absl::Seconds(300);
-    PS_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Client::Connect(co));
-    PS_RETURN_IF_ERROR(client->ConfigureJob(consistency, {0}));
+    PS_ASSIGN_OR_RETURN(std::unique_ptr<RpcClient> client, RpcClient::Connect(co));
+    PS_RETURN_IF_ERROR(JobAdmin(*client).ConfigureJob(consistency, {0}));
     MlpRunOptions mo;
     mo.compute = compute;
     mo.compute.overlap = overlap;

@@ -12,7 +12,7 @@
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "server/parameter_server.h"
-#include "worker/client.h"
+#include "worker/client/rpc_client.h"
 
 namespace ps {
 namespace testing {
@@ -33,14 +33,14 @@ class InProcessServerTest : public ::testing::Test {
 
   // A client of server_ for `job` as `worker` (requests time out after `rpc_timeout`); null,
   // with a test failure, if it cannot be made.
-  std::unique_ptr<Client> Connect(const std::string& job, uint32_t worker = 0,
+  std::unique_ptr<RpcClient> Connect(const std::string& job, uint32_t worker = 0,
                                   absl::Duration rpc_timeout = absl::Seconds(20)) {
-    ClientOptions options;
+    RpcClientOptions options;
     options.servers = {absl::StrCat("127.0.0.1:", server_->port())};
     options.job_id = job;
     options.worker_id = worker;
     options.rpc_timeout = rpc_timeout;
-    auto client = Client::Connect(options);
+    auto client = RpcClient::Connect(options);
     EXPECT_TRUE(client.ok()) << client.status();
     return client.ok() ? std::move(*client) : nullptr;
   }

@@ -15,7 +15,7 @@
 #include <random>
 #include <vector>
 
-#include "worker/spam_step.h"
+#include "worker/models/spam_step.h"
 
 namespace ps {
 namespace reference {

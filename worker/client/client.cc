@@ -1,0 +1,585 @@
+// The public client library (include/ps/client.h) over the data-plane engine (RpcClient):
+// converts the public types to the protocol's, and validates every argument (sizes, key
+// ranges, names, a closed client) before anything reaches the wire.
+#include "ps/client.h"
+
+#include <atomic>
+#include <cstring>
+#include <functional>
+#include <utility>
+
+#include "absl/base/call_once.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/grpc_status.h"
+#include "common/status_macros.h"
+#include "worker/client/job_admin.h"
+#include "worker/client/rpc_client.h"
+
+namespace ps {
+namespace {
+
+constexpr size_t kMaxTableName = 128;
+constexpr size_t kMaxJobId = 128;
+
+absl::Status ValidateName(const std::string& what, const std::string& name, size_t max) {
+  if (name.empty() || name.size() > max) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " must have 1..", max, " characters, not ", name.size()));
+  }
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '_' || c == '-' || c == '.' || c == '/';
+    if (!ok) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, " '", absl::CEscape(name),
+          "' may hold only letters, digits and the characters _ - . /"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+v1::InitializerSpec ToProto(const Initializer& init) {
+  v1::InitializerSpec p;
+  switch (init.kind) {
+    case Initializer::Kind::kZeros:
+      p.set_kind(v1::InitializerSpec::ZEROS);
+      break;
+    case Initializer::Kind::kConstant:
+      p.set_kind(v1::InitializerSpec::CONSTANT);
+      break;
+    case Initializer::Kind::kUniform:
+      p.set_kind(v1::InitializerSpec::UNIFORM);
+      break;
+    case Initializer::Kind::kNormal:
+      p.set_kind(v1::InitializerSpec::NORMAL);
+      break;
+  }
+  p.set_value(init.value);
+  p.set_low(init.low);
+  p.set_high(init.high);
+  p.set_stddev(init.stddev);
+  p.set_seed(init.seed);
+  return p;
+}
+
+v1::OptimizerSpec ToProto(const Optimizer& opt) {
+  v1::OptimizerSpec p;
+  switch (opt.kind) {
+    case Optimizer::Kind::kSgd:
+      p.set_kind(v1::OptimizerSpec::SGD);
+      break;
+    case Optimizer::Kind::kMomentum:
+      p.set_kind(v1::OptimizerSpec::MOMENTUM);
+      break;
+    case Optimizer::Kind::kAdagrad:
+      p.set_kind(v1::OptimizerSpec::ADAGRAD);
+      break;
+    case Optimizer::Kind::kAdam:
+      p.set_kind(v1::OptimizerSpec::ADAM);
+      break;
+    case Optimizer::Kind::kFtrl:
+      p.set_kind(v1::OptimizerSpec::FTRL);
+      break;
+  }
+  if (opt.learning_rate) p.set_learning_rate(*opt.learning_rate);
+  if (opt.momentum) p.set_momentum(*opt.momentum);
+  if (opt.beta1) p.set_beta1(*opt.beta1);
+  if (opt.beta2) p.set_beta2(*opt.beta2);
+  if (opt.epsilon) p.set_epsilon(*opt.epsilon);
+  if (opt.initial_accumulator) p.set_initial_accumulator(*opt.initial_accumulator);
+  if (opt.l1) p.set_l1(*opt.l1);
+  if (opt.l2) p.set_l2(*opt.l2);
+  if (opt.ftrl_beta) p.set_ftrl_beta(*opt.ftrl_beta);
+  if (opt.weight_decay) p.set_weight_decay(*opt.weight_decay);
+  return p;
+}
+
+Table FromProto(const v1::TableSpec& spec) {
+  Table t;
+  t.id = spec.table_id();
+  t.name = spec.name();
+  t.kind = spec.kind() == v1::DENSE ? TableKind::kDense : TableKind::kSparse;
+  t.dim = spec.dim();
+  t.num_rows = spec.num_rows();
+  return t;
+}
+
+v1::ConsistencySpec ToProto(Consistency mode, int staleness) {
+  v1::ConsistencySpec p;
+  switch (mode) {
+    case Consistency::kSync:
+      p.set_mode(v1::ConsistencySpec::SYNC);
+      break;
+    case Consistency::kSsp:
+      p.set_mode(v1::ConsistencySpec::SSP);
+      p.set_staleness(staleness);
+      break;
+    case Consistency::kAsync:
+      p.set_mode(v1::ConsistencySpec::ASYNC);
+      break;
+  }
+  return p;
+}
+
+const char* KindName(TableKind kind) { return kind == TableKind::kDense ? "dense" : "sparse"; }
+
+// If a key appears more than once in `keys`: the distinct keys in order of first appearance
+// into `unique`, and each key's index among them into `slot`; true. False (nothing written)
+// when the keys are distinct, which strictly increasing keys (a dense table's) show at once.
+bool Deduplicate(absl::Span<const uint64_t> keys, std::vector<uint64_t>* unique,
+                 std::vector<uint32_t>* slot) {
+  bool increasing = true;
+  for (size_t i = 1; i < keys.size() && increasing; ++i) increasing = keys[i - 1] < keys[i];
+  if (increasing) return false;
+  absl::flat_hash_map<uint64_t, uint32_t> index;
+  index.reserve(keys.size());
+  slot->resize(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto [it, fresh] = index.try_emplace(keys[i], static_cast<uint32_t>(unique->size()));
+    if (fresh) unique->push_back(keys[i]);
+    (*slot)[i] = it->second;
+  }
+  if (unique->size() == keys.size()) {
+    unique->clear();
+    slot->clear();
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Value types
+
+Initializer Initializer::Constant(float value) {
+  Initializer i;
+  i.kind = Kind::kConstant;
+  i.value = value;
+  return i;
+}
+
+Initializer Initializer::Uniform(float low, float high, uint64_t seed) {
+  Initializer i;
+  i.kind = Kind::kUniform;
+  i.low = low;
+  i.high = high;
+  i.seed = seed;
+  return i;
+}
+
+Initializer Initializer::Normal(float stddev, uint64_t seed) {
+  Initializer i;
+  i.kind = Kind::kNormal;
+  i.stddev = stddev;
+  i.seed = seed;
+  return i;
+}
+
+Optimizer Optimizer::Sgd(float learning_rate) {
+  Optimizer o;
+  o.learning_rate = learning_rate;
+  return o;
+}
+
+Optimizer Optimizer::Momentum(float learning_rate, float momentum) {
+  Optimizer o;
+  o.kind = Kind::kMomentum;
+  o.learning_rate = learning_rate;
+  o.momentum = momentum;
+  return o;
+}
+
+Optimizer Optimizer::Adagrad(float learning_rate) {
+  Optimizer o;
+  o.kind = Kind::kAdagrad;
+  o.learning_rate = learning_rate;
+  return o;
+}
+
+Optimizer Optimizer::Adam(float learning_rate) {
+  Optimizer o;
+  o.kind = Kind::kAdam;
+  o.learning_rate = learning_rate;
+  return o;
+}
+
+Optimizer Optimizer::Ftrl(float alpha, float l1, float l2) {
+  Optimizer o;
+  o.kind = Kind::kFtrl;
+  o.learning_rate = alpha;
+  o.l1 = l1;
+  o.l2 = l2;
+  return o;
+}
+
+uint32_t TableIdFor(const std::string& job_id, const std::string& name) {
+  // FNV-1a over "job_id\0name", folded to 31 bits.
+  uint64_t h = 14695981039346656037ull;
+  auto mix = [&h](unsigned char c) {
+    h ^= c;
+    h *= 1099511628211ull;
+  };
+  for (char c : job_id) mix(static_cast<unsigned char>(c));
+  mix(0);
+  for (char c : name) mix(static_cast<unsigned char>(c));
+  const uint32_t id = static_cast<uint32_t>((h ^ (h >> 31)) & 0x7fffffffu);
+  return id == 0 ? 1 : id;
+}
+
+absl::Status ClientOptions::Validate() const {
+  if (servers.empty()) return absl::InvalidArgumentError("no servers given");
+  for (const std::string& s : servers) {
+    if (s.empty()) return absl::InvalidArgumentError("a server address is empty");
+  }
+  PS_RETURN_IF_ERROR(ValidateName("job_id", job_id, kMaxJobId));
+  if (num_workers < 1) return absl::InvalidArgumentError("num_workers must be >= 1");
+  if (worker_id >= num_workers) {
+    return absl::InvalidArgumentError(absl::StrCat("worker_id ", worker_id, " is not in 0..",
+                                                   num_workers - 1, " (num_workers ",
+                                                   num_workers, ")"));
+  }
+  if (staleness < 0) return absl::InvalidArgumentError("staleness must be >= 0");
+  if (rpc_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("rpc_timeout must be positive");
+  }
+  if (max_retries < 0) return absl::InvalidArgumentError("max_retries must be >= 0");
+  if (max_part_bytes < 4096) return absl::InvalidArgumentError("max_part_bytes must be >= 4096");
+  if (channels_per_server < 1) {
+    return absl::InvalidArgumentError("channels_per_server must be >= 1");
+  }
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pending
+
+struct Pending::Impl {
+  Impl() = default;
+  explicit Impl(absl::Status s) : early(std::move(s)) {}
+  absl::Status early;  // a request refused before it was sent
+  RpcHandle handle;
+  bool started = false;
+  // What the library made for the request: deduplicated keys, summed gradients, a pull's unique
+  // rows. They live as long as the request.
+  std::vector<std::vector<uint64_t>> keys;
+  std::vector<std::vector<float>> values;
+  // Copies deduplicated pulls' rows into the callers' buffers, once, after success.
+  std::vector<std::function<void()>> scatters;
+  absl::once_flag scattered;
+};
+
+Pending::Pending() = default;
+Pending::~Pending() = default;
+Pending::Pending(const Pending&) = default;
+Pending& Pending::operator=(const Pending&) = default;
+Pending::Pending(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+absl::Status Pending::Wait() const {
+  if (impl_ == nullptr) return absl::FailedPreconditionError("this Pending holds no request");
+  if (!impl_->started) return impl_->early;
+  absl::Status s = impl_->handle.Wait();
+  if (s.ok() && !impl_->scatters.empty()) {
+    absl::call_once(impl_->scattered, [this] {
+      for (auto& scatter : impl_->scatters) scatter();
+    });
+  }
+  return s;
+}
+
+bool Pending::Done() const { return impl_ == nullptr || !impl_->started || impl_->handle.Done(); }
+
+// ---------------------------------------------------------------------------------------------
+// Client
+
+class Client::Impl {
+ public:
+  Impl(ClientOptions options, std::unique_ptr<RpcClient> rpc)
+      : options_(std::move(options)), rpc_(std::move(rpc)) {}
+
+  const ClientOptions& options() const { return options_; }
+  RpcClient& rpc() { return *rpc_; }
+  bool closed() const { return closed_.load(); }
+  void Close() {
+    closed_ = true;
+    rpc_->CancelInFlight();
+  }
+
+  absl::Status CheckOpen() const {
+    if (closed_.load()) return absl::FailedPreconditionError("the client is closed");
+    return absl::OkStatus();
+  }
+
+  // The table as the servers hold it, from the cache or the servers.
+  absl::StatusOr<Table> Lookup(uint32_t id) {
+    {
+      absl::MutexLock l(&mu_);
+      auto it = tables_.find(id);
+      if (it != tables_.end()) return it->second;
+    }
+    auto spec = rpc_->DescribeTable(id);
+    if (!spec.ok()) {
+      if (absl::IsNotFound(spec.status())) {
+        return absl::NotFoundError(absl::StrCat("no table with id ", id, " on the servers"));
+      }
+      return spec.status();
+    }
+    return Remember(*spec);
+  }
+
+  Table Remember(const v1::TableSpec& spec) {
+    Table t = FromProto(spec);
+    absl::MutexLock l(&mu_);
+    tables_[t.id] = t;
+    return t;
+  }
+
+  // Checks one op against the table as the servers hold it: its shape, the buffer's size, and
+  // (dense tables) every key in range.
+  absl::Status CheckOp(const char* verb, const Table& table, absl::Span<const uint64_t> keys,
+                       size_t values) {
+    PS_ASSIGN_OR_RETURN(Table known, Lookup(table.id));
+    const std::string name = absl::StrCat("table '", known.name, "'");
+    if (known.dim != table.dim || known.kind != table.kind || known.num_rows != table.num_rows) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          verb, ": ", name, " is a ", KindName(known.kind), " table of dim ", known.dim,
+          " on the servers; the Table passed says ", KindName(table.kind), " of dim ",
+          table.dim));
+    }
+    const size_t want = keys.size() * static_cast<size_t>(known.dim);
+    if (values != want) {
+      return absl::InvalidArgumentError(absl::StrCat(verb, " ", name, ": ", keys.size(),
+                                                     " keys of dim ", known.dim, " need ", want,
+                                                     " floats; the buffer holds ", values));
+    }
+    if (known.kind == TableKind::kDense) {
+      for (uint64_t k : keys) {
+        if (k >= known.num_rows) {
+          return absl::InvalidArgumentError(absl::StrCat(verb, " ", name, ": key ", k,
+                                                         " is out of range for a dense table of ",
+                                                         known.num_rows, " rows"));
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // The protocol's ops for `ops`, into `out`; a pull with repeated keys pulls each key once
+  // into a buffer of `pending`'s and copies the rows out when the request succeeded.
+  absl::Status ToPullOps(const std::vector<PullOp>& ops, Pending::Impl* pending,
+                         std::vector<TableOp>* out) {
+    for (const PullOp& op : ops) {
+      PS_RETURN_IF_ERROR(CheckOp("pull", op.table, op.keys, op.out.size()));
+      TableOp t;
+      t.table_id = op.table.id;
+      t.keys = op.keys;
+      t.out = op.out.data();
+      std::vector<uint64_t> unique;
+      std::vector<uint32_t> slot;
+      if (Deduplicate(op.keys, &unique, &slot)) {
+        const size_t dim = op.table.dim;
+        pending->keys.push_back(std::move(unique));
+        pending->values.emplace_back(pending->keys.back().size() * dim);
+        t.keys = pending->keys.back();
+        t.out = pending->values.back().data();
+        pending->scatters.push_back(
+            [rows = t.out, slot = std::move(slot), out = op.out.data(), dim] {
+              for (size_t i = 0; i < slot.size(); ++i) {
+                std::memcpy(out + i * dim, rows + slot[i] * dim, dim * sizeof(float));
+              }
+            });
+      }
+      out->push_back(t);
+    }
+    return absl::OkStatus();
+  }
+
+  // The protocol's ops for `ops`, into `out`; a push with repeated keys sends each key once
+  // with the sum of its gradients (in a buffer of `pending`'s).
+  absl::Status ToPushOps(const std::vector<PushOp>& ops, Pending::Impl* pending,
+                         std::vector<TableOp>* out) {
+    for (const PushOp& op : ops) {
+      PS_RETURN_IF_ERROR(CheckOp("push", op.table, op.keys, op.grads.size()));
+      TableOp t;
+      t.table_id = op.table.id;
+      t.keys = op.keys;
+      t.grads = op.grads.data();
+      std::vector<uint64_t> unique;
+      std::vector<uint32_t> slot;
+      if (Deduplicate(op.keys, &unique, &slot)) {
+        const size_t dim = op.table.dim;
+        std::vector<float> sums(unique.size() * dim, 0.0f);
+        for (size_t i = 0; i < slot.size(); ++i) {
+          const float* g = op.grads.data() + i * dim;
+          float* dst = sums.data() + slot[i] * dim;
+          for (size_t d = 0; d < dim; ++d) dst[d] += g[d];
+        }
+        pending->keys.push_back(std::move(unique));
+        pending->values.push_back(std::move(sums));
+        t.keys = pending->keys.back();
+        t.grads = pending->values.back().data();
+      }
+      out->push_back(t);
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  const ClientOptions options_;
+  const std::unique_ptr<RpcClient> rpc_;
+  std::atomic<bool> closed_{false};
+  absl::Mutex mu_;
+  absl::flat_hash_map<uint32_t, Table> tables_ ABSL_GUARDED_BY(mu_);
+};
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
+  PS_RETURN_IF_ERROR(options.Validate());
+  RpcClientOptions ro;
+  ro.servers = options.servers;
+  ro.job_id = options.job_id;
+  ro.worker_id = options.worker_id;
+  ro.rpc_timeout = options.rpc_timeout;
+  ro.max_retries = options.max_retries;
+  ro.max_part_bytes = options.max_part_bytes;
+  ro.channels_per_server = options.channels_per_server;
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<RpcClient> rpc, RpcClient::Connect(std::move(ro)));
+  if (options.configure_job) {
+    std::vector<uint32_t> workers;
+    for (uint32_t w = 0; w < options.num_workers; ++w) workers.push_back(w);
+    absl::Status s = JobAdmin(*rpc).ConfigureJob(
+        ToProto(options.consistency, options.staleness), workers, /*membership_epoch=*/1);
+    if (!s.ok()) {
+      return WithPrefix(s, absl::StrCat("declaring job '", options.job_id, "' on the servers"));
+    }
+  }
+  return std::unique_ptr<Client>(
+      new Client(std::make_unique<Impl>(std::move(options), std::move(rpc))));
+}
+
+Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Client::~Client() = default;
+
+absl::StatusOr<Table> Client::CreateTable(const TableConfig& config) {
+  PS_RETURN_IF_ERROR(impl_->CheckOpen());
+  PS_RETURN_IF_ERROR(ValidateName("table name", config.name, kMaxTableName));
+  if (config.dim == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("table '", config.name, "': dim must be >= 1"));
+  }
+  if (config.kind == TableKind::kDense && config.num_rows == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("table '", config.name, "': a dense table needs num_rows >= 1"));
+  }
+  if (config.kind == TableKind::kSparse && config.num_rows != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "table '", config.name, "': num_rows is for dense tables (a sparse table grows)"));
+  }
+  v1::TableSpec spec;
+  spec.set_table_id(config.id != 0 ? config.id
+                                   : TableIdFor(impl_->options().job_id, config.name));
+  spec.set_name(config.name);
+  spec.set_job_id(impl_->options().job_id);
+  spec.set_kind(config.kind == TableKind::kDense ? v1::DENSE : v1::SPARSE);
+  spec.set_dim(config.dim);
+  spec.set_num_rows(config.num_rows);
+  *spec.mutable_initializer() = ToProto(config.initializer);
+  *spec.mutable_optimizer() = ToProto(config.optimizer);
+  absl::Status s = impl_->rpc().CreateTable(spec);
+  if (!s.ok()) return WithPrefix(s, absl::StrCat("creating table '", config.name, "'"));
+  return impl_->Remember(spec);
+}
+
+absl::StatusOr<Table> Client::OpenTable(const std::string& name) {
+  PS_RETURN_IF_ERROR(impl_->CheckOpen());
+  PS_RETURN_IF_ERROR(ValidateName("table name", name, kMaxTableName));
+  const uint32_t id = TableIdFor(impl_->options().job_id, name);
+  auto table = impl_->Lookup(id);
+  if (absl::IsNotFound(table.status()) || (table.ok() && table->name != name)) {
+    return absl::NotFoundError(absl::StrCat("no table named '", name, "' in job '",
+                                            impl_->options().job_id, "' on the servers"));
+  }
+  return table;
+}
+
+absl::StatusOr<Table> Client::OpenTableById(uint32_t id) {
+  PS_RETURN_IF_ERROR(impl_->CheckOpen());
+  return impl_->Lookup(id);
+}
+
+Pending Client::PullAsync(std::vector<PullOp> ops) {
+  auto pending = std::make_shared<Pending::Impl>();
+  std::vector<TableOp> rpc_ops;
+  pending->early = impl_->CheckOpen();
+  if (pending->early.ok()) pending->early = impl_->ToPullOps(ops, pending.get(), &rpc_ops);
+  if (pending->early.ok()) {
+    pending->handle = impl_->rpc().PullAsync(std::move(rpc_ops));
+    pending->started = true;
+  }
+  return Pending(std::move(pending));
+}
+
+Pending Client::PushAsync(std::vector<PushOp> ops) {
+  auto pending = std::make_shared<Pending::Impl>();
+  std::vector<TableOp> rpc_ops;
+  pending->early = impl_->CheckOpen();
+  if (pending->early.ok()) pending->early = impl_->ToPushOps(ops, pending.get(), &rpc_ops);
+  if (pending->early.ok()) {
+    pending->handle = impl_->rpc().PushAsync(std::move(rpc_ops));
+    pending->started = true;
+  }
+  return Pending(std::move(pending));
+}
+
+Pending Client::PullAsync(const Table& table, absl::Span<const uint64_t> keys,
+                          absl::Span<float> out) {
+  return PullAsync(std::vector<PullOp>{PullOp{table, keys, out}});
+}
+
+Pending Client::PushAsync(const Table& table, absl::Span<const uint64_t> keys,
+                          absl::Span<const float> grads) {
+  return PushAsync(std::vector<PushOp>{PushOp{table, keys, grads}});
+}
+
+absl::Status Client::Pull(const Table& table, absl::Span<const uint64_t> keys,
+                          absl::Span<float> out) {
+  return PullAsync(table, keys, out).Wait();
+}
+
+absl::Status Client::Push(const Table& table, absl::Span<const uint64_t> keys,
+                          absl::Span<const float> grads) {
+  return PushAsync(table, keys, grads).Wait();
+}
+
+Pending Client::PushPullAsync(std::vector<PushOp> push, std::vector<PullOp> pull) {
+  auto pending = std::make_shared<Pending::Impl>();
+  std::vector<TableOp> push_ops, pull_ops;
+  pending->early = impl_->CheckOpen();
+  if (pending->early.ok()) pending->early = impl_->ToPushOps(push, pending.get(), &push_ops);
+  if (pending->early.ok()) pending->early = impl_->ToPullOps(pull, pending.get(), &pull_ops);
+  if (pending->early.ok()) {
+    pending->handle = impl_->rpc().PushPullAsync(std::move(push_ops), std::move(pull_ops));
+    pending->started = true;
+  }
+  return Pending(std::move(pending));
+}
+
+absl::Status Client::PushPull(std::vector<PushOp> push, std::vector<PullOp> pull) {
+  return PushPullAsync(std::move(push), std::move(pull)).Wait();
+}
+
+absl::Status Client::Clock() {
+  PS_RETURN_IF_ERROR(impl_->CheckOpen());
+  return impl_->rpc().Clock();
+}
+
+int64_t Client::clock() const { return impl_->rpc().clock(); }
+void Client::SetLearningRateScale(float scale) { impl_->rpc().SetLearningRateScale(scale); }
+void Client::Close() { impl_->Close(); }
+bool Client::closed() const { return impl_->closed(); }
+const std::string& Client::job_id() const { return impl_->options().job_id; }
+uint32_t Client::worker_id() const { return impl_->options().worker_id; }
+const std::vector<std::string>& Client::servers() const { return impl_->options().servers; }
+
+}  // namespace ps

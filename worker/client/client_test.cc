@@ -1,0 +1,296 @@
+// The public client library (<ps/client.h>) against real parameter servers, in process.
+#include "ps/client.h"
+
+#include <cmath>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/parameter_server.h"
+
+namespace ps {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Two in-process servers (slot s on server s % 2), started for each test.
+class ClientTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (int i = 0; i < 2; ++i) {
+      ParameterServerOptions options;
+      options.listen = "127.0.0.1:0";
+      options.server_index = i;
+      options.num_servers = 2;
+      options.max_pull_wait = absl::Seconds(10);
+      auto server = ParameterServer::Start(options);
+      ASSERT_TRUE(server.ok()) << server.status();
+      addresses_.push_back(absl::StrCat("127.0.0.1:", (*server)->port()));
+      servers_.push_back(std::move(*server));
+    }
+  }
+  void TearDown() override {
+    for (auto& s : servers_) {
+      if (s != nullptr) s->Shutdown();
+    }
+  }
+
+  ClientOptions Options(const std::string& job = "job") const {
+    ClientOptions o;
+    o.servers = addresses_;
+    o.job_id = job;
+    o.rpc_timeout = absl::Seconds(20);
+    return o;
+  }
+
+  std::unique_ptr<Client> Connect(ClientOptions options) {
+    auto client = Client::Connect(std::move(options));
+    EXPECT_TRUE(client.ok()) << client.status();
+    return client.ok() ? std::move(*client) : nullptr;
+  }
+
+  static TableConfig Sparse(const std::string& name, uint32_t dim, float lr = 0.5f) {
+    TableConfig c;
+    c.name = name;
+    c.kind = TableKind::kSparse;
+    c.dim = dim;
+    c.optimizer = Optimizer::Sgd(lr);
+    return c;
+  }
+  static TableConfig Dense(const std::string& name, uint64_t rows, uint32_t dim) {
+    TableConfig c = Sparse(name, dim);
+    c.kind = TableKind::kDense;
+    c.num_rows = rows;
+    return c;
+  }
+
+  std::vector<std::string> addresses_;
+  std::vector<std::unique_ptr<ParameterServer>> servers_;
+};
+
+TEST_F(ClientTest, PushThenPullAppliesTheServersOptimizerToSummedGradients) {
+  auto client = Connect(Options());
+  ASSERT_NE(client, nullptr);
+  TableConfig config = Sparse("emb", 3, /*lr=*/0.5f);
+  config.initializer = Initializer::Constant(1.0f);
+  auto table = client->CreateTable(config);
+  ASSERT_TRUE(table.ok()) << table.status();
+  EXPECT_EQ(table->id, TableIdFor("job", "emb"));
+  EXPECT_EQ(table->dim, 3u);
+
+  // Keys on both servers; key 7 twice: its gradients are summed.
+  const std::vector<uint64_t> keys = {7, 8, 7, 1000001};
+  std::vector<float> grads(keys.size() * 3);
+  std::iota(grads.begin(), grads.end(), 1.0f);
+  absl::Status pushed = client->Push(*table, keys, grads);
+  ASSERT_TRUE(pushed.ok()) << pushed;
+
+  std::vector<float> out(keys.size() * 3);
+  ASSERT_TRUE(client->Pull(*table, keys, absl::MakeSpan(out)).ok());
+  for (int d = 0; d < 3; ++d) {
+    const float g7 = grads[0 * 3 + d] + grads[2 * 3 + d];
+    EXPECT_FLOAT_EQ(out[0 * 3 + d], 1.0f - 0.5f * g7);
+    EXPECT_FLOAT_EQ(out[2 * 3 + d], 1.0f - 0.5f * g7);
+    EXPECT_FLOAT_EQ(out[1 * 3 + d], 1.0f - 0.5f * grads[1 * 3 + d]);
+    EXPECT_FLOAT_EQ(out[3 * 3 + d], 1.0f - 0.5f * grads[3 * 3 + d]);
+  }
+}
+
+TEST_F(ClientTest, AsyncRequestsOverlapAndPushPullAdvancesTheClock) {
+  auto client = Connect(Options());
+  ASSERT_NE(client, nullptr);
+  auto w = client->CreateTable(Dense("w", 100, 4));
+  auto b = client->CreateTable(Dense("b", 1, 4));
+  ASSERT_TRUE(w.ok() && b.ok());
+  std::vector<uint64_t> keys(100);
+  std::iota(keys.begin(), keys.end(), 0);
+  std::vector<float> w_out(400), b_out(4);
+  const std::vector<uint64_t> b_key = {0};
+  Pending p1 = client->PullAsync(*w, keys, absl::MakeSpan(w_out));
+  Pending p2 = client->PullAsync(*b, b_key, absl::MakeSpan(b_out));
+  ASSERT_TRUE(p1.Wait().ok());
+  ASSERT_TRUE(p2.Wait().ok());
+  EXPECT_TRUE(p1.Done());
+  EXPECT_TRUE(p1.Wait().ok());  // again: the same answer
+
+  std::vector<float> grads(400, 1.0f);
+  EXPECT_EQ(client->clock(), 0);
+  ASSERT_TRUE(client->PushPull({PushOp{*w, keys, grads}}, {PullOp{*w, keys, absl::MakeSpan(w_out)}})
+                  .ok());
+  EXPECT_EQ(client->clock(), 1);
+  for (float v : w_out) EXPECT_FLOAT_EQ(v, -0.5f);
+  ASSERT_TRUE(client->Clock().ok());
+  EXPECT_EQ(client->clock(), 2);
+}
+
+TEST_F(ClientTest, TablesAreFoundByNameAndIdAndCreationIsIdempotent) {
+  auto client = Connect(Options());
+  ASSERT_NE(client, nullptr);
+  auto created = client->CreateTable(Sparse("a/emb", 8));
+  ASSERT_TRUE(created.ok()) << created.status();
+  EXPECT_TRUE(client->CreateTable(Sparse("a/emb", 8)).ok());
+
+  // Another client of the same job sees it; one of another job does not.
+  auto other = Connect(Options());
+  auto by_name = other->OpenTable("a/emb");
+  ASSERT_TRUE(by_name.ok()) << by_name.status();
+  EXPECT_EQ(by_name->id, created->id);
+  EXPECT_EQ(by_name->dim, 8u);
+  EXPECT_EQ(by_name->kind, TableKind::kSparse);
+  auto by_id = other->OpenTableById(created->id);
+  ASSERT_TRUE(by_id.ok());
+  EXPECT_EQ(by_id->name, "a/emb");
+
+  auto stranger = Connect(Options("another-job"));
+  auto missing = stranger->OpenTable("a/emb");
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(missing.status().message()), HasSubstr("no table named 'a/emb'"));
+  EXPECT_EQ(other->OpenTableById(12345).status().code(), absl::StatusCode::kNotFound);
+
+  // Same id, another config: refused by the servers, with their message.
+  auto clash = client->CreateTable(Sparse("a/emb", 9));
+  EXPECT_FALSE(clash.ok());
+  EXPECT_THAT(std::string(clash.status().message()), HasSubstr("creating table 'a/emb'"));
+}
+
+TEST_F(ClientTest, BadArgumentsAreRefusedBeforeTheWireAndRowsStayIntact) {
+  auto client = Connect(Options());
+  ASSERT_NE(client, nullptr);
+  TableConfig dense = Dense("d", 10, 2);
+  dense.initializer = Initializer::Constant(3.0f);
+  auto d = client->CreateTable(dense);
+  auto s = client->CreateTable(Sparse("s", 2));
+  ASSERT_TRUE(d.ok() && s.ok());
+  const std::vector<uint64_t> keys = {1, 2};
+  std::vector<float> two_rows(4, 1.0f), short_buf(3);
+
+  // Wrong buffer sizes.
+  absl::Status st = client->Push(*d, keys, absl::MakeConstSpan(two_rows.data(), 3));
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("2 keys of dim 2 need 4 floats"));
+  st = client->Pull(*d, keys, absl::MakeSpan(short_buf));
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+
+  // A dense key out of range.
+  const std::vector<uint64_t> far = {1, 10};
+  st = client->Push(*d, far, two_rows);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("key 10 is out of range for a dense table of 10"));
+
+  // A Table that does not match the servers' (wrong dim), or does not exist.
+  Table lying = *d;
+  lying.dim = 1;
+  st = client->Pull(lying, keys, absl::MakeSpan(two_rows.data(), 2));
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("of dim 2 on the servers"));
+  Table ghost = *s;
+  ghost.id = 424242;
+  EXPECT_EQ(client->Pull(ghost, keys, absl::MakeSpan(two_rows)).code(),
+            absl::StatusCode::kNotFound);
+
+  // Bad table configs.
+  EXPECT_EQ(client->CreateTable(Sparse("", 2)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(client->CreateTable(Sparse("no spaces", 2)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(client->CreateTable(Sparse("zero", 0)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(client->CreateTable(Dense("norows", 0, 2)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  // NaN gradients: the servers refuse them (their default policy) and keep the rows.
+  std::vector<float> nan(4, std::nanf(""));
+  st = client->Push(*d, keys, nan);
+  EXPECT_FALSE(st.ok());
+
+  // Nothing above changed a row.
+  std::vector<float> out(4);
+  ASSERT_TRUE(client->Pull(*d, keys, absl::MakeSpan(out)).ok());
+  for (float v : out) EXPECT_FLOAT_EQ(v, 3.0f);
+}
+
+TEST_F(ClientTest, AClosedClientRefusesEveryCall) {
+  auto client = Connect(Options());
+  ASSERT_NE(client, nullptr);
+  auto t = client->CreateTable(Sparse("t", 2));
+  ASSERT_TRUE(t.ok());
+  client->Close();
+  client->Close();  // idempotent
+  EXPECT_TRUE(client->closed());
+  const std::vector<uint64_t> keys = {1};
+  std::vector<float> buf(2);
+  absl::Status st = client->Pull(*t, keys, absl::MakeSpan(buf));
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("the client is closed"));
+  EXPECT_EQ(client->Push(*t, keys, buf).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(client->Clock().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(client->CreateTable(Sparse("u", 2)).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(client->OpenTable("t").status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(ClientTest, AServerThatWentAwayIsAnErrorNotAHang) {
+  ClientOptions o = Options();
+  o.rpc_timeout = absl::Seconds(2);
+  o.max_retries = 0;
+  auto client = Connect(o);
+  ASSERT_NE(client, nullptr);
+  auto t = client->CreateTable(Sparse("t", 2));
+  ASSERT_TRUE(t.ok());
+  servers_[1]->Shutdown();
+  servers_[1].reset();
+  std::vector<uint64_t> keys(64);
+  std::iota(keys.begin(), keys.end(), 0);  // some on each server
+  std::vector<float> buf(128);
+  absl::Status st = client->Pull(*t, keys, absl::MakeSpan(buf));
+  EXPECT_TRUE(st.code() == absl::StatusCode::kUnavailable ||
+              st.code() == absl::StatusCode::kDeadlineExceeded)
+      << st;
+  EXPECT_THAT(std::string(st.message()), HasSubstr(addresses_[1]));
+}
+
+TEST_F(ClientTest, OptionsAreValidated) {
+  ClientOptions o = Options();
+  o.servers.clear();
+  EXPECT_EQ(Client::Connect(o).status().code(), absl::StatusCode::kInvalidArgument);
+  o = Options();
+  o.num_workers = 2;
+  o.worker_id = 2;
+  auto s = Client::Connect(o).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("worker_id 2 is not in 0..1"));
+  o = Options("bad job\n");
+  EXPECT_EQ(Client::Connect(o).status().code(), absl::StatusCode::kInvalidArgument);
+  o = Options();
+  o.rpc_timeout = absl::ZeroDuration();
+  EXPECT_EQ(Client::Connect(o).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(ClientTest, SyncWorkersSeeTheSumOfAClocksGradients) {
+  ClientOptions o = Options("syncjob");
+  o.consistency = Consistency::kSync;
+  o.num_workers = 2;
+  auto w0 = Connect(o);
+  o.worker_id = 1;
+  auto w1 = Connect(o);
+  ASSERT_TRUE(w0 != nullptr && w1 != nullptr);
+  auto t = w0->CreateTable(Dense("w", 4, 1));
+  ASSERT_TRUE(t.ok());
+  std::vector<uint64_t> keys = {0, 1, 2, 3};
+  std::vector<float> g0(4, 1.0f), g1(4, 3.0f), out0(4), out1(4);
+  Pending a = w0->PushPullAsync({PushOp{*t, keys, g0}}, {PullOp{*t, keys, absl::MakeSpan(out0)}});
+  Pending b = w1->PushPullAsync({PushOp{*t, keys, g1}}, {PullOp{*t, keys, absl::MakeSpan(out1)}});
+  ASSERT_TRUE(a.Wait().ok());
+  ASSERT_TRUE(b.Wait().ok());
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_FLOAT_EQ(out0[i], -0.5f * 4.0f);  // sgd 0.5 on the sum 1 + 3
+    EXPECT_FLOAT_EQ(out1[i], out0[i]);
+  }
+}
+
+}  // namespace
+}  // namespace ps

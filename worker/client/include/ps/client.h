@@ -1,0 +1,242 @@
+// The paramserver client library: what a training program uses to keep its model in parameter
+// servers. Tables (dense tensors, sparse embedding rows) live on the servers, which apply a
+// server-side optimizer to the gradients a program pushes; the program pulls current values.
+//
+//   ps::ClientOptions options;
+//   options.servers = {"10.0.0.5:7100", "10.0.0.6:7100"};
+//   auto client = ps::Client::Connect(options);        // absl::StatusOr<unique_ptr<Client>>
+//   ps::TableConfig config;
+//   config.name = "emb";
+//   config.kind = ps::TableKind::kSparse;
+//   config.dim = 16;
+//   config.optimizer = ps::Optimizer::Adagrad(0.05f);
+//   auto emb = (*client)->CreateTable(config);         // absl::StatusOr<Table>
+//   (*client)->Pull(*emb, keys, absl::MakeSpan(values));  // values: keys.size() * 16 floats
+//   (*client)->Push(*emb, keys, grads);
+//
+// Only absl types appear here (no gRPC, no protobuf): link `paramserver::client` (CMake:
+// find_package(paramserver)) and include <ps/client.h>. Every call returns absl::Status; a
+// server's error carries its message. Nothing here throws.
+#ifndef PS_CLIENT_H_
+#define PS_CLIENT_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+
+namespace ps {
+
+// A dense table is a fixed tensor of `num_rows` rows (keys 0..num_rows-1); a sparse table holds
+// rows for any uint64 key, each created (with the initializer) on first touch.
+enum class TableKind { kDense, kSparse };
+
+// How a row's values start. Rows depend only on (seed, table name, key): every server creates
+// the same row.
+struct Initializer {
+  enum class Kind { kZeros, kConstant, kUniform, kNormal };
+  Kind kind = Kind::kZeros;
+  float value = 0;   // kConstant
+  float low = 0;     // kUniform: values in [low, high)
+  float high = 0;
+  float stddev = 0;  // kNormal: normal(0, stddev)
+  uint64_t seed = 0;
+
+  static Initializer Zeros() { return {}; }
+  static Initializer Constant(float value);
+  static Initializer Uniform(float low, float high, uint64_t seed = 0);
+  static Initializer Normal(float stddev, uint64_t seed = 0);
+};
+
+// The server-side optimizer of a table. Unset fields take the server's defaults: learning rate
+// 0.01, momentum 0.9, Adam's beta1 0.9, beta2 0.999, epsilon 1e-8 (Adagrad: 1e-10), Adagrad's
+// initial accumulator 0.1, FTRL's l1 = l2 = 0 and beta 1, weight decay 0.
+struct Optimizer {
+  enum class Kind { kSgd, kMomentum, kAdagrad, kAdam, kFtrl };
+  Kind kind = Kind::kSgd;
+  std::optional<float> learning_rate;  // FTRL: alpha
+  std::optional<float> momentum;
+  std::optional<float> beta1;
+  std::optional<float> beta2;
+  std::optional<float> epsilon;
+  std::optional<float> initial_accumulator;
+  std::optional<float> l1;
+  std::optional<float> l2;
+  std::optional<float> ftrl_beta;
+  std::optional<float> weight_decay;
+
+  static Optimizer Sgd(float learning_rate);
+  static Optimizer Momentum(float learning_rate, float momentum = 0.9f);
+  static Optimizer Adagrad(float learning_rate);
+  static Optimizer Adam(float learning_rate);
+  static Optimizer Ftrl(float alpha, float l1 = 0, float l2 = 0);
+};
+
+// What CreateTable makes.
+struct TableConfig {
+  std::string name;  // 1..128 characters: letters, digits, '_', '-', '.', '/'
+  TableKind kind = TableKind::kSparse;
+  uint32_t dim = 0;       // floats per row, >= 1
+  uint64_t num_rows = 0;  // dense tables: rows (keys 0..num_rows-1); sparse: 0
+  Initializer initializer;
+  Optimizer optimizer;
+  // The table's id on the servers. 0: TableIdFor(job_id, name), which every client of the job
+  // computes alike (a job whose tables a scheduler created passes the ids it was given).
+  uint32_t id = 0;
+};
+
+// The id a table named `name` of job `job_id` gets when its config leaves the id 0: a stable
+// 31-bit hash, never 0.
+uint32_t TableIdFor(const std::string& job_id, const std::string& name);
+
+// A table as the servers hold it (from CreateTable or OpenTable). Cheap to copy.
+struct Table {
+  uint32_t id = 0;
+  std::string name;
+  TableKind kind = TableKind::kSparse;
+  uint32_t dim = 0;
+  uint64_t num_rows = 0;  // dense only
+};
+
+// How pulls see the pushes of other workers of the job (see docs/client.md).
+enum class Consistency {
+  kSync,  // BSP: a clock's gradients of all workers are summed and applied once; a pull at
+          // clock c waits until every worker has pushed clock c-1.
+  kSsp,   // bounded staleness: pushes apply on arrival; a pull at clock c waits until every
+          // worker has reached clock c - staleness.
+  kAsync  // pushes apply on arrival; pulls never wait.
+};
+
+struct ClientOptions {
+  // The parameter servers, "host:port" each, in shard-map order (slot s on servers[s % n]).
+  std::vector<std::string> servers;
+  // Tables and clocks are per job; every worker of a job names the same job and servers.
+  std::string job_id = "default";
+  uint32_t worker_id = 0;    // 0..num_workers-1
+  uint32_t num_workers = 1;  // workers of the job (sync/ssp wait for all of them)
+  Consistency consistency = Consistency::kAsync;
+  int staleness = 0;  // kSsp: clocks a worker may run ahead of the slowest
+  // Declare the job (its consistency mode and workers 0..num_workers-1) on every server at
+  // Connect. Every worker may do it (the same declaration is idempotent); set false when
+  // someone else (a worker daemon) has configured the job.
+  bool configure_job = true;
+  // Deadline of one request (a sync or ssp pull may wait this long for slow workers).
+  absl::Duration rpc_timeout = absl::Seconds(180);
+  // Tries again a request that failed with UNAVAILABLE this many times (a push keeps its
+  // request id: the servers apply it once).
+  int max_retries = 3;
+  // Requests larger than this are cut into parts sent in parallel.
+  size_t max_part_bytes = 2 << 20;
+  // TCP connections per server.
+  int channels_per_server = 2;
+
+  absl::Status Validate() const;
+};
+
+// One table's part of a multi-table request. `keys` and the buffers are borrowed until the
+// request is done.
+struct PullOp {
+  Table table;
+  absl::Span<const uint64_t> keys;
+  absl::Span<float> out;  // receives keys.size() * table.dim values, row by row
+};
+struct PushOp {
+  Table table;
+  absl::Span<const uint64_t> keys;
+  absl::Span<const float> grads;  // keys.size() * table.dim gradients, row by row
+};
+
+// A request in flight (ps-lite's timestamp). Copyable; Wait() may be called many times and
+// from any thread.
+class Pending {
+ public:
+  Pending();
+  ~Pending();
+  Pending(const Pending&);
+  Pending& operator=(const Pending&);
+  // Blocks until every part has answered: OK, or the first error.
+  absl::Status Wait() const;
+  // True once Wait() would not block.
+  bool Done() const;
+
+  struct Impl;  // the library's own
+
+ private:
+  friend class Client;
+  explicit Pending(std::shared_ptr<Impl> impl);
+  std::shared_ptr<Impl> impl_;
+};
+
+// A connection to a job's parameter servers. Thread-safe: pulls and pushes may be issued from
+// several threads and overlap; Clock() and PushPull advance this worker's clock and belong to
+// one training loop. Destroying the client waits for requests in flight.
+class Client {
+ public:
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(ClientOptions options);
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // Creates the table on every server (idempotent for the same config; ALREADY_EXISTS if a
+  // table with that id but another config exists).
+  absl::StatusOr<Table> CreateTable(const TableConfig& config);
+  // A table that exists on the servers: by name (its id from TableIdFor) or by id. NOT_FOUND
+  // if there is none.
+  absl::StatusOr<Table> OpenTable(const std::string& name);
+  absl::StatusOr<Table> OpenTableById(uint32_t id);
+
+  // Pulls the rows of `keys` into `out` (keys.size() * dim floats). Sparse rows not yet
+  // touched are created with the table's initializer. A key may appear several times.
+  absl::Status Pull(const Table& table, absl::Span<const uint64_t> keys, absl::Span<float> out);
+  // Pushes gradients (keys.size() * dim floats); the servers apply the table's optimizer.
+  // A key may appear several times: its gradients are summed.
+  absl::Status Push(const Table& table, absl::Span<const uint64_t> keys,
+                    absl::Span<const float> grads);
+  // Asynchronous forms: the buffers must stay valid until the request is done, and a pull's
+  // `out` is complete once Wait() has returned OK.
+  Pending PullAsync(const Table& table, absl::Span<const uint64_t> keys, absl::Span<float> out);
+  Pending PushAsync(const Table& table, absl::Span<const uint64_t> keys,
+                    absl::Span<const float> grads);
+  Pending PullAsync(std::vector<PullOp> ops);
+  Pending PushAsync(std::vector<PushOp> ops);
+
+  // One training step's round trip: pushes the gradients of the current clock, advances this
+  // worker's clock, then pulls at the new clock (in sync mode: the values after every worker's
+  // gradients of this clock were applied). Every server hears of the clock.
+  Pending PushPullAsync(std::vector<PushOp> push, std::vector<PullOp> pull);
+  absl::Status PushPull(std::vector<PushOp> push, std::vector<PullOp> pull);
+
+  // Advances this worker's clock by one on every server (after the step's pushes; PushPull
+  // does it by itself).
+  absl::Status Clock();
+  // This worker's clock: the number of steps it has completed.
+  int64_t clock() const;
+  // Multiplies the tables' learning rate for the pushes sent from now on (a schedule's factor).
+  void SetLearningRateScale(float scale);
+
+  // Cancels the requests in flight (they end CANCELLED); every later call fails with
+  // FAILED_PRECONDITION "the client is closed". Idempotent.
+  void Close();
+  bool closed() const;
+
+  const std::string& job_id() const;
+  uint32_t worker_id() const;
+  const std::vector<std::string>& servers() const;
+
+  class Impl;  // the library's own
+
+ private:
+  explicit Client(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ps
+
+#endif  // PS_CLIENT_H_

@@ -1,0 +1,664 @@
+#include "worker/client/rpc_client.h"
+
+#include <grpcpp/create_channel.h>
+#include <grpcpp/support/channel_arguments.h>
+
+#include <algorithm>
+#include <cstring>
+#include <deque>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "common/codec.h"
+#include "common/grpc_status.h"
+#include "common/status_macros.h"
+
+namespace ps {
+
+absl::Status RpcClientOptions::Validate() const {
+  if (servers.empty() && shard_map_file.empty()) {
+    return absl::InvalidArgumentError("no servers given (servers or shard_map_file)");
+  }
+  if (job_id.empty()) return absl::InvalidArgumentError("job_id is empty");
+  if (max_part_bytes < 4096) return absl::InvalidArgumentError("max_part_bytes must be >= 4096");
+  if (channels_per_server < 1)
+    return absl::InvalidArgumentError("channels_per_server must be >= 1");
+  if (max_parts_in_flight < 1) {
+    return absl::InvalidArgumentError("max_parts_in_flight must be >= 1");
+  }
+  if (rpc_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("rpc_timeout must be positive");
+  }
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------------------------
+// RpcHandle
+
+struct RpcHandle::State {
+  // Set before the first part starts; read-only afterwards.
+  ClientObserver* observer = nullptr;
+  int64_t pull_clock = -1;  // requests with a pull: the clock it pulls at
+  const absl::Time start = absl::Now();
+
+  absl::Mutex mu;
+  int pending ABSL_GUARDED_BY(mu) = 0;
+  absl::Status status ABSL_GUARDED_BY(mu);
+  int64_t min_clock ABSL_GUARDED_BY(mu) = std::numeric_limits<int64_t>::max();
+  absl::Duration max_wait ABSL_GUARDED_BY(mu);
+  absl::Time end ABSL_GUARDED_BY(mu);  // set with the last part's answer
+  absl::Notification done;
+
+  void Finish(const absl::Status& s, int64_t part_min_clock, absl::Duration wait) {
+    bool last;
+    int64_t staleness = -1;
+    {
+      absl::MutexLock l(&mu);
+      if (status.ok() && !s.ok()) status = s;
+      min_clock = std::min(min_clock, part_min_clock);
+      max_wait = std::max(max_wait, wait);
+      last = --pending == 0;
+      if (last) end = absl::Now();
+      if (last && status.ok() && pull_clock >= 0 &&
+          min_clock != std::numeric_limits<int64_t>::max()) {
+        staleness = std::max<int64_t>(0, pull_clock - min_clock);
+      }
+    }
+    if (staleness >= 0 && observer != nullptr) observer->OnPullStaleness(staleness);
+    if (last) done.Notify();
+  }
+};
+
+absl::Status RpcHandle::Wait() const {
+  if (state_ == nullptr) return absl::FailedPreconditionError("empty handle");
+  if (state_->observer != nullptr && !state_->done.HasBeenNotified()) {
+    const absl::Time start = absl::Now();
+    state_->done.WaitForNotification();
+    state_->observer->OnBlocked(absl::Now() - start);
+  } else {
+    state_->done.WaitForNotification();
+  }
+  absl::MutexLock l(&state_->mu);
+  return state_->status;
+}
+
+bool RpcHandle::Done() const { return state_ == nullptr || state_->done.HasBeenNotified(); }
+
+int64_t RpcHandle::min_clock() const {
+  absl::MutexLock l(&state_->mu);
+  return state_->min_clock;
+}
+
+absl::Duration RpcHandle::max_wait() const {
+  absl::MutexLock l(&state_->mu);
+  return state_->max_wait;
+}
+
+absl::Duration RpcHandle::elapsed() const {
+  if (state_ == nullptr || !state_->done.HasBeenNotified()) return absl::ZeroDuration();
+  absl::MutexLock l(&state_->mu);
+  return state_->end - state_->start;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Splitting
+
+// Keys of one op that go into one part: indices into op.keys.
+struct RpcClient::Segment {
+  int op = 0;
+  std::vector<uint32_t> idx;
+};
+struct RpcClient::Part {
+  std::vector<Segment> segments;
+};
+
+std::vector<uint64_t> DenseKeys(uint64_t n) {
+  std::vector<uint64_t> keys(n);
+  for (uint64_t i = 0; i < n; ++i) keys[i] = i;
+  return keys;
+}
+
+std::vector<std::vector<RpcClient::Part>> RpcClient::Split(const std::vector<TableOp>& ops,
+                                                     const std::vector<int>& dims,
+                                                     bool with_values) const {
+  const int n = static_cast<int>(map_.servers().size());
+  // Bytes a key adds to a request: its values (push) or the values it brings back (pull).
+  auto key_bytes = [&](int o) { return 8 + static_cast<size_t>(dims[o]) * sizeof(float); };
+  // First pass: each key's owner, and each server's total, so that a server's request is cut
+  // into equal parts (1 MiB + 1 row would otherwise be a full part and a one-row part).
+  std::vector<std::vector<int>> owners(ops.size());
+  std::vector<size_t> total(n, 0);
+  for (size_t o = 0; o < ops.size(); ++o) {
+    owners[o].resize(ops[o].keys.size());
+    for (size_t i = 0; i < ops[o].keys.size(); ++i) {
+      owners[o][i] = map_.OwnerOf(ops[o].table_id, ops[o].keys[i]);
+      total[owners[o][i]] += key_bytes(o);
+    }
+  }
+  std::vector<size_t> target(n);
+  for (int s = 0; s < n; ++s) {
+    const size_t num_parts =
+        std::max<size_t>(1, (total[s] + options_.max_part_bytes - 1) / options_.max_part_bytes);
+    target[s] = (total[s] + num_parts - 1) / num_parts;
+  }
+  std::vector<std::vector<Part>> parts(n);
+  std::vector<size_t> bytes(n, 0);
+  for (int o = 0; o < static_cast<int>(ops.size()); ++o) {
+    std::vector<Segment*> open(n, nullptr);
+    for (uint32_t i = 0; i < ops[o].keys.size(); ++i) {
+      const int s = owners[o][i];
+      const bool full = bytes[s] > 0 && bytes[s] + key_bytes(o) > target[s];
+      if (parts[s].empty() || full) {
+        parts[s].emplace_back();
+        bytes[s] = 0;
+        open[s] = nullptr;
+      }
+      if (open[s] == nullptr) {
+        parts[s].back().segments.push_back(Segment{o, {}});
+        open[s] = &parts[s].back().segments.back();
+      }
+      open[s]->idx.push_back(i);
+      bytes[s] += key_bytes(o);
+    }
+  }
+  (void)with_values;
+  return parts;
+}
+
+// ---------------------------------------------------------------------------------------------
+// One RPC (a part), with its retries.
+
+// Starts a request's parts at most `window` at a time per server, the next when one finishes:
+// parts sent all at once share the connection and all arrive at the end, so the server could not
+// apply (or the client scatter) one part while the next is on the wire.
+struct RpcClient::Launcher {
+  absl::Mutex mu;
+  std::vector<std::deque<std::shared_ptr<Call>>> queued ABSL_GUARDED_BY(mu);  // per server
+
+  // The next queued part of `server`, or null.
+  std::shared_ptr<Call> Next(int server) {
+    absl::MutexLock l(&mu);
+    if (queued[server].empty()) return nullptr;
+    std::shared_ptr<Call> next = std::move(queued[server].front());
+    queued[server].pop_front();
+    return next;
+  }
+};
+
+class RpcClient::Call {
+  // Counts the call as live from construction until every member (the ClientContext last of
+  // all) is destroyed: it is the first member, so it is destroyed last.
+  class LiveToken {
+   public:
+    explicit LiveToken(RpcClient* c) : client_(c) {
+      absl::MutexLock l(&client_->calls_mu_);
+      ++client_->live_calls_;
+    }
+    ~LiveToken() {
+      absl::MutexLock l(&client_->calls_mu_);
+      --client_->live_calls_;
+    }
+
+   private:
+    RpcClient* const client_;
+  };
+  const LiveToken live_;
+
+ public:
+  enum Kind { kPull, kPush, kPushPull };
+
+  Call(RpcClient* client, Kind kind, int server, size_t index, std::shared_ptr<RpcHandle::State> state,
+       std::vector<TableOp> ops, std::vector<int> dims)
+      : live_(client),
+        client_(client),
+        kind_(kind),
+        server_(server),
+        index_(index),
+        state_(std::move(state)),
+        ops_(std::move(ops)),
+        dims_(std::move(dims)) {}
+
+  v1::PullRequest pull;
+  v1::PushRequest push;
+  v1::PushPullRequest push_pull;
+  std::vector<Segment> pull_segments;  // where the response blocks go
+
+  // Fills the request's blocks; returns the number of keys.
+  static int64_t FillBlocks(const std::vector<TableOp>& ops, const std::vector<int>& dims,
+                            const std::vector<Segment>& segments, bool with_values,
+                            google::protobuf::RepeatedPtrField<v1::KeyBlock>* blocks) {
+    int64_t num_keys = 0;
+    for (const Segment& seg : segments) {
+      const TableOp& op = ops[seg.op];
+      v1::KeyBlock* b = blocks->Add();
+      b->set_table_id(op.table_id);
+      std::string* keys = b->mutable_keys();
+      keys->resize(seg.idx.size() * sizeof(uint64_t));
+      uint64_t* k = reinterpret_cast<uint64_t*>(keys->data());
+      for (uint32_t i : seg.idx) *k++ = op.keys[i];
+      num_keys += static_cast<int64_t>(seg.idx.size());
+      if (with_values) {
+        const size_t row = static_cast<size_t>(dims[seg.op]) * sizeof(float);
+        std::string* values = b->mutable_values();
+        values->resize(seg.idx.size() * row);
+        char* v = values->data();
+        for (uint32_t i : seg.idx) {
+          std::memcpy(v, op.grads + static_cast<size_t>(i) * dims[seg.op], row);
+          v += row;
+        }
+      }
+    }
+    return num_keys;
+  }
+
+  // Starts the RPC; `self` keeps this call alive until it finishes.
+  static void Start(std::shared_ptr<Call> self) {
+    Call* c = self.get();
+    {
+      absl::MutexLock l(&c->client_->calls_mu_);
+      c->client_->calls_.emplace(c, self);
+    }
+    if (c->client_->cancelled_.load()) {
+      // Cancelled: queued parts and retries end here instead of reaching a server.
+      c->OnDone(self, grpc::Status(grpc::StatusCode::CANCELLED, "the client was cancelled"));
+      return;
+    }
+    c->SetContext(std::make_unique<grpc::ClientContext>());
+    c->ctx_->set_deadline(absl::ToChronoTime(absl::Now() + c->client_->options_.rpc_timeout));
+    c->ctx_->set_wait_for_ready(true);
+    if (c->client_->cancelled_.load()) c->ctx_->TryCancel();  // CancelInFlight raced us
+    auto* stub = c->client_->Stub(c->server_, c->index_);
+    auto done = [self](grpc::Status s) { self->OnDone(self, s); };
+    switch (c->kind_) {
+      case kPull:
+        c->response_.Clear();
+        stub->async()->Pull(c->ctx_.get(), &c->pull, &c->response_, done);
+        break;
+      case kPush:
+        stub->async()->Push(c->ctx_.get(), &c->push, &c->push_response_, done);
+        break;
+      case kPushPull:
+        c->response_.Clear();
+        stub->async()->PushPull(c->ctx_.get(), &c->push_pull, &c->response_, done);
+        break;
+    }
+  }
+
+  void set_launcher(std::shared_ptr<Launcher> launcher) { launcher_ = std::move(launcher); }
+  // Keys this part pushes and pulls (reported to the observer when it succeeds).
+  void set_num_keys(int64_t pushed, int64_t pulled) {
+    pushed_keys_ = pushed;
+    pulled_keys_ = pulled;
+  }
+  int server() const { return server_; }
+
+  ~Call() {
+    absl::MutexLock l(&client_->calls_mu_);
+    client_->calls_.erase(this);
+  }
+
+  // Cancels the RPC in flight. The caller holds a reference to this call and no client lock:
+  // gRPC may run the completion callback inline.
+  void TryCancel() {
+    absl::MutexLock l(&ctx_mu_);
+    if (ctx_ != nullptr) ctx_->TryCancel();
+  }
+
+ private:
+  // A retry replaces the context; ctx_mu_ keeps TryCancel off a context being replaced.
+  void SetContext(std::unique_ptr<grpc::ClientContext> ctx) {
+    absl::MutexLock l(&ctx_mu_);
+    ctx_ = std::move(ctx);
+  }
+
+  void OnDone(std::shared_ptr<Call> self, const grpc::Status& s) {
+    ClientObserver* const observer = state_->observer;
+    if (s.error_code() == grpc::StatusCode::UNAVAILABLE &&
+        attempts_++ < client_->options_.max_retries) {
+      if (observer != nullptr) observer->OnRetry();
+      Start(std::move(self));
+      return;
+    }
+    absl::Status status = FromGrpcStatus(s);
+    if (!status.ok()) {
+      status = WithPrefix(status, absl::StrCat("server ", client_->map_.servers()[server_]));
+    }
+    int64_t min_clock = std::numeric_limits<int64_t>::max();
+    absl::Duration wait;
+    if (status.ok() && kind_ != kPush) {
+      status = Scatter();
+      min_clock = response_.min_clock();
+      wait = absl::Microseconds(response_.wait_micros());
+    }
+    if (status.ok() && observer != nullptr) {
+      if (pushed_keys_ > 0) observer->OnPushAccepted(pushed_keys_);
+      if (pulled_keys_ > 0) observer->OnPullAnswered(pulled_keys_);
+    }
+    if (launcher_ != nullptr) {
+      // Queued parts hold the launcher; the last one to leave the queue breaks the cycle.
+      std::shared_ptr<Call> next = launcher_->Next(server_);
+      launcher_.reset();
+      if (next != nullptr) Start(std::move(next));
+    }
+    state_->Finish(status, min_clock, wait);
+  }
+
+  absl::Status Scatter() {
+    if (response_.blocks_size() != static_cast<int>(pull_segments.size())) {
+      return absl::InternalError(absl::StrCat("server answered ", response_.blocks_size(),
+                                              " blocks for ", pull_segments.size()));
+    }
+    for (size_t j = 0; j < pull_segments.size(); ++j) {
+      const Segment& seg = pull_segments[j];
+      const size_t row = static_cast<size_t>(dims_[seg.op]);
+      const std::string& values = response_.blocks(j).values();
+      if (values.size() != seg.idx.size() * row * sizeof(float)) {
+        return absl::InternalError(absl::StrCat("server answered ", values.size(),
+                                                " bytes of values for ", seg.idx.size(),
+                                                " keys of dim ", row));
+      }
+      const float* src = reinterpret_cast<const float*>(values.data());
+      float* out = ops_[seg.op].out;
+      for (uint32_t i : seg.idx) {
+        std::memcpy(out + i * row, src, row * sizeof(float));
+        src += row;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  RpcClient* const client_;
+  const Kind kind_;
+  const int server_;
+  const size_t index_;
+  std::shared_ptr<RpcHandle::State> state_;
+  const std::vector<TableOp> ops_;  // pull ops (kPull, kPushPull)
+  const std::vector<int> dims_;
+  absl::Mutex ctx_mu_;
+  std::unique_ptr<grpc::ClientContext> ctx_;
+  std::shared_ptr<Launcher> launcher_;  // set while parts of its server wait in the queue
+  v1::PullResponse response_;
+  v1::PushResponse push_response_;
+  int attempts_ = 0;
+  int64_t pushed_keys_ = 0;
+  int64_t pulled_keys_ = 0;
+};
+
+// ---------------------------------------------------------------------------------------------
+// RpcClient
+
+absl::StatusOr<std::unique_ptr<RpcClient>> RpcClient::Connect(RpcClientOptions options) {
+  PS_RETURN_IF_ERROR(options.Validate());
+  ShardMap map;
+  if (!options.shard_map_file.empty()) {
+    PS_ASSIGN_OR_RETURN(map, ShardMap::FromFile(options.shard_map_file));
+  } else {
+    map = ShardMap::RoundRobin(options.servers, options.shard_epoch);
+  }
+  if (!options.slot_owners.empty()) {
+    PS_ASSIGN_OR_RETURN(
+        map, ShardMap::FromOwners(options.servers, options.slot_owners, options.shard_epoch));
+  }
+  return std::unique_ptr<RpcClient>(new RpcClient(std::move(options), std::move(map)));
+}
+
+RpcClient::RpcClient(RpcClientOptions options, ShardMap map)
+    : options_(std::move(options)),
+      map_(std::move(map)),
+      next_request_id_(static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()))) {
+  for (const std::string& address : map_.servers()) {
+    std::vector<std::unique_ptr<v1::ParameterServer::Stub>> channels;
+    for (int c = 0; c < options_.channels_per_server; ++c) {
+      grpc::ChannelArguments args;
+      args.SetMaxReceiveMessageSize(-1);
+      args.SetMaxSendMessageSize(-1);
+      // A distinct channel per index: separate TCP connections, not one shared subchannel.
+      args.SetInt("ps.channel_index", c);
+      args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+      channels.push_back(v1::ParameterServer::NewStub(
+          grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args)));
+    }
+    stubs_.push_back(std::move(channels));
+  }
+}
+
+RpcClient::~RpcClient() {
+  absl::MutexLock l(&calls_mu_);
+  calls_mu_.Await(absl::Condition(
+      +[](int* live) { return *live == 0; }, &live_calls_));
+}
+
+v1::ParameterServer::Stub* RpcClient::Stub(int server, size_t part) {
+  return stubs_[server][part % stubs_[server].size()].get();
+}
+
+void RpcClient::CancelInFlight() {
+  cancelled_ = true;
+  std::vector<std::shared_ptr<Call>> calls;
+  {
+    absl::MutexLock l(&calls_mu_);
+    for (auto& [raw, weak] : calls_) {
+      if (auto call = weak.lock()) calls.push_back(std::move(call));
+    }
+  }
+  for (auto& call : calls) call->TryCancel();
+}
+
+absl::Status RpcClient::CreateTable(const v1::TableSpec& spec) {
+  v1::CreateTableRequest req;
+  *req.mutable_spec() = spec;
+  PS_RETURN_IF_ERROR(ForEachServer(absl::Seconds(120), [&](int, v1::ParameterServer::Stub* stub,
+                                                            grpc::ClientContext* ctx) {
+    v1::CreateTableResponse resp;
+    return stub->CreateTable(ctx, req, &resp);
+  }));
+  absl::MutexLock l(&dims_mu_);
+  dims_[spec.table_id()] = static_cast<int>(spec.dim());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::TableSpec> RpcClient::DescribeTable(uint32_t table_id) {
+  v1::DescribeTableRequest req;
+  req.set_table_id(table_id);
+  v1::DescribeTableResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+  ctx.set_wait_for_ready(true);
+  PS_RETURN_IF_ERROR(FromGrpcStatus(admin_stub(0)->DescribeTable(&ctx, req, &resp)));
+  absl::MutexLock l(&dims_mu_);
+  dims_[table_id] = static_cast<int>(resp.spec().dim());
+  return resp.spec();
+}
+
+absl::Status RpcClient::ResolveDims(const std::vector<TableOp>& ops, std::vector<int>* dims) {
+  dims->resize(ops.size());
+  for (size_t i = 0; i < ops.size(); ++i) {
+    {
+      absl::MutexLock l(&dims_mu_);
+      auto it = dims_.find(ops[i].table_id);
+      if (it != dims_.end()) {
+        (*dims)[i] = it->second;
+        continue;
+      }
+    }
+    PS_ASSIGN_OR_RETURN(v1::TableSpec spec, DescribeTable(ops[i].table_id));
+    (*dims)[i] = static_cast<int>(spec.dim());
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+RpcHandle FailedHandle(const absl::Status& s) {
+  auto state = std::make_shared<RpcHandle::State>();
+  state->pending = 1;
+  state->Finish(s, 0, absl::ZeroDuration());
+  return RpcHandle(std::move(state));
+}
+}  // namespace
+
+void RpcClient::Launch(std::vector<std::shared_ptr<Call>> calls, size_t window) {
+  auto launcher = std::make_shared<Launcher>();
+  std::vector<std::shared_ptr<Call>> now;
+  {
+    absl::MutexLock l(&launcher->mu);
+    launcher->queued.resize(stubs_.size());
+    std::vector<size_t> started(stubs_.size(), 0);
+    for (auto& c : calls) {
+      const int server = c->server();
+      c->set_launcher(launcher);
+      if (started[server] < window) {
+        ++started[server];
+        now.push_back(std::move(c));
+      } else {
+        launcher->queued[server].push_back(std::move(c));
+      }
+    }
+  }
+  for (auto& c : now) Call::Start(std::move(c));
+}
+
+RpcHandle RpcClient::PullAsync(std::vector<TableOp> ops) {
+  std::vector<int> dims;
+  absl::Status s = ResolveDims(ops, &dims);
+  if (!s.ok()) return FailedHandle(s);
+  auto parts = Split(ops, dims, /*with_values=*/false);
+  std::vector<std::shared_ptr<Call>> calls;
+  auto state = std::make_shared<RpcHandle::State>();
+  state->observer = observer_.load();
+  state->pull_clock = clock_.load();
+  for (int server = 0; server < static_cast<int>(parts.size()); ++server) {
+    for (size_t p = 0; p < parts[server].size(); ++p) {
+      auto call = std::make_shared<Call>(this, Call::kPull, server, p, state, ops, dims);
+      call->pull.set_job_id(options_.job_id);
+      call->pull.set_worker_id(options_.worker_id);
+      call->pull.set_clock(clock_.load());
+      call->pull.set_shard_epoch(map_.epoch());
+      call->set_num_keys(0, Call::FillBlocks(ops, dims, parts[server][p].segments, false,
+                                             call->pull.mutable_blocks()));
+      call->pull_segments = std::move(parts[server][p].segments);
+      calls.push_back(std::move(call));
+    }
+  }
+  if (calls.empty()) return FailedHandle(absl::OkStatus());
+  {
+    absl::MutexLock l(&state->mu);
+    state->pending = static_cast<int>(calls.size());
+  }
+  Launch(std::move(calls), options_.max_parts_in_flight);
+  return RpcHandle(std::move(state));
+}
+
+RpcHandle RpcClient::PushAsync(std::vector<TableOp> ops) {
+  std::vector<int> dims;
+  absl::Status s = ResolveDims(ops, &dims);
+  if (!s.ok()) return FailedHandle(s);
+  for (const TableOp& op : ops) {
+    if (op.grads == nullptr && !op.keys.empty()) {
+      return FailedHandle(absl::InvalidArgumentError(
+          absl::StrCat("push to table ", op.table_id, " has no gradients")));
+    }
+  }
+  auto parts = Split(ops, dims, /*with_values=*/true);
+  std::vector<std::shared_ptr<Call>> calls;
+  auto state = std::make_shared<RpcHandle::State>();
+  state->observer = observer_.load();
+  for (int server = 0; server < static_cast<int>(parts.size()); ++server) {
+    for (size_t p = 0; p < parts[server].size(); ++p) {
+      auto call =
+          std::make_shared<Call>(this, Call::kPush, server, p, state, std::vector<TableOp>(), dims);
+      v1::PushRequest& r = call->push;
+      r.set_job_id(options_.job_id);
+      r.set_worker_id(options_.worker_id);
+      r.set_request_id(next_request_id_++);
+      r.set_clock(clock_.load());
+      r.set_shard_epoch(map_.epoch());
+      r.set_lr_scale(lr_scale_.load());
+      call->set_num_keys(
+          Call::FillBlocks(ops, dims, parts[server][p].segments, true, r.mutable_blocks()), 0);
+      calls.push_back(std::move(call));
+    }
+  }
+  if (calls.empty()) return FailedHandle(absl::OkStatus());
+  {
+    absl::MutexLock l(&state->mu);
+    state->pending = static_cast<int>(calls.size());
+  }
+  Launch(std::move(calls), options_.max_parts_in_flight);
+  return RpcHandle(std::move(state));
+}
+
+RpcHandle RpcClient::PushPullAsync(std::vector<TableOp> push_ops, std::vector<TableOp> pull_ops) {
+  std::vector<int> push_dims, pull_dims;
+  absl::Status s = ResolveDims(push_ops, &push_dims);
+  if (s.ok()) s = ResolveDims(pull_ops, &pull_dims);
+  if (!s.ok()) return FailedHandle(s);
+  auto push_parts = Split(push_ops, push_dims, true);
+  auto pull_parts = Split(pull_ops, pull_dims, false);
+  const int64_t clock = clock_.fetch_add(1);
+  std::vector<std::shared_ptr<Call>> calls;
+  auto state = std::make_shared<RpcHandle::State>();
+  state->observer = observer_.load();
+  state->pull_clock = pull_ops.empty() ? -1 : clock + 1;
+  for (int server = 0; server < static_cast<int>(push_parts.size()); ++server) {
+    // Every server hears of the clock: at least one part each.
+    const size_t n =
+        std::max<size_t>({push_parts[server].size(), pull_parts[server].size(), size_t{1}});
+    for (size_t p = 0; p < n; ++p) {
+      auto call =
+          std::make_shared<Call>(this, Call::kPushPull, server, p, state, pull_ops, pull_dims);
+      v1::PushPullRequest& r = call->push_pull;
+      v1::PushRequest* push = r.mutable_push();
+      push->set_job_id(options_.job_id);
+      push->set_worker_id(options_.worker_id);
+      push->set_request_id(next_request_id_++);
+      push->set_clock(clock);
+      push->set_shard_epoch(map_.epoch());
+      push->set_lr_scale(lr_scale_.load());
+      r.set_advance_clock(true);
+      r.set_clock_parts(static_cast<uint32_t>(n));
+      int64_t pushed = 0, pulled = 0;
+      if (p < push_parts[server].size()) {
+        pushed = Call::FillBlocks(push_ops, push_dims, push_parts[server][p].segments, true,
+                                  push->mutable_blocks());
+      }
+      if (p < pull_parts[server].size()) {
+        pulled = Call::FillBlocks(pull_ops, pull_dims, pull_parts[server][p].segments, false,
+                                  r.mutable_pull_blocks());
+        call->pull_segments = std::move(pull_parts[server][p].segments);
+      }
+      call->set_num_keys(pushed, pulled);
+      calls.push_back(std::move(call));
+    }
+  }
+  {
+    absl::MutexLock l(&state->mu);
+    state->pending = static_cast<int>(calls.size());
+  }
+  // All parts at once: a PushPull part's pull may wait for the clock to advance, which needs
+  // every part of this worker to have arrived.
+  const size_t all = calls.size();
+  Launch(std::move(calls), all);
+  return RpcHandle(std::move(state));
+}
+
+absl::Status RpcClient::Clock() {
+  v1::ClockRequest req;
+  req.set_job_id(options_.job_id);
+  req.set_worker_id(options_.worker_id);
+  req.set_clock(clock_.load() + 1);
+  const absl::Time start = absl::Now();
+  absl::Status s = ForEachServer(
+      options_.rpc_timeout, [&](int, v1::ParameterServer::Stub* stub, grpc::ClientContext* ctx) {
+        v1::ClockResponse resp;
+        return stub->Clock(ctx, req, &resp);
+      });
+  if (ClientObserver* observer = observer_.load(); observer != nullptr) {
+    observer->OnBlocked(absl::Now() - start);
+  }
+  PS_RETURN_IF_ERROR(s);
+  clock_.fetch_add(1);
+  return absl::OkStatus();
+}
+
+}  // namespace ps

@@ -1,0 +1,243 @@
+#include "worker/daemon/job_runner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "common/grpc_status.h"
+#include "common/status_macros.h"
+
+namespace ps {
+
+absl::Status JobRunnerOptions::Validate() const {
+  if (epochs < 1) return absl::InvalidArgumentError(absl::StrCat("epochs is ", epochs, "; >= 1"));
+  if (batch_size < 1 || batch_size > 65536) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch_size is ", batch_size, "; must be in 1..65536"));
+  }
+  if (num_workers < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("num_workers is ", num_workers, "; >= 1"));
+  }
+  if (consistency.mode() == v1::ConsistencySpec::SSP && consistency.staleness() < 0) {
+    return absl::InvalidArgumentError("ssp staleness must be >= 0");
+  }
+  return absl::OkStatus();
+}
+
+float LearningRateScale(const v1::LearningRateSchedule& schedule, int64_t clock,
+                        int64_t clocks_per_epoch, int64_t total_clocks) {
+  switch (schedule.kind()) {
+    case v1::LearningRateSchedule::STEP: {
+      const double gamma = schedule.gamma() > 0 ? schedule.gamma() : 0.1;
+      const int64_t every = schedule.step_epochs() > 0 ? schedule.step_epochs() : 1;
+      const int64_t epoch = clock / std::max<int64_t>(1, clocks_per_epoch);  // 0-based
+      return static_cast<float>(std::pow(gamma, static_cast<double>(epoch / every)));
+    }
+    case v1::LearningRateSchedule::COSINE: {
+      const double final_fraction = schedule.final_fraction();
+      const double t = static_cast<double>(clock) / std::max<int64_t>(1, total_clocks);
+      return static_cast<float>(final_fraction +
+                                (1 - final_fraction) * 0.5 * (1 + std::cos(M_PI * t)));
+    }
+    default:
+      return 1.0f;
+  }
+}
+
+std::string FormatTimeSplit(const JobProgress& p) {
+  const double hidden = p.communication_seconds > 0
+                            ? 100.0 * p.hidden_communication_seconds / p.communication_seconds
+                            : 0.0;
+  return absl::StrFormat("compute %.2fs, communication %.2fs (%.0f%% hidden)", p.compute_seconds,
+                         p.communication_seconds, hidden);
+}
+
+JobRunner::JobRunner(Model* model, RpcClient* client, JobRunnerOptions options, WorkerMetrics* metrics)
+    : model_(model),
+      client_(client),
+      options_(std::move(options)),
+      clocks_per_epoch_(std::max<int64_t>(
+          1, model->num_train_examples() /
+                 (static_cast<int64_t>(options_.batch_size) * options_.num_workers))),
+      total_clocks_(clocks_per_epoch_ * options_.epochs),
+      metrics_(metrics == nullptr ? nullptr : metrics->ForJob(client->job_id())) {
+  client_->set_observer(&observer_);
+  absl::MutexLock l(&mu_);
+  progress_.total_clocks = total_clocks_;
+}
+
+JobRunner::~JobRunner() { client_->set_observer(nullptr); }
+
+void JobRunner::SetShard(uint32_t rank, uint32_t num_ranks) {
+  absl::MutexLock l(&mu_);
+  if (rank == rank_ && num_ranks == num_ranks_) return;
+  rank_ = rank;
+  num_ranks_ = std::max<uint32_t>(num_ranks, 1);
+  shard_changed_ = true;
+}
+
+void JobRunner::Cancel() {
+  cancelled_ = true;
+  client_->CancelInFlight();
+}
+
+JobProgress JobRunner::progress() const {
+  absl::MutexLock l(&mu_);
+  return progress_;
+}
+
+void JobRunner::NextBatch(std::vector<int64_t>* batch) {
+  uint32_t rank, num_ranks;
+  bool changed;
+  {
+    absl::MutexLock l(&mu_);
+    rank = rank_;
+    num_ranks = num_ranks_;
+    changed = shard_changed_;
+    shard_changed_ = false;
+  }
+  batch->clear();
+  while (batch->size() < static_cast<size_t>(options_.batch_size)) {
+    if (changed || next_ >= order_.size()) {
+      // A new pass over the shard (or a new shard): its examples in a fresh order, the same on
+      // every run for the same (seed, rank, pass).
+      order_.clear();
+      for (int64_t i = rank; i < model_->num_train_examples(); i += num_ranks) order_.push_back(i);
+      if (order_.empty()) return;  // more ranks than examples: nothing to read
+      // A run that starts at clock c (a restart after a server loss, a restore) reads on from
+      // where an undisturbed run would be: same pass, same place in it.
+      const int64_t skip = skip_examples_;
+      skip_examples_ = 0;
+      const int64_t size = static_cast<int64_t>(order_.size());
+      if (skip > 0) passes_ = static_cast<uint64_t>(skip / size);
+      std::mt19937_64 rng(options_.seed * 1000003 + rank * 7919 + passes_++);
+      std::shuffle(order_.begin(), order_.end(), rng);
+      next_ = static_cast<size_t>(skip > 0 ? skip % size : 0);
+      changed = false;
+    }
+    batch->push_back(order_[next_++]);
+  }
+}
+
+absl::Status JobRunner::Run(const std::function<void(const JobProgress&)>& on_epoch,
+                            const std::function<void(const JobProgress&)>& on_step,
+                            int report_every) {
+  absl::Status s = RunSteps(on_epoch, on_step, report_every);
+  // The last push of an overlapping model is still in flight: the job is only done once the
+  // servers have it. After a failure, its buffers must still outlive it.
+  absl::Status flushed = model_->Flush();
+  if (!s.ok()) return s;
+  if (!flushed.ok() && cancelled_) return absl::CancelledError("the job was cancelled");
+  if (!flushed.ok()) {
+    return WithPrefix(flushed, "the last step's push/pull");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status JobRunner::RunSteps(const std::function<void(const JobProgress&)>& on_epoch,
+                                 const std::function<void(const JobProgress&)>& on_step,
+                                 int report_every) {
+  PS_RETURN_IF_ERROR(options_.Validate());
+  PS_RETURN_IF_ERROR(model_->Start(client_));
+  const bool sync = options_.consistency.mode() == v1::ConsistencySpec::SYNC;
+  std::vector<int64_t> batch;
+  StepStats epoch_stats;
+  absl::Duration epoch_compute, epoch_communication, epoch_hidden;
+  absl::Time epoch_start = absl::Now();
+  int64_t steps_in_report = 0;
+  skip_examples_ = client_->clock() * options_.batch_size;
+  for (int64_t clock = client_->clock(); clock < total_clocks_; clock = client_->clock()) {
+    if (cancelled_) return absl::CancelledError("the job was cancelled");
+    NextBatch(&batch);
+    uint32_t num_ranks;
+    {
+      absl::MutexLock l(&mu_);
+      num_ranks = num_ranks_;
+    }
+    // Sync: the servers sum every live worker's gradient; each contributes its share of the mean.
+    const float grad_scale =
+        1.0f / (static_cast<float>(batch.size()) * (sync ? static_cast<float>(num_ranks) : 1.0f));
+    client_->SetLearningRateScale(
+        LearningRateScale(options_.lr_schedule, clock, clocks_per_epoch_, total_clocks_));
+    const absl::Time step_start = absl::Now();
+    const absl::Duration blocked_before = observer_.blocked();
+    auto step = model_->TrainStep(client_, batch, grad_scale);
+    if (!step.ok()) {
+      if (cancelled_) return absl::CancelledError("the job was cancelled");
+      return WithPrefix(step.status(), absl::StrCat("step ", clock + 1, " of ", total_clocks_));
+    }
+    {
+      // Blocked: the time the step waited on requests (observer_). In flight: what the model
+      // measured, at least the blocked time; the rest was hidden behind compute.
+      const absl::Duration total = absl::Now() - step_start;
+      const absl::Duration blocked = std::min(total, observer_.blocked() - blocked_before);
+      const absl::Duration in_flight = std::max(blocked, step->communication);
+      epoch_compute += total - blocked;
+      epoch_communication += in_flight;
+      epoch_hidden += in_flight - blocked;
+      if (metrics_ != nullptr) {
+        metrics_->RecordStep(step->examples, total - blocked, blocked, in_flight - blocked);
+      }
+    }
+    epoch_stats.loss_sum += step->loss_sum;
+    epoch_stats.correct += step->correct;
+    epoch_stats.examples += step->examples;
+    const int64_t done = clock + 1;
+    const bool epoch_end = done % clocks_per_epoch_ == 0 || done == total_clocks_;
+    JobProgress p;
+    {
+      absl::MutexLock l(&mu_);
+      progress_.clock = done;
+      progress_.epoch = static_cast<int>((done - 1) / clocks_per_epoch_) + 1;
+      progress_.loss = epoch_stats.loss_sum / std::max<int64_t>(1, epoch_stats.examples);
+      progress_.accuracy =
+          static_cast<double>(epoch_stats.correct) / std::max<int64_t>(1, epoch_stats.examples);
+      progress_.samples_per_second =
+          epoch_stats.examples / std::max(1e-9, absl::ToDoubleSeconds(absl::Now() - epoch_start));
+      progress_.compute_seconds = absl::ToDoubleSeconds(epoch_compute);
+      progress_.communication_seconds = absl::ToDoubleSeconds(epoch_communication);
+      progress_.hidden_communication_seconds = absl::ToDoubleSeconds(epoch_hidden);
+      p = progress_;
+    }
+    if (metrics_ != nullptr) metrics_->SetProgress(p);
+    if (hook_) {
+      bool rank0;
+      {
+        absl::MutexLock l(&mu_);
+        rank0 = rank_ == 0;
+      }
+      if (rank0) hook_(done);
+    }
+    if (on_step && report_every > 0 && ++steps_in_report % report_every == 0 && !epoch_end) {
+      on_step(p);
+    }
+    if (!epoch_end) continue;
+    bool evaluate;
+    {
+      absl::MutexLock l(&mu_);
+      evaluate = options_.evaluate && rank_ == 0;  // one evaluation per job, by rank 0
+    }
+    if (evaluate) {
+      auto eval = model_->Evaluate(client_);
+      if (!eval.ok()) return eval.status();
+      absl::MutexLock l(&mu_);
+      progress_.test_loss = eval->loss_sum / std::max<int64_t>(1, eval->examples);
+      progress_.test_accuracy =
+          static_cast<double>(eval->correct) / std::max<int64_t>(1, eval->examples);
+      p = progress_;
+      if (metrics_ != nullptr) metrics_->SetProgress(p);
+    }
+    if (on_epoch) on_epoch(p);
+    epoch_stats = StepStats();
+    epoch_compute = epoch_communication = epoch_hidden = absl::ZeroDuration();
+    epoch_start = absl::Now();
+  }
+  absl::MutexLock l(&mu_);
+  progress_.finished = true;
+  return absl::OkStatus();
+}
+
+}  // namespace ps

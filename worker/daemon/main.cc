@@ -1,0 +1,332 @@
+// ps_worker: trains models of the zoo through the parameter servers. Two modes:
+//   --scheduler=host:port  a daemon: registers, runs the jobs the scheduler assigns;
+//   --servers=a,b,...      one job given by flags, then exit (no scheduler needed).
+#include <glog/logging.h>
+#include <prometheus/registry.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "common/flags_usage.h"
+#include "common/daemon_setup.h"
+#include "common/process_tuning.h"
+#include "common/scheduler_link.h"
+#include "common/signals.h"
+#include "worker/client/job_admin.h"
+#include "worker/client/rpc_client.h"
+#include "worker/compute/device.h"
+#include "worker/daemon/health_server.h"
+#include "worker/daemon/job_runner.h"
+#include "worker/daemon/model_zoo.h"
+#include "worker/daemon/worker_daemon.h"
+#include "worker/daemon/worker_metrics.h"
+
+ABSL_FLAG(std::string, scheduler, "",
+          "daemon mode: the scheduler's host:port; the worker runs the jobs it assigns");
+ABSL_FLAG(std::vector<std::string>, servers, {},
+          "standalone mode: parameter servers host:port, comma-separated, in shard-map order "
+          "(slot s lives on server s % n)");
+ABSL_FLAG(std::string, shard_map, "",
+          "standalone mode: static shard map file instead of --servers");
+ABSL_FLAG(std::string, job_id, "fashion", "standalone: job name; tables and clocks are per job");
+ABSL_FLAG(int, worker_id, 0,
+          "standalone: this worker's index, 0..num_workers-1; it reads data shard worker_id");
+ABSL_FLAG(int, num_workers, 1, "standalone: workers in the job");
+ABSL_FLAG(std::string, model, "784,128,10",
+          "standalone: 'spam_logreg', or MLP layer sizes for Fashion-MNIST, comma-separated: "
+          "inputs,hidden...,classes ('784,10' is softmax regression)");
+ABSL_FLAG(std::string, data_dir, "",
+          "standalone: data set directory (default: /usr/share/datasets/fashion-mnist, or "
+          "/usr/share/datasets/spam-assassin for spam_logreg)");
+ABSL_FLAG(int, epochs, 5, "standalone: passes over the data");
+ABSL_FLAG(int, batch_size, 64, "standalone: examples per step on this worker");
+ABSL_FLAG(std::string, consistency, "sync", "standalone: sync | ssp | async");
+ABSL_FLAG(int, staleness, 2, "standalone, ssp: clocks a worker may run ahead of the slowest");
+ABSL_FLAG(std::string, optimizer, "",
+          "standalone: server-side optimizer sgd|momentum|adagrad|adam|ftrl (default: the "
+          "model's: adam for the MLP, ftrl for spam_logreg)");
+ABSL_FLAG(double, learning_rate, 0.001, "standalone: the optimizer's learning rate");
+ABSL_FLAG(uint64_t, seed, 1, "standalone: seed of the initial weights and of the data order");
+ABSL_FLAG(bool, evaluate, false, "standalone: evaluate on the held-out set after every epoch");
+ABSL_FLAG(int, log_every_steps, 100, "print a progress line every this many steps (0: never)");
+ABSL_FLAG(absl::Duration, recovery_wait, absl::Seconds(90),
+          "daemon: after a data-plane failure (a server died), how long to wait for the "
+          "scheduler's new shard map before the job is given up");
+ABSL_FLAG(absl::Duration, rpc_timeout, absl::Seconds(120),
+          "deadline of one data-plane request (a sync pull waits this long for the slowest)");
+ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:0",
+          "host:port of the Prometheus /metrics endpoint (port 0: a free port; 'off': none)");
+ABSL_FLAG(std::string, metrics_port_file, "",
+          "if set, write the bound /metrics port here once serving");
+ABSL_FLAG(std::string, device, "auto",
+          "where a job's training steps compute: cpu | cuda:N (CUDA device N; 'cuda' = "
+          "cuda:0) | auto (cuda:0 if this binary has CUDA support and a device is present, else "
+          "cpu). An explicit cuda:N that is not there is an error, never a silent CPU fallback");
+ABSL_FLAG(std::string, gemm_precision, "tf32",
+          "CUDA GEMMs: fp32 (exact FP32, as the CPU) | tf32 (tensor cores, ~1e-3 relative "
+          "rounding of the inputs) | bf16 | fp16 (tensor cores; fp16 may flush tiny gradients)");
+ABSL_FLAG(std::string, overlap, "auto",
+          "overlap a step's push/pull with the next step's compute: auto (on the GPU, in async "
+          "and ssp with staleness >= 1) | on (also on the CPU) | off. Overlap reads parameters "
+          "one clock staler; sync and ssp staleness 0 never overlap");
+ABSL_FLAG(std::string, health_listen, "0.0.0.0:0",
+          "daemon mode: host:port of the gRPC health service (grpc.health.v1; port 0: a free "
+          "port; 'off': none)");
+
+namespace {
+
+int UsageError(const std::string& message) {
+  std::cerr << "ps_worker: " << message << "\n";
+  return 2;
+}
+
+// The worker's /metrics: the exporter and the worker's families (null with
+// --metrics_listen=off).
+struct Metrics {
+  std::unique_ptr<ps::DaemonExporter> exporter;
+  std::unique_ptr<ps::WorkerMetrics> worker;
+};
+
+// Starts /metrics per --metrics_listen; an error names the flag.
+absl::StatusOr<Metrics> StartMetrics() {
+  Metrics m;
+  auto exporter = ps::DaemonExporter::Start("worker", absl::GetFlag(FLAGS_metrics_listen),
+                                            absl::GetFlag(FLAGS_metrics_port_file));
+  if (!exporter.ok()) return exporter.status();
+  m.exporter = std::move(*exporter);
+  if (prometheus::Registry* registry = m.exporter->registry(); registry != nullptr) {
+    m.worker = std::make_unique<ps::WorkerMetrics>(*registry);
+    LOG(INFO) << "ps_worker: metrics on port " << m.exporter->port() << " (/metrics)";
+  }
+  return m;
+}
+
+// --device, --gemm_precision and --overlap, with the device resolved against this machine: an
+// error says what is missing (CUDA support, a device) and exits before any work starts.
+absl::StatusOr<ps::ComputeOptions> ComputeOptionsFromFlags() {
+  ps::ComputeOptions o;
+  auto requested = ps::ParseDevice(absl::GetFlag(FLAGS_device));
+  if (!requested.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--device: ", requested.status().message()));
+  }
+  // --device=cpu never touches the CUDA runtime.
+  const ps::CudaAvailability cuda =
+      requested->kind == ps::DeviceSpec::Kind::kCpu ? ps::CudaAvailability() : ps::ProbeCuda();
+  auto device = ps::ResolveDevice(*requested, cuda);
+  if (!device.ok()) {
+    return absl::Status(
+        device.status().code(),
+        absl::StrCat("--device=", absl::GetFlag(FLAGS_device), ": ", device.status().message()));
+  }
+  o.device = *device;
+  auto precision = ps::ParseGemmPrecision(absl::GetFlag(FLAGS_gemm_precision));
+  if (!precision.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--gemm_precision: ", precision.status().message()));
+  }
+  o.gemm_precision = *precision;
+  auto overlap = ps::ParseOverlap(absl::GetFlag(FLAGS_overlap));
+  if (!overlap.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--overlap: ", overlap.status().message()));
+  }
+  o.overlap = *overlap;
+  std::string where = o.device.ToString();
+  if (o.device.kind == ps::DeviceSpec::Kind::kCuda) {
+    auto name = ps::CudaDeviceName(o.device.index);
+    absl::StrAppend(&where, " ", name.ok() ? *name : std::string(name.status().message()),
+                    ", GEMMs in ", ps::GemmPrecisionName(o.gemm_precision));
+  }
+  LOG(INFO) << "ps_worker: computing on " << where << " (--device=" << absl::GetFlag(FLAGS_device)
+            << "), overlap " << ps::OverlapName(o.overlap);
+  return o;
+}
+
+// The job spec of standalone mode, from the flags.
+absl::StatusOr<ps::v1::JobSpec> SpecFromFlags() {
+  ps::v1::JobSpec spec;
+  const std::string model = absl::GetFlag(FLAGS_model);
+  if (model == "spam_logreg") {
+    spec.set_model("spam_logreg");
+  } else {
+    spec.set_model("fashion_mlp");
+    for (absl::string_view part : absl::StrSplit(model, ',')) {
+      int units = 0;
+      if (!absl::SimpleAtoi(part, &units)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--model: '", part, "' is not a layer size (want spam_logreg or e.g. 784,128,10)"));
+      }
+      spec.add_layers(units);
+    }
+  }
+  spec.set_data_dir(absl::GetFlag(FLAGS_data_dir));
+  spec.set_num_workers(absl::GetFlag(FLAGS_num_workers));
+  spec.set_epochs(absl::GetFlag(FLAGS_epochs));
+  spec.set_batch_size(absl::GetFlag(FLAGS_batch_size));
+  spec.set_seed(absl::GetFlag(FLAGS_seed));
+  spec.set_evaluate(absl::GetFlag(FLAGS_evaluate));
+  const std::string mode = absl::GetFlag(FLAGS_consistency);
+  if (mode == "sync") {
+    spec.mutable_consistency()->set_mode(ps::v1::ConsistencySpec::SYNC);
+  } else if (mode == "ssp") {
+    spec.mutable_consistency()->set_mode(ps::v1::ConsistencySpec::SSP);
+    spec.mutable_consistency()->set_staleness(absl::GetFlag(FLAGS_staleness));
+  } else if (mode == "async") {
+    spec.mutable_consistency()->set_mode(ps::v1::ConsistencySpec::ASYNC);
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--consistency must be sync, ssp or async, not '", mode, "'"));
+  }
+  const std::string optimizer = absl::GetFlag(FLAGS_optimizer);
+  if (!optimizer.empty()) {
+    ps::v1::OptimizerSpec::Kind kind;
+    if (!ps::v1::OptimizerSpec::Kind_Parse(absl::AsciiStrToUpper(optimizer), &kind)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--optimizer '", optimizer, "' is unknown; want sgd, momentum, adagrad, adam or ftrl"));
+    }
+    spec.mutable_optimizer()->set_kind(kind);
+    spec.mutable_optimizer()->set_learning_rate(
+        static_cast<float>(absl::GetFlag(FLAGS_learning_rate)));
+  }
+  return spec;
+}
+
+int RunStandalone(const ps::ComputeOptions& compute) {
+  auto spec = SpecFromFlags();
+  if (!spec.ok()) return UsageError(std::string(spec.status().message()));
+  const int worker_id = absl::GetFlag(FLAGS_worker_id);
+  if (worker_id < 0 || worker_id >= spec->num_workers()) {
+    return UsageError(absl::StrCat("--worker_id ", worker_id, " must be in 0..",
+                                   spec->num_workers() - 1, " (--num_workers ", spec->num_workers(),
+                                   ")"));
+  }
+  ps::JobRunnerOptions ro = ps::RunnerOptionsOf(*spec);
+  if (absl::Status s = ro.Validate(); !s.ok()) return UsageError(std::string(s.message()));
+
+  ps::RpcClientOptions co;
+  co.servers = absl::GetFlag(FLAGS_servers);
+  co.shard_map_file = absl::GetFlag(FLAGS_shard_map);
+  co.job_id = absl::GetFlag(FLAGS_job_id);
+  co.worker_id = static_cast<uint32_t>(worker_id);
+  co.rpc_timeout = absl::GetFlag(FLAGS_rpc_timeout);
+  auto client = ps::RpcClient::Connect(co);
+  if (!client.ok()) return UsageError(std::string(client.status().message()));
+  auto metrics = StartMetrics();
+  if (!metrics.ok()) return UsageError(std::string(metrics.status().message()));
+  const std::string who = absl::StrCat("worker ", worker_id, "/", spec->num_workers());
+
+  auto fail = [&](const absl::Status& s) {
+    std::cerr << "ps_worker: " << who << " failed: " << s << "\n";
+    return 1;
+  };
+  auto model = ps::MakeModel(*spec, compute);
+  if (!model.ok()) return fail(model.status());
+  std::vector<uint32_t> workers;
+  for (int w = 0; w < spec->num_workers(); ++w) workers.push_back(w);
+  if (absl::Status s = ps::JobAdmin(**client).ConfigureJob(spec->consistency(), workers); !s.ok()) {
+    return fail(s);
+  }
+  for (const auto& table : (*model)->Tables(co.job_id, ps::FirstTableIdOf(co.job_id))) {
+    if (absl::Status s = (*client)->CreateTable(table); !s.ok()) return fail(s);
+  }
+  ps::JobRunner runner(model->get(), client->get(), ro, metrics->worker.get());
+  runner.SetShard(worker_id, spec->num_workers());
+  const int epochs = ro.epochs;
+  auto on_step = [&](const ps::JobProgress& p) {
+    std::cout << absl::StrFormat("%s epoch %d step %d/%d loss %.4f\n", who, p.epoch, p.clock,
+                                 p.total_clocks, p.loss)
+              << std::flush;
+  };
+  auto on_epoch = [&](const ps::JobProgress& p) {
+    std::string line =
+        absl::StrFormat("%s epoch %d/%d done: train loss %.4f acc %.2f%%, %.0f samples/s", who,
+                        p.epoch, epochs, p.loss, 100 * p.accuracy, p.samples_per_second);
+    if (p.test_accuracy >= 0) {
+      absl::StrAppendFormat(&line, "; test loss %.4f acc %.2f%%", p.test_loss,
+                            100 * p.test_accuracy);
+    }
+    absl::StrAppend(&line, "; ", ps::FormatTimeSplit(p));
+    std::cout << line << "\n" << std::flush;
+  };
+  absl::Status s = runner.Run(on_epoch, on_step, absl::GetFlag(FLAGS_log_every_steps));
+  if (!s.ok()) return fail(s);
+  const ps::JobProgress p = runner.progress();
+  if (p.test_accuracy >= 0) {
+    std::cout << absl::StrFormat("%s final test accuracy %.2f%%\n", who, 100 * p.test_accuracy);
+  }
+  return 0;
+}
+
+int RunDaemon(const ps::ComputeOptions& compute) {
+  ps::BlockTerminationSignals();
+  ps::WorkerDaemonOptions o;
+  o.compute = compute;
+  o.scheduler = absl::GetFlag(FLAGS_scheduler);
+  o.hostname = ps::HostName();
+  o.pid = getpid();
+  o.rpc_timeout = absl::GetFlag(FLAGS_rpc_timeout);
+  o.recovery_wait = absl::GetFlag(FLAGS_recovery_wait);
+  o.log_every_steps = absl::GetFlag(FLAGS_log_every_steps);
+  auto metrics = StartMetrics();
+  if (!metrics.ok()) return UsageError(std::string(metrics.status().message()));
+  o.metrics_address = metrics->exporter->Address(o.hostname);
+  std::unique_ptr<ps::HealthServer> health;
+  if (const std::string listen = absl::GetFlag(FLAGS_health_listen); listen != "off") {
+    auto started = ps::HealthServer::Start(listen);
+    if (!started.ok()) {
+      return UsageError(absl::StrCat("--health_listen: ", started.status().message()));
+    }
+    health = std::move(*started);
+    LOG(INFO) << "ps_worker: gRPC health service on port " << health->port();
+  }
+  ps::WorkerDaemon daemon(o, metrics->worker.get(), health.get());
+  std::thread signals([&daemon] {
+    const int sig = ps::WaitForTerminationSignal();
+    LOG(INFO) << "ps_worker: signal " << sig << ", stopping";
+    daemon.Stop();  // NOT_SERVING first, then the job stops
+  });
+  signals.detach();
+  daemon.Run();
+  if (health != nullptr) health->Shutdown();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ps::SetUsage(
+      "Worker: trains models of the zoo (fashion_mlp, spam_logreg) through the parameter "
+      "servers, computing on the CPU or a CUDA GPU (--device).\n"
+      "Daemon:     ps_worker --scheduler=sched:7000\n"
+      "Standalone: ps_worker --servers=127.0.0.1:7100,127.0.0.1:7101 --worker_id=0 "
+      "--num_workers=2 --evaluate",
+      __FILE__);
+  absl::ParseCommandLine(argc, argv);
+  ps::TuneProcessForServing();
+  google::InitGoogleLogging(argv[0]);
+  FLAGS_logtostderr = true;
+  const bool daemon = !absl::GetFlag(FLAGS_scheduler).empty();
+  const bool standalone =
+      !absl::GetFlag(FLAGS_servers).empty() || !absl::GetFlag(FLAGS_shard_map).empty();
+  if (daemon == standalone) {
+    return UsageError("give either --scheduler (daemon) or --servers/--shard_map (one job)");
+  }
+  auto compute = ComputeOptionsFromFlags();
+  if (!compute.ok()) {
+    std::cerr << "ps_worker: " << compute.status().message() << "\n";
+    return 2;
+  }
+  return daemon ? RunDaemon(*compute) : RunStandalone(*compute);
+}

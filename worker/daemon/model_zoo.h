@@ -1,0 +1,35 @@
+// The models a worker can train, built from a job spec.
+#ifndef PS_WORKER_DAEMON_MODEL_ZOO_H_
+#define PS_WORKER_DAEMON_MODEL_ZOO_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "ps/v1/job.pb.h"
+#include "worker/compute/device.h"
+#include "worker/daemon/job_runner.h"
+#include "worker/models/model.h"
+
+namespace ps {
+
+// "fashion_mlp" (dense MLP on Fashion-MNIST) or "spam_logreg" (sparse logistic regression on
+// the SpamAssassin corpus), with the spec's layers, data_dir, optimizer (the model's default
+// when unset), hash_bits and seed. Both train on the device of `compute` (a resolved device):
+// fashion_mlp on its backend, spam_logreg on the host in double precision for the CPU and on
+// the CUDA backend for a GPU (spam_step.h). INVALID_ARGUMENT for an unknown model; data errors
+// as the loaders report them; backend errors as MakeBackend.
+absl::StatusOr<std::unique_ptr<Model>> MakeModel(const v1::JobSpec& spec,
+                                                 const ComputeOptions& compute = {});
+
+// The runner options of a spec (epochs, batch size, workers, consistency, seed, evaluation).
+JobRunnerOptions RunnerOptionsOf(const v1::JobSpec& spec);
+
+// The first table id of a job's tables: ids are unique per server, and jobs share servers.
+// "job-N" gets N * 1000 + 1; other ids a hash in the same range.
+uint32_t FirstTableIdOf(const std::string& job_id);
+
+}  // namespace ps
+
+#endif  // PS_WORKER_DAEMON_MODEL_ZOO_H_

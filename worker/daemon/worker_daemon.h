@@ -1,0 +1,111 @@
+// ps_worker --scheduler: a daemon that runs the jobs the scheduler assigns, one at a time.
+#ifndef PS_WORKER_DAEMON_WORKER_DAEMON_H_
+#define PS_WORKER_DAEMON_WORKER_DAEMON_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "ps/v1/scheduler.grpc.pb.h"
+#include "worker/client/rpc_client.h"
+#include "worker/compute/device.h"
+#include "worker/daemon/health_server.h"
+#include "worker/daemon/job_runner.h"
+#include "worker/models/model.h"
+#include "worker/daemon/worker_metrics.h"
+
+namespace ps {
+
+struct WorkerDaemonOptions {
+  std::string scheduler;  // host:port
+  std::string hostname;
+  int64_t pid = 0;
+  // host:port of this worker's /metrics, told to the scheduler (empty: none).
+  std::string metrics_address;
+  // Deadline of one data-plane request (a sync pull waits on the slowest worker this long).
+  absl::Duration rpc_timeout = absl::Seconds(120);
+  // Log a progress line every this many steps (0: epochs only).
+  int log_every_steps = 100;
+  // After a data-plane failure (a server died), how long to wait for the scheduler's new shard
+  // map before giving up on the job.
+  absl::Duration recovery_wait = absl::Seconds(90);
+  // Where the models compute (a resolved device; default the CPU), GEMM precision, overlap.
+  ComputeOptions compute;
+};
+
+// Registers with the scheduler and heartbeats (progress out, orders in); runs each assigned
+// job with a JobRunner. Orders that arrive while a job runs are followed at once: a new
+// membership (a worker died or joined) is told to the servers and changes this worker's data
+// shard; a withdrawn assignment (cancelled, or this node was declared dead) stops the job; a new
+// shard map (a server died, or psctl restore) restarts the run on it: new client, the restore
+// order carried out on every server, training on from the clock the servers give.
+// Health: SERVING from the first heartbeat answer (registered) until Stop(), NOT_SERVING after.
+// Thread-safe: Stop() may be called from any thread.
+class WorkerDaemon {
+ public:
+  // `metrics` and `health` (each may be null) must outlive this.
+  explicit WorkerDaemon(WorkerDaemonOptions options, WorkerMetrics* metrics = nullptr,
+                        HealthServer* health = nullptr);
+
+  // Runs until Stop().
+  void Run();
+  void Stop();
+
+ private:
+  void FillHeartbeat(v1::HeartbeatRequest* req);
+  void OnHeartbeat(const v1::HeartbeatResponse& resp, bool reregistered);
+  // Runs one job to its end (or cancellation), restarting on every new shard map.
+  absl::Status RunJob(v1::WorkerAssignment assignment);
+  // One run under one shard map. Sets *restart (and *next) when a newer map must be used.
+  absl::Status RunOnce(const v1::WorkerAssignment& a, Model* model, int64_t* last_clock,
+                       uint64_t* requests_done, bool* restart);
+  // Waits (up to `timeout`) for an order of the same job with a larger shard epoch than `a`'s.
+  std::optional<v1::WorkerAssignment> WaitForNewerShardMap(const v1::WorkerAssignment& a,
+                                                           absl::Duration timeout)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void ReportRestoreFailure(const v1::WorkerAssignment& a, const absl::Status& s);
+  // A membership change to tell the servers, taken under mu_ and applied without it.
+  struct MembershipOrder {
+    RpcClient* client = nullptr;
+    v1::ConsistencySpec consistency;
+    v1::WorkerAssignment assignment;
+  };
+  // Follows a heartbeat's orders; true if `membership` must then be applied (without mu_).
+  bool HandleOrders(const v1::HeartbeatResponse& resp, bool reregistered,
+                    MembershipOrder* membership) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // True (and applying_ set) if the latest order has a newer membership for the running job.
+  bool TakeMembershipOrder(MembershipOrder* order) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Tells the servers a new worker set and moves this worker's shard. Called without mu_.
+  void ApplyMembership(RpcClient* client, const v1::ConsistencySpec& consistency,
+                       const v1::WorkerAssignment& a) ABSL_LOCKS_EXCLUDED(mu_);
+  static std::string KeyOf(const v1::WorkerAssignment& a);
+
+  const WorkerDaemonOptions options_;
+  std::unique_ptr<v1::Scheduler::Stub> scheduler_;  // checkpoints and restore reports
+  WorkerMetrics* const metrics_;
+  HealthServer* const health_;
+  absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<v1::WorkerAssignment> assignment_ ABSL_GUARDED_BY(mu_);  // the latest order
+  // The job being run: valid while running_key_ is set.
+  std::string running_key_ ABSL_GUARDED_BY(mu_);  // "job/worker id"
+  uint64_t running_epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t running_shard_epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  bool restart_ ABSL_GUARDED_BY(mu_) = false;  // a newer shard map came: the run stops for it
+  RpcClient* client_ ABSL_GUARDED_BY(mu_) = nullptr;
+  JobRunner* runner_ ABSL_GUARDED_BY(mu_) = nullptr;
+  v1::ConsistencySpec consistency_ ABSL_GUARDED_BY(mu_);
+  bool applying_ ABSL_GUARDED_BY(mu_) = false;  // an ApplyMembership runs (uses client_)
+  // The last job run: not run again, and reported (finished or error) while still assigned.
+  std::string done_key_ ABSL_GUARDED_BY(mu_);
+  v1::WorkerProgress done_report_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace ps
+
+#endif  // PS_WORKER_DAEMON_WORKER_DAEMON_H_
