@@ -246,6 +246,9 @@ absl::Status ClientOptions::Validate() const {
   if (rpc_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("rpc_timeout must be positive");
   }
+  if (connect_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("connect_timeout must be positive");
+  }
   if (max_retries < 0) return absl::InvalidArgumentError("max_retries must be >= 0");
   if (max_part_bytes < 4096) return absl::InvalidArgumentError("max_part_bytes must be >= 4096");
   if (channels_per_server < 1) {
@@ -449,7 +452,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   if (options.configure_job) {
     std::vector<uint32_t> workers;
     for (uint32_t w = 0; w < options.num_workers; ++w) workers.push_back(w);
-    absl::Status s = JobAdmin(*rpc).ConfigureJob(
+    absl::Status s = JobAdmin(*rpc, options.connect_timeout).ConfigureJob(
         ToProto(options.consistency, options.staleness), workers, /*membership_epoch=*/1);
     if (!s.ok()) {
       return WithPrefix(s, absl::StrCat("declaring job '", options.job_id, "' on the servers"));

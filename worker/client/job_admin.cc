@@ -26,7 +26,7 @@ absl::Status JobAdmin::ConfigureJob(const v1::ConsistencySpec& consistency,
   // This worker's clock as each server has it (-1: not in its set).
   std::vector<int64_t> clocks(client_.num_servers(), -1);
   auto configure_all = [&]() {
-    return client_.ForEachServer(absl::Seconds(30), [&](int i, v1::ParameterServer::Stub* stub,
+    return client_.ForEachServer(configure_timeout_, [&](int i, v1::ParameterServer::Stub* stub,
                                                         grpc::ClientContext* ctx) {
       v1::ConfigureJobResponse resp;
       req.set_owned_slots(EncodeSlotBitmap(client_.shard_map().SlotsOf(i)));

@@ -20,7 +20,9 @@ namespace ps {
 // its shard map. Cheap to make for each call. Thread-compatible.
 class JobAdmin {
  public:
-  explicit JobAdmin(RpcClient& client) : client_(client) {}
+  // `configure_timeout` bounds each server's ConfigureJob (a server not up yet is waited for).
+  explicit JobAdmin(RpcClient& client, absl::Duration configure_timeout = absl::Seconds(30))
+      : client_(client), configure_timeout_(configure_timeout) {}
 
   // Declares the job's consistency mode and worker set on every server, and tells each server
   // the slots it owns for the job's tables (the client's shard map). Call before CreateTable.
@@ -49,6 +51,7 @@ class JobAdmin {
 
  private:
   RpcClient& client_;
+  const absl::Duration configure_timeout_;
 };
 
 }  // namespace ps

@@ -127,6 +127,9 @@ struct ClientOptions {
   // Connect. Every worker may do it (the same declaration is idempotent); set false when
   // someone else (a worker daemon) has configured the job.
   bool configure_job = true;
+  // How long Connect waits for every server to answer that declaration (a server still
+  // starting is waited for; one that is not there fails Connect with DEADLINE_EXCEEDED).
+  absl::Duration connect_timeout = absl::Seconds(10);
   // Deadline of one request (a sync or ssp pull may wait this long for slow workers).
   absl::Duration rpc_timeout = absl::Seconds(180);
   // Tries again a request that failed with UNAVAILABLE this many times (a push keeps its
