@@ -33,7 +33,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/notification.h"
@@ -47,8 +49,16 @@
 #include "worker/client/job_admin.h"
 #include "worker/client/rpc_client.h"
 
-ABSL_FLAG(std::string, workloads, "push_dense,pull_dense,pushpull_dense,pull_sparse,push_sparse",
-          "comma list of: push_dense, pull_dense, pushpull_dense, pull_sparse, push_sparse");
+ABSL_FLAG(std::string, workloads,
+          "push_dense,pull_dense,pushpull_dense,pull_sparse,push_sparse,py_push_dense,py_pull_dense",
+          "comma list of: push_dense, pull_dense, pushpull_dense, pull_sparse, push_sparse, "
+          "py_push_dense, py_pull_dense (the last two: one client of the Python binding, through "
+          "--python_script; skipped with a note when the binding cannot be imported)");
+ABSL_FLAG(std::string, python, "/usr/bin/python3", "the interpreter of the py_* workloads");
+ABSL_FLAG(std::string, python_path, "",
+          "PYTHONPATH for the py_* workloads (default: <ps_bench's dir>/../../python, where the "
+          "build puts the paramserver package)");
+ABSL_FLAG(std::string, python_script, PS_BENCH_PY_SCRIPT, "the py_* workloads' script");
 ABSL_FLAG(std::string, sizes, "4K,1M,16M,64M",
           "comma list of payload sizes: bytes of values per request (K, M, G: powers of 1024)");
 ABSL_FLAG(int, servers, 1, "ps_server processes to spawn (with --addresses: the list's length)");
@@ -93,7 +103,15 @@ constexpr uint32_t kSparseTableOffset = 63;  // table id base+63 is the sparse t
 // ---------------------------------------------------------------------------------------------
 // Options
 
-enum class Workload { kPushDense, kPullDense, kPushPullDense, kPullSparse, kPushSparse };
+enum class Workload {
+  kPushDense,
+  kPullDense,
+  kPushPullDense,
+  kPullSparse,
+  kPushSparse,
+  kPyPushDense,  // the Python binding (tests/bench/ps_bench_py.py), one client
+  kPyPullDense,
+};
 
 struct WorkloadName {
   Workload workload;
@@ -102,7 +120,8 @@ struct WorkloadName {
 constexpr WorkloadName kWorkloads[] = {
     {Workload::kPushDense, "push_dense"},         {Workload::kPullDense, "pull_dense"},
     {Workload::kPushPullDense, "pushpull_dense"}, {Workload::kPullSparse, "pull_sparse"},
-    {Workload::kPushSparse, "push_sparse"},
+    {Workload::kPushSparse, "push_sparse"},       {Workload::kPyPushDense, "py_push_dense"},
+    {Workload::kPyPullDense, "py_pull_dense"},
 };
 
 const char* NameOf(Workload w) {
@@ -113,6 +132,7 @@ const char* NameOf(Workload w) {
 }
 
 bool IsSparse(Workload w) { return w == Workload::kPullSparse || w == Workload::kPushSparse; }
+bool IsPython(Workload w) { return w == Workload::kPyPushDense || w == Workload::kPyPullDense; }
 
 struct BenchOptions {
   std::vector<Workload> workloads;
@@ -135,6 +155,9 @@ struct BenchOptions {
   absl::Duration rpc_timeout = absl::Seconds(60);
   std::string job_id;
   uint32_t table_id_base = 0;
+  std::string python;  // the py_* workloads: interpreter, PYTHONPATH, script
+  std::string python_path;
+  std::string python_script;
 
   absl::Status Validate() const;
 };
@@ -265,6 +288,10 @@ absl::StatusOr<BenchOptions> OptionsFromFlags() {
   if (o.job_id.empty()) {
     o.job_id = absl::StrFormat("ps_bench_%d_%d", getpid(), absl::ToUnixSeconds(absl::Now()));
   }
+  o.python = absl::GetFlag(FLAGS_python);
+  o.python_path = absl::GetFlag(FLAGS_python_path);
+  if (o.python_path.empty()) o.python_path = ExeDir() + "/../../python";
+  o.python_script = absl::GetFlag(FLAGS_python_script);
   o.table_id_base = absl::GetFlag(FLAGS_table_id_base);
   if (o.table_id_base == 0) {
     std::random_device rd;
@@ -418,6 +445,9 @@ class Bench {
   absl::Status SetUp();
   // Runs one workload at sizes[size_index] on every client at once.
   absl::StatusOr<Measurement> Run(Workload w, size_t size_index);
+  // Runs a py_* workload: one Python client in a child process. NOT_FOUND when the binding
+  // cannot be imported there (the caller notes it and goes on).
+  absl::StatusOr<Measurement> RunPython(Workload w, size_t size_index);
 
  private:
   uint32_t DenseTableId(size_t size_index) const {
@@ -588,6 +618,47 @@ absl::StatusOr<Measurement> Bench::Run(Workload w, size_t size_index) {
   return m;
 }
 
+absl::StatusOr<Measurement> Bench::RunPython(Workload w, size_t size_index) {
+  const std::string servers = absl::StrJoin(addresses_, ",");
+  const std::string command = absl::StrFormat(
+      "PYTHONPATH='%s' '%s' '%s' --servers=%s --job_id=%s --worker_id=0 --table_id=%d "
+      "--op=%s --seconds=%f --min_ops=%d --max_part_bytes=%d --channels_per_server=%d 2>&1",
+      options_.python_path, options_.python, options_.python_script, servers, options_.job_id,
+      DenseTableId(size_index), w == Workload::kPyPushDense ? "push" : "pull",
+      absl::ToDoubleSeconds(options_.duration), options_.min_ops, options_.max_part_bytes,
+      options_.channels_per_server);
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return absl::InternalError(absl::StrCat("cannot run ", options_.python));
+  std::string output;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) output.append(buf, n);
+  const int status = pclose(pipe);
+  Measurement m;
+  m.workload = NameOf(w);
+  m.size = options_.sizes[size_index];
+  m.servers = absl::StrCat(options_.servers);
+  m.clients = 1;
+  std::vector<absl::string_view> lines = absl::StrSplit(output, '\n', absl::SkipEmpty());
+  if (status != 0 || lines.empty() ||
+      !absl::StartsWith(lines[0], "ops=") ||
+      std::sscanf(std::string(lines[0]).c_str(), "ops=%ld seconds=%lf", &m.ops, &m.seconds) != 2) {
+    const bool no_binding = absl::StrContains(output, "No module named 'paramserver'") ||
+                            absl::StrContains(output, "No module named 'numpy'") ||
+                            absl::StrContains(output, "not found");
+    const std::string tail(output.substr(output.size() > 600 ? output.size() - 600 : 0));
+    return absl::Status(no_binding ? absl::StatusCode::kNotFound : absl::StatusCode::kInternal,
+                        absl::StrCat(m.workload, ": ", options_.python_script, " failed: ", tail));
+  }
+  for (size_t i = 1; i < lines.size(); ++i) {
+    double v;
+    if (absl::SimpleAtod(lines[i], &v)) m.latencies_us.push_back(v);
+  }
+  m.bytes = static_cast<double>(m.size) * m.ops;
+  m.keys = static_cast<double>(dense_keys_[size_index].size()) * m.ops;
+  return m;
+}
+
 absl::Status RunAll(const BenchOptions& o) {
   std::unique_ptr<bench::ServerFleet> fleet;
   std::vector<std::string> addresses = o.addresses;
@@ -602,6 +673,17 @@ absl::Status RunAll(const BenchOptions& o) {
   PS_RETURN_IF_ERROR(bench.SetUp());
   for (Workload w : o.workloads) {
     for (size_t i = 0; i < o.sizes.size(); ++i) {
+      if (IsPython(w)) {
+        auto m = bench.RunPython(w, i);
+        if (absl::IsNotFound(m.status())) {
+          absl::PrintF("%-16s skipped: the Python binding is not importable (%s)\n", NameOf(w),
+                       o.python_path);
+          break;
+        }
+        PS_RETURN_IF_ERROR(m.status());
+        PrintMeasurement(*m);
+        continue;
+      }
       PS_ASSIGN_OR_RETURN(Measurement m, bench.Run(w, i));
       PrintMeasurement(m);
     }
