@@ -23,8 +23,8 @@ class DaemonExporter {
   // --metrics_listen (host:port; port 0: a free one; "off": no endpoint and a null registry);
   // `port_file`, if not empty, is --metrics_port_file, written once serving.
   static absl::StatusOr<std::unique_ptr<DaemonExporter>> Start(const std::string& role,
-                                                              const std::string& listen,
-                                                              const std::string& port_file);
+                                                               const std::string& listen,
+                                                               const std::string& port_file);
 
   // Null with --metrics_listen=off.
   prometheus::Registry* registry() const { return registry_.get(); }

@@ -24,7 +24,7 @@ namespace {
 using testing::LocalCluster;
 
 std::unique_ptr<RpcClient> Connect(const LocalCluster& cluster, const std::string& job,
-                                uint32_t worker, size_t max_part_bytes = 4 << 20) {
+                                   uint32_t worker, size_t max_part_bytes = 4 << 20) {
   RpcClientOptions o;
   o.servers = cluster.addresses();
   o.job_id = job;
@@ -204,7 +204,9 @@ TEST(ClusterTest, SspBoundHolds) {
     workers.emplace_back([&, w] {
       auto client = Connect(*cluster, job, w);
       if (!client || !client->CreateTable(counter).ok() ||
-          !JobAdmin(*client).ConfigureJob(Mode(v1::ConsistencySpec::SSP, kStaleness), {0, 1, 2}).ok()) {
+          !JobAdmin(*client)
+               .ConfigureJob(Mode(v1::ConsistencySpec::SSP, kStaleness), {0, 1, 2})
+               .ok()) {
         ++failures;
         return;
       }
@@ -213,7 +215,7 @@ TEST(ClusterTest, SspBoundHolds) {
       for (int c = 0; c < kClocks; ++c) {
         if (w == kWorkers - 1) absl::SleepFor(absl::Milliseconds(30));  // the straggler
         RpcHandle h = client->PushPullAsync({TableOp{1, keys, minus_one.data(), nullptr}},
-                                         {TableOp{1, keys, nullptr, vals.data()}});
+                                            {TableOp{1, keys, nullptr, vals.data()}});
         absl::Status s = h.Wait();
         if (!s.ok()) {
           ADD_FAILURE() << "worker " << w << " clock " << c << ": " << s;
@@ -410,7 +412,8 @@ TEST_P(JoinTest, JoiningWorkerStartsAtOneClockOnEveryServer) {
   auto w2 = connect(2);
   ASSERT_NE(w2, nullptr);
   int64_t clock = -1;
-  ASSERT_TRUE(JobAdmin(*w2).ConfigureJob(mode, {1, 2}, 2, &clock, -1, /*even_out_clock=*/true).ok());
+  ASSERT_TRUE(
+      JobAdmin(*w2).ConfigureJob(mode, {1, 2}, 2, &clock, -1, /*even_out_clock=*/true).ok());
   EXPECT_EQ(clock, 1);
   for (size_t i = 0; i < 2; ++i) {  // every server has worker 2 at clock 1
     auto stub = v1::ParameterServer::NewStub(

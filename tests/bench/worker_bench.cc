@@ -53,10 +53,10 @@
 #include "worker/compute/compute_backend.h"
 #include "worker/compute/cuda/cuda_backend.h"
 #include "worker/compute/device.h"
-#include "worker/models/fashion_model.h"
 #include "worker/daemon/job_runner.h"
-#include "worker/models/mlp_model.h"
 #include "worker/daemon/worker_metrics.h"
+#include "worker/models/fashion_model.h"
+#include "worker/models/mlp_model.h"
 
 ABSL_FLAG(std::string, backends, "cpu,cuda",
           "comma list of: cpu, cuda (cuda is skipped, saying why, without a device)");

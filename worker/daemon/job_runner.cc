@@ -55,7 +55,8 @@ std::string FormatTimeSplit(const JobProgress& p) {
                          p.communication_seconds, hidden);
 }
 
-JobRunner::JobRunner(Model* model, RpcClient* client, JobRunnerOptions options, WorkerMetrics* metrics)
+JobRunner::JobRunner(Model* model, RpcClient* client, JobRunnerOptions options,
+                     WorkerMetrics* metrics)
     : model_(model),
       client_(client),
       options_(std::move(options)),

@@ -15,8 +15,8 @@
 #include "ps/v1/job.pb.h"
 #include "ps/v1/types.pb.h"
 #include "worker/client/rpc_client.h"
-#include "worker/models/model.h"
 #include "worker/daemon/worker_metrics.h"
+#include "worker/models/model.h"
 
 namespace ps {
 

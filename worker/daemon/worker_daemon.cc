@@ -288,9 +288,9 @@ absl::Status WorkerDaemon::RunOnce(const v1::WorkerAssignment& assignment, Model
       a.has_restore() && a.restore().shard_epoch() == a.shard_epoch() && a.restore().rollback();
   for (int attempt = 0;; ++attempt) {
     std::vector<uint32_t> workers(a.worker_ids().begin(), a.worker_ids().end());
-    absl::Status s = JobAdmin(*client).ConfigureJob(a.spec().consistency(), workers, a.membership_epoch(),
-                                          &clock, rollback ? -1 : *last_clock,
-                                          /*even_out_clock=*/!rollback);
+    absl::Status s = JobAdmin(*client).ConfigureJob(
+        a.spec().consistency(), workers, a.membership_epoch(), &clock, rollback ? -1 : *last_clock,
+        /*even_out_clock=*/!rollback);
     if (s.ok()) break;
     if (s.code() != absl::StatusCode::kFailedPrecondition || attempt == 20) return s;
     LOG(INFO) << a.job_id() << ": " << s.message() << "; waiting for the newer order";

@@ -16,8 +16,8 @@
 #include "worker/compute/device.h"
 #include "worker/daemon/health_server.h"
 #include "worker/daemon/job_runner.h"
-#include "worker/models/model.h"
 #include "worker/daemon/worker_metrics.h"
+#include "worker/models/model.h"
 
 namespace ps {
 

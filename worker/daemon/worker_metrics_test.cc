@@ -91,7 +91,8 @@ class WorkerMetricsTest : public testing::InProcessServerTest {
     ASSERT_NO_FATAL_FAILURE(InProcessServerTest::SetUp());
     client_ = Connect(kJob);
     ASSERT_NE(client_, nullptr);
-    ASSERT_TRUE(JobAdmin(*client_).ConfigureJob(v1::ConsistencySpec(), {0}).ok());  // sync, worker 0
+    ASSERT_TRUE(
+        JobAdmin(*client_).ConfigureJob(v1::ConsistencySpec(), {0}).ok());  // sync, worker 0
     for (const v1::TableSpec& spec : model_.Tables(kJob, 1)) {
       ASSERT_TRUE(client_->CreateTable(spec).ok());
     }

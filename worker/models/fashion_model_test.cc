@@ -15,8 +15,8 @@
 #include "worker/client/job_admin.h"
 #include "worker/client/rpc_client.h"
 #include "worker/daemon/job_runner.h"
-#include "worker/testing/server_fixture.h"
 #include "worker/daemon/worker_metrics.h"
+#include "worker/testing/server_fixture.h"
 
 namespace ps {
 namespace {

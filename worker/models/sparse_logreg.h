@@ -14,8 +14,8 @@
 #include "worker/client/rpc_client.h"
 #include "worker/compute/compute_backend.h"
 #include "worker/compute/device.h"
-#include "worker/models/model.h"
 #include "worker/data/spam_dataset.h"
+#include "worker/models/model.h"
 #include "worker/models/spam_step.h"
 
 namespace ps {

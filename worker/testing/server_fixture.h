@@ -34,7 +34,7 @@ class InProcessServerTest : public ::testing::Test {
   // A client of server_ for `job` as `worker` (requests time out after `rpc_timeout`); null,
   // with a test failure, if it cannot be made.
   std::unique_ptr<RpcClient> Connect(const std::string& job, uint32_t worker = 0,
-                                  absl::Duration rpc_timeout = absl::Seconds(20)) {
+                                     absl::Duration rpc_timeout = absl::Seconds(20)) {
     RpcClientOptions options;
     options.servers = {absl::StrCat("127.0.0.1:", server_->port())};
     options.job_id = job;
