@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_status.h"
+#include "common/process_tuning.h"
 #include "common/status_macros.h"
 #include "worker/client/job_admin.h"
 #include "worker/client/rpc_client.h"
@@ -33,9 +34,9 @@ absl::Status ValidateName(const std::string& what, const std::string& name, size
     const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
                     c == '_' || c == '-' || c == '.' || c == '/';
     if (!ok) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, " '", absl::CEscape(name),
-          "' may hold only letters, digits and the characters _ - . /"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " '", absl::CEscape(name),
+                       "' may hold only letters, digits and the characters _ - . /"));
     }
   }
   return absl::OkStatus();
@@ -216,6 +217,8 @@ Optimizer Optimizer::Ftrl(float alpha, float l1, float l2) {
   return o;
 }
 
+void TuneProcess() { TuneProcessForServing(); }
+
 uint32_t TableIdFor(const std::string& job_id, const std::string& name) {
   // FNV-1a over "job_id\0name", folded to 31 bits.
   uint64_t h = 14695981039346656037ull;
@@ -239,8 +242,8 @@ absl::Status ClientOptions::Validate() const {
   if (num_workers < 1) return absl::InvalidArgumentError("num_workers must be >= 1");
   if (worker_id >= num_workers) {
     return absl::InvalidArgumentError(absl::StrCat("worker_id ", worker_id, " is not in 0..",
-                                                   num_workers - 1, " (num_workers ",
-                                                   num_workers, ")"));
+                                                   num_workers - 1, " (num_workers ", num_workers,
+                                                   ")"));
   }
   if (staleness < 0) return absl::InvalidArgumentError("staleness must be >= 0");
   if (rpc_timeout <= absl::ZeroDuration()) {
@@ -291,6 +294,11 @@ absl::Status Pending::Wait() const {
     });
   }
   return s;
+}
+
+bool Pending::WaitFor(absl::Duration timeout) const {
+  if (impl_ == nullptr || !impl_->started) return true;
+  return impl_->handle.WaitFor(timeout);
 }
 
 bool Pending::Done() const { return impl_ == nullptr || !impl_->started || impl_->handle.Done(); }
@@ -349,8 +357,7 @@ class Client::Impl {
     if (known.dim != table.dim || known.kind != table.kind || known.num_rows != table.num_rows) {
       return absl::InvalidArgumentError(absl::StrCat(
           verb, ": ", name, " is a ", KindName(known.kind), " table of dim ", known.dim,
-          " on the servers; the Table passed says ", KindName(table.kind), " of dim ",
-          table.dim));
+          " on the servers; the Table passed says ", KindName(table.kind), " of dim ", table.dim));
     }
     const size_t want = keys.size() * static_cast<size_t>(known.dim);
     if (values != want) {
@@ -447,13 +454,15 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   ro.rpc_timeout = options.rpc_timeout;
   ro.max_retries = options.max_retries;
   ro.max_part_bytes = options.max_part_bytes;
+  ro.reject_nonfinite = options.reject_nonfinite;
   ro.channels_per_server = options.channels_per_server;
   PS_ASSIGN_OR_RETURN(std::unique_ptr<RpcClient> rpc, RpcClient::Connect(std::move(ro)));
   if (options.configure_job) {
     std::vector<uint32_t> workers;
     for (uint32_t w = 0; w < options.num_workers; ++w) workers.push_back(w);
-    absl::Status s = JobAdmin(*rpc, options.connect_timeout).ConfigureJob(
-        ToProto(options.consistency, options.staleness), workers, /*membership_epoch=*/1);
+    absl::Status s = JobAdmin(*rpc, options.connect_timeout)
+                         .ConfigureJob(ToProto(options.consistency, options.staleness), workers,
+                                       /*membership_epoch=*/1);
     if (!s.ok()) {
       return WithPrefix(s, absl::StrCat("declaring job '", options.job_id, "' on the servers"));
     }
@@ -480,8 +489,7 @@ absl::StatusOr<Table> Client::CreateTable(const TableConfig& config) {
         "table '", config.name, "': num_rows is for dense tables (a sparse table grows)"));
   }
   v1::TableSpec spec;
-  spec.set_table_id(config.id != 0 ? config.id
-                                   : TableIdFor(impl_->options().job_id, config.name));
+  spec.set_table_id(config.id != 0 ? config.id : TableIdFor(impl_->options().job_id, config.name));
   spec.set_name(config.name);
   spec.set_job_id(impl_->options().job_id);
   spec.set_kind(config.kind == TableKind::kDense ? v1::DENSE : v1::SPARSE);
@@ -581,6 +589,7 @@ int64_t Client::clock() const { return impl_->rpc().clock(); }
 void Client::SetLearningRateScale(float scale) { impl_->rpc().SetLearningRateScale(scale); }
 void Client::Close() { impl_->Close(); }
 bool Client::closed() const { return impl_->closed(); }
+const ClientOptions& Client::options() const { return impl_->options(); }
 const std::string& Client::job_id() const { return impl_->options().job_id; }
 uint32_t Client::worker_id() const { return impl_->options().worker_id; }
 const std::vector<std::string>& Client::servers() const { return impl_->options().servers; }

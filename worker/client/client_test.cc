@@ -2,6 +2,7 @@
 #include "ps/client.h"
 
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -119,8 +120,8 @@ TEST_F(ClientTest, AsyncRequestsOverlapAndPushPullAdvancesTheClock) {
 
   std::vector<float> grads(400, 1.0f);
   EXPECT_EQ(client->clock(), 0);
-  ASSERT_TRUE(client->PushPull({PushOp{*w, keys, grads}}, {PullOp{*w, keys, absl::MakeSpan(w_out)}})
-                  .ok());
+  ASSERT_TRUE(
+      client->PushPull({PushOp{*w, keys, grads}}, {PullOp{*w, keys, absl::MakeSpan(w_out)}}).ok());
   EXPECT_EQ(client->clock(), 1);
   for (float v : w_out) EXPECT_FLOAT_EQ(v, -0.5f);
   ASSERT_TRUE(client->Clock().ok());
@@ -179,7 +180,8 @@ TEST_F(ClientTest, BadArgumentsAreRefusedBeforeTheWireAndRowsStayIntact) {
   const std::vector<uint64_t> far = {1, 10};
   st = client->Push(*d, far, two_rows);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(st.message()), HasSubstr("key 10 is out of range for a dense table of 10"));
+  EXPECT_THAT(std::string(st.message()),
+              HasSubstr("key 10 is out of range for a dense table of 10"));
 
   // A Table that does not match the servers' (wrong dim), or does not exist.
   Table lying = *d;
@@ -193,8 +195,7 @@ TEST_F(ClientTest, BadArgumentsAreRefusedBeforeTheWireAndRowsStayIntact) {
             absl::StatusCode::kNotFound);
 
   // Bad table configs.
-  EXPECT_EQ(client->CreateTable(Sparse("", 2)).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(client->CreateTable(Sparse("", 2)).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(client->CreateTable(Sparse("no spaces", 2)).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(client->CreateTable(Sparse("zero", 0)).status().code(),
@@ -202,15 +203,38 @@ TEST_F(ClientTest, BadArgumentsAreRefusedBeforeTheWireAndRowsStayIntact) {
   EXPECT_EQ(client->CreateTable(Dense("norows", 0, 2)).status().code(),
             absl::StatusCode::kInvalidArgument);
 
-  // NaN gradients: the servers refuse them (their default policy) and keep the rows.
+  // NaN gradients: refused before anything is sent.
   std::vector<float> nan(4, std::nanf(""));
   st = client->Push(*d, keys, nan);
-  EXPECT_FALSE(st.ok());
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("holds a NaN or an Inf"));
 
   // Nothing above changed a row.
   std::vector<float> out(4);
   ASSERT_TRUE(client->Pull(*d, keys, absl::MakeSpan(out)).ok());
   for (float v : out) EXPECT_FLOAT_EQ(v, 3.0f);
+}
+
+TEST_F(ClientTest, APushWithOneNonFiniteRowChangesNoRowOnAnyServer) {
+  auto client = Connect(Options());
+  ASSERT_NE(client, nullptr);
+  TableConfig config = Dense("d", 64, 4);
+  config.initializer = Initializer::Constant(2.0f);
+  auto d = client->CreateTable(config);
+  ASSERT_TRUE(d.ok());
+  std::vector<uint64_t> keys(64);
+  std::iota(keys.begin(), keys.end(), 0);  // rows on both servers
+  std::vector<float> grads(64 * 4, 1.0f);
+  grads[37 * 4 + 2] = std::numeric_limits<float>::infinity();
+  absl::Status st = client->Push(*d, keys, grads);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("key 37 holds a NaN or an Inf"));
+  st = client->PushPull({PushOp{*d, keys, grads}}, {});
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(client->clock(), 0) << "a refused PushPull advanced the clock";
+  std::vector<float> out(64 * 4);
+  ASSERT_TRUE(client->Pull(*d, keys, absl::MakeSpan(out)).ok());
+  for (float v : out) ASSERT_FLOAT_EQ(v, 2.0f);
 }
 
 TEST_F(ClientTest, AClosedClientRefusesEveryCall) {

@@ -11,9 +11,9 @@
 namespace ps {
 
 absl::Status JobAdmin::ConfigureJob(const v1::ConsistencySpec& consistency,
-                                  const std::vector<uint32_t>& worker_ids,
-                                  uint64_t membership_epoch, int64_t* worker_clock,
-                                  int64_t caller_clock, bool even_out_clock) {
+                                    const std::vector<uint32_t>& worker_ids,
+                                    uint64_t membership_epoch, int64_t* worker_clock,
+                                    int64_t caller_clock, bool even_out_clock) {
   if (worker_clock != nullptr) *worker_clock = -1;
   v1::ConfigureJobRequest req;
   req.set_job_id(client_.options().job_id);
@@ -26,15 +26,15 @@ absl::Status JobAdmin::ConfigureJob(const v1::ConsistencySpec& consistency,
   // This worker's clock as each server has it (-1: not in its set).
   std::vector<int64_t> clocks(client_.num_servers(), -1);
   auto configure_all = [&]() {
-    return client_.ForEachServer(configure_timeout_, [&](int i, v1::ParameterServer::Stub* stub,
-                                                        grpc::ClientContext* ctx) {
-      v1::ConfigureJobResponse resp;
-      req.set_owned_slots(EncodeSlotBitmap(client_.shard_map().SlotsOf(i)));
-      grpc::Status s = stub->ConfigureJob(ctx, req, &resp);
-      auto it = resp.worker_clocks().find(client_.options().worker_id);
-      clocks[i] = s.ok() && it != resp.worker_clocks().end() ? it->second : -1;
-      return s;
-    });
+    return client_.ForEachServer(
+        configure_timeout_, [&](int i, v1::ParameterServer::Stub* stub, grpc::ClientContext* ctx) {
+          v1::ConfigureJobResponse resp;
+          req.set_owned_slots(EncodeSlotBitmap(client_.shard_map().SlotsOf(i)));
+          grpc::Status s = stub->ConfigureJob(ctx, req, &resp);
+          auto it = resp.worker_clocks().find(client_.options().worker_id);
+          clocks[i] = s.ok() && it != resp.worker_clocks().end() ? it->second : -1;
+          return s;
+        });
   };
   PS_RETURN_IF_ERROR(configure_all());
   const int64_t highest = *std::max_element(clocks.begin(), clocks.end());
@@ -77,8 +77,8 @@ absl::StatusOr<std::vector<v1::CheckpointResponse>> JobAdmin::SnapshotCheckpoint
     uint64_t id, int64_t clock, const std::vector<std::string>& paths) {
   const size_t n = client_.num_servers();
   if (paths.size() != n) {
-    return absl::InvalidArgumentError(absl::StrCat("checkpoint ", id, " names ", paths.size(),
-                                                   " paths for ", n, " servers"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint ", id, " names ", paths.size(), " paths for ", n, " servers"));
   }
   std::vector<v1::CheckpointResponse> out(n);
   PS_RETURN_IF_ERROR(OnEveryServerAtOnce(n, client_.shard_map().servers(), [&](size_t i) {

@@ -83,6 +83,10 @@ absl::Status RpcHandle::Wait() const {
   return state_->status;
 }
 
+bool RpcHandle::WaitFor(absl::Duration timeout) const {
+  return state_ == nullptr || state_->done.WaitForNotificationWithTimeout(timeout);
+}
+
 bool RpcHandle::Done() const { return state_ == nullptr || state_->done.HasBeenNotified(); }
 
 int64_t RpcHandle::min_clock() const {
@@ -120,8 +124,8 @@ std::vector<uint64_t> DenseKeys(uint64_t n) {
 }
 
 std::vector<std::vector<RpcClient::Part>> RpcClient::Split(const std::vector<TableOp>& ops,
-                                                     const std::vector<int>& dims,
-                                                     bool with_values) const {
+                                                           const std::vector<int>& dims,
+                                                           bool with_values) const {
   const int n = static_cast<int>(map_.servers().size());
   // Bytes a key adds to a request: its values (push) or the values it brings back (pull).
   auto key_bytes = [&](int o) { return 8 + static_cast<size_t>(dims[o]) * sizeof(float); };
@@ -208,8 +212,8 @@ class RpcClient::Call {
  public:
   enum Kind { kPull, kPush, kPushPull };
 
-  Call(RpcClient* client, Kind kind, int server, size_t index, std::shared_ptr<RpcHandle::State> state,
-       std::vector<TableOp> ops, std::vector<int> dims)
+  Call(RpcClient* client, Kind kind, int server, size_t index,
+       std::shared_ptr<RpcHandle::State> state, std::vector<TableOp> ops, std::vector<int> dims)
       : live_(client),
         client_(client),
         kind_(kind),
@@ -224,10 +228,12 @@ class RpcClient::Call {
   v1::PushPullRequest push_pull;
   std::vector<Segment> pull_segments;  // where the response blocks go
 
-  // Fills the request's blocks; returns the number of keys.
-  static int64_t FillBlocks(const std::vector<TableOp>& ops, const std::vector<int>& dims,
-                            const std::vector<Segment>& segments, bool with_values,
-                            google::protobuf::RepeatedPtrField<v1::KeyBlock>* blocks) {
+  // Fills the request's blocks; returns the number of keys. With `check_finite`, values
+  // holding a NaN or an Inf are INVALID_ARGUMENT (checked on the copy, while it is in cache).
+  static absl::StatusOr<int64_t> FillBlocks(
+      const std::vector<TableOp>& ops, const std::vector<int>& dims,
+      const std::vector<Segment>& segments, bool with_values, bool check_finite,
+      google::protobuf::RepeatedPtrField<v1::KeyBlock>* blocks) {
     int64_t num_keys = 0;
     for (const Segment& seg : segments) {
       const TableOp& op = ops[seg.op];
@@ -243,13 +249,50 @@ class RpcClient::Call {
         std::string* values = b->mutable_values();
         values->resize(seg.idx.size() * row);
         char* v = values->data();
+        uint32_t non_finite = 0;
         for (uint32_t i : seg.idx) {
           std::memcpy(v, op.grads + static_cast<size_t>(i) * dims[seg.op], row);
+          if (check_finite) non_finite |= NonFiniteBits(v, dims[seg.op]);  // still in L1
           v += row;
         }
+        if (non_finite != 0) return NonFiniteError(op, seg, dims[seg.op]);
       }
     }
     return num_keys;
+  }
+
+  // Non-zero if one of the n floats at `p` is a NaN or an Inf. Branch-free, four floats per
+  // vector operation (GCC's vector extension: SSE2 on x86-64): adding one exponent unit to a
+  // float's exponent bits carries into its sign bit only when they are all ones.
+  static uint32_t NonFiniteBits(const char* p, size_t n) {
+    typedef uint32_t U32x4 __attribute__((vector_size(16)));
+    constexpr uint32_t kExponent = 0x7f800000u, kOne = 0x00800000u;
+    U32x4 bad = {0, 0, 0, 0};
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+      U32x4 w;
+      std::memcpy(&w, p + i * sizeof(float), sizeof(w));
+      bad |= (w & kExponent) + kOne;
+    }
+    uint32_t tail = 0;
+    for (; i < n; ++i) {
+      uint32_t w;
+      std::memcpy(&w, p + i * sizeof(float), sizeof(w));
+      tail |= (w & kExponent) + kOne;
+    }
+    return (bad[0] | bad[1] | bad[2] | bad[3] | tail) & 0x80000000u;
+  }
+
+  static absl::Status NonFiniteError(const TableOp& op, const Segment& seg, int dim) {
+    for (uint32_t i : seg.idx) {
+      const char* row = reinterpret_cast<const char*>(op.grads + static_cast<size_t>(i) * dim);
+      if (NonFiniteBits(row, dim) != 0) {
+        return absl::InvalidArgumentError(absl::StrCat("push to table ", op.table_id,
+                                                       ": the gradient of key ", op.keys[i],
+                                                       " holds a NaN or an Inf; nothing was sent"));
+      }
+    }
+    return absl::InvalidArgumentError("a gradient holds a NaN or an Inf; nothing was sent");
   }
 
   // Starts the RPC; `self` keeps this call alive until it finishes.
@@ -448,11 +491,11 @@ void RpcClient::CancelInFlight() {
 absl::Status RpcClient::CreateTable(const v1::TableSpec& spec) {
   v1::CreateTableRequest req;
   *req.mutable_spec() = spec;
-  PS_RETURN_IF_ERROR(ForEachServer(absl::Seconds(120), [&](int, v1::ParameterServer::Stub* stub,
-                                                            grpc::ClientContext* ctx) {
-    v1::CreateTableResponse resp;
-    return stub->CreateTable(ctx, req, &resp);
-  }));
+  PS_RETURN_IF_ERROR(ForEachServer(
+      options_.rpc_timeout, [&](int, v1::ParameterServer::Stub* stub, grpc::ClientContext* ctx) {
+        v1::CreateTableResponse resp;
+        return stub->CreateTable(ctx, req, &resp);
+      }));
   absl::MutexLock l(&dims_mu_);
   dims_[spec.table_id()] = static_cast<int>(spec.dim());
   return absl::OkStatus();
@@ -463,7 +506,7 @@ absl::StatusOr<v1::TableSpec> RpcClient::DescribeTable(uint32_t table_id) {
   req.set_table_id(table_id);
   v1::DescribeTableResponse resp;
   grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
   ctx.set_wait_for_ready(true);
   PS_RETURN_IF_ERROR(FromGrpcStatus(admin_stub(0)->DescribeTable(&ctx, req, &resp)));
   absl::MutexLock l(&dims_mu_);
@@ -534,8 +577,8 @@ RpcHandle RpcClient::PullAsync(std::vector<TableOp> ops) {
       call->pull.set_worker_id(options_.worker_id);
       call->pull.set_clock(clock_.load());
       call->pull.set_shard_epoch(map_.epoch());
-      call->set_num_keys(0, Call::FillBlocks(ops, dims, parts[server][p].segments, false,
-                                             call->pull.mutable_blocks()));
+      call->set_num_keys(0, *Call::FillBlocks(ops, dims, parts[server][p].segments, false, false,
+                                              call->pull.mutable_blocks()));
       call->pull_segments = std::move(parts[server][p].segments);
       calls.push_back(std::move(call));
     }
@@ -574,8 +617,10 @@ RpcHandle RpcClient::PushAsync(std::vector<TableOp> ops) {
       r.set_clock(clock_.load());
       r.set_shard_epoch(map_.epoch());
       r.set_lr_scale(lr_scale_.load());
-      call->set_num_keys(
-          Call::FillBlocks(ops, dims, parts[server][p].segments, true, r.mutable_blocks()), 0);
+      auto pushed = Call::FillBlocks(ops, dims, parts[server][p].segments, true,
+                                     options_.reject_nonfinite, r.mutable_blocks());
+      if (!pushed.ok()) return FailedHandle(pushed.status());
+      call->set_num_keys(*pushed, 0);
       calls.push_back(std::move(call));
     }
   }
@@ -595,7 +640,8 @@ RpcHandle RpcClient::PushPullAsync(std::vector<TableOp> push_ops, std::vector<Ta
   if (!s.ok()) return FailedHandle(s);
   auto push_parts = Split(push_ops, push_dims, true);
   auto pull_parts = Split(pull_ops, pull_dims, false);
-  const int64_t clock = clock_.fetch_add(1);
+  // The clock advances once every part is built (a refused push leaves it where it was).
+  const int64_t clock = clock_.load();
   std::vector<std::shared_ptr<Call>> calls;
   auto state = std::make_shared<RpcHandle::State>();
   state->observer = observer_.load();
@@ -619,18 +665,21 @@ RpcHandle RpcClient::PushPullAsync(std::vector<TableOp> push_ops, std::vector<Ta
       r.set_clock_parts(static_cast<uint32_t>(n));
       int64_t pushed = 0, pulled = 0;
       if (p < push_parts[server].size()) {
-        pushed = Call::FillBlocks(push_ops, push_dims, push_parts[server][p].segments, true,
-                                  push->mutable_blocks());
+        auto filled = Call::FillBlocks(push_ops, push_dims, push_parts[server][p].segments, true,
+                                       options_.reject_nonfinite, push->mutable_blocks());
+        if (!filled.ok()) return FailedHandle(filled.status());
+        pushed = *filled;
       }
       if (p < pull_parts[server].size()) {
-        pulled = Call::FillBlocks(pull_ops, pull_dims, pull_parts[server][p].segments, false,
-                                  r.mutable_pull_blocks());
+        pulled = *Call::FillBlocks(pull_ops, pull_dims, pull_parts[server][p].segments, false,
+                                   false, r.mutable_pull_blocks());
         call->pull_segments = std::move(pull_parts[server][p].segments);
       }
       call->set_num_keys(pushed, pulled);
       calls.push_back(std::move(call));
     }
   }
+  clock_.fetch_add(1);
   {
     absl::MutexLock l(&state->mu);
     state->pending = static_cast<int>(calls.size());

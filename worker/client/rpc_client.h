@@ -45,6 +45,10 @@ struct RpcClientOptions {
   absl::Duration rpc_timeout = absl::Seconds(180);
   // Retries of an RPC that failed with UNAVAILABLE (pushes keep their request id: applied once).
   int max_retries = 3;
+  // Refuse a push whose gradients hold a NaN or an Inf before any part is sent (servers refuse
+  // such parts too, but only their own: the others would be applied). Off for servers run with
+  // --nonfinite=skip_row.
+  bool reject_nonfinite = false;
 
   absl::Status Validate() const;
 };
@@ -85,6 +89,8 @@ class RpcHandle {
   // Blocks until every part has answered; the first error, if any.
   absl::Status Wait() const;
   bool Done() const;
+  // Waits at most `timeout`; true if done.
+  bool WaitFor(absl::Duration timeout) const;
   // After Wait(): the smallest min_clock the servers reported, and the longest pull wait.
   int64_t min_clock() const;
   absl::Duration max_wait() const;

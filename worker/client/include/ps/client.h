@@ -43,8 +43,8 @@ enum class TableKind { kDense, kSparse };
 struct Initializer {
   enum class Kind { kZeros, kConstant, kUniform, kNormal };
   Kind kind = Kind::kZeros;
-  float value = 0;   // kConstant
-  float low = 0;     // kUniform: values in [low, high)
+  float value = 0;  // kConstant
+  float low = 0;    // kUniform: values in [low, high)
   float high = 0;
   float stddev = 0;  // kNormal: normal(0, stddev)
   uint64_t seed = 0;
@@ -92,6 +92,13 @@ struct TableConfig {
   uint32_t id = 0;
 };
 
+// Process-wide settings for a program that moves large tensors; call once from main() (the
+// Python package does it when imported). It keeps freed memory in the process (glibc otherwise
+// returns every large request buffer to the kernel and each request faults its pages in again:
+// 3-5x lower throughput at 16 MiB) and turns off Abseil's mutex deadlock detection (a debug
+// aid that Debian's Abseil leaves on). The daemons do the same.
+void TuneProcess();
+
 // The id a table named `name` of job `job_id` gets when its config leaves the id 0: a stable
 // 31-bit hash, never 0.
 uint32_t TableIdFor(const std::string& job_id, const std::string& name);
@@ -135,6 +142,9 @@ struct ClientOptions {
   // Tries again a request that failed with UNAVAILABLE this many times (a push keeps its
   // request id: the servers apply it once).
   int max_retries = 3;
+  // Refuse a push whose gradients hold a NaN or an Inf (INVALID_ARGUMENT, nothing sent). Set
+  // false only for servers run with --nonfinite=skip_row, which skip such rows themselves.
+  bool reject_nonfinite = true;
   // Requests larger than this are cut into parts sent in parallel.
   size_t max_part_bytes = 2 << 20;
   // TCP connections per server.
@@ -168,6 +178,8 @@ class Pending {
   absl::Status Wait() const;
   // True once Wait() would not block.
   bool Done() const;
+  // Waits at most `timeout` for the request; true if it is done (Wait() then returns at once).
+  bool WaitFor(absl::Duration timeout) const;
 
   struct Impl;  // the library's own
 
@@ -229,6 +241,8 @@ class Client {
   void Close();
   bool closed() const;
 
+  // The options the client was made with.
+  const ClientOptions& options() const;
   const std::string& job_id() const;
   uint32_t worker_id() const;
   const std::vector<std::string>& servers() const;
