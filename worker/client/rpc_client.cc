@@ -540,6 +540,17 @@ RpcHandle FailedHandle(const absl::Status& s) {
 }
 }  // namespace
 
+RpcHandle RpcClient::StartRequest(std::vector<std::shared_ptr<Call>> calls,
+                                  std::shared_ptr<RpcHandle::State> state, size_t window) {
+  if (calls.empty()) return FailedHandle(absl::OkStatus());
+  {
+    absl::MutexLock l(&state->mu);
+    state->pending = static_cast<int>(calls.size());
+  }
+  Launch(std::move(calls), window);
+  return RpcHandle(std::move(state));
+}
+
 void RpcClient::Launch(std::vector<std::shared_ptr<Call>> calls, size_t window) {
   auto launcher = std::make_shared<Launcher>();
   std::vector<std::shared_ptr<Call>> now;
@@ -583,13 +594,7 @@ RpcHandle RpcClient::PullAsync(std::vector<TableOp> ops) {
       calls.push_back(std::move(call));
     }
   }
-  if (calls.empty()) return FailedHandle(absl::OkStatus());
-  {
-    absl::MutexLock l(&state->mu);
-    state->pending = static_cast<int>(calls.size());
-  }
-  Launch(std::move(calls), options_.max_parts_in_flight);
-  return RpcHandle(std::move(state));
+  return StartRequest(std::move(calls), std::move(state), options_.max_parts_in_flight);
 }
 
 RpcHandle RpcClient::PushAsync(std::vector<TableOp> ops) {
@@ -624,13 +629,7 @@ RpcHandle RpcClient::PushAsync(std::vector<TableOp> ops) {
       calls.push_back(std::move(call));
     }
   }
-  if (calls.empty()) return FailedHandle(absl::OkStatus());
-  {
-    absl::MutexLock l(&state->mu);
-    state->pending = static_cast<int>(calls.size());
-  }
-  Launch(std::move(calls), options_.max_parts_in_flight);
-  return RpcHandle(std::move(state));
+  return StartRequest(std::move(calls), std::move(state), options_.max_parts_in_flight);
 }
 
 RpcHandle RpcClient::PushPullAsync(std::vector<TableOp> push_ops, std::vector<TableOp> pull_ops) {
@@ -680,15 +679,10 @@ RpcHandle RpcClient::PushPullAsync(std::vector<TableOp> push_ops, std::vector<Ta
     }
   }
   clock_.fetch_add(1);
-  {
-    absl::MutexLock l(&state->mu);
-    state->pending = static_cast<int>(calls.size());
-  }
   // All parts at once: a PushPull part's pull may wait for the clock to advance, which needs
   // every part of this worker to have arrived.
   const size_t all = calls.size();
-  Launch(std::move(calls), all);
-  return RpcHandle(std::move(state));
+  return StartRequest(std::move(calls), std::move(state), all);
 }
 
 absl::Status RpcClient::Clock() {

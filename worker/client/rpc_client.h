@@ -162,6 +162,9 @@ class RpcClient {
   class Call;
   // Starts the calls of one request, at most `window` per server at a time.
   void Launch(std::vector<std::shared_ptr<Call>> calls, size_t window);
+  // The handle of a request of `calls` (done at once, OK, when there are none), launched.
+  RpcHandle StartRequest(std::vector<std::shared_ptr<Call>> calls,
+                         std::shared_ptr<RpcHandle::State> state, size_t window);
   explicit RpcClient(RpcClientOptions options, ShardMap map);
 
   // Returns dims for the ops' tables, describing unknown ones.
