@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <system_error>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -47,9 +48,43 @@ absl::Status CheckLayers(v1::JobSpec* spec) {
   return absl::OkStatus();
 }
 
+// True if `path` is `root` or lies under it (both normal).
+bool IsUnder(const std::string& path, const std::string& root) {
+  if (root == "/") return true;
+  return absl::StartsWith(path, root) && (path.size() == root.size() || path[root.size()] == '/');
+}
+
+// A spec's checkpoint.root: absolute, and under an allowed root once normalized (so that
+// "/allowed/../etc" is "/etc" and refused); stored normalized.
+absl::Status CheckCheckpointRoot(v1::CheckpointPolicy* checkpoint, const JobLimits& limits) {
+  if (checkpoint->root().empty()) return absl::OkStatus();
+  if (!std::filesystem::path(checkpoint->root()).is_absolute()) {
+    return Invalid(absl::StrCat("checkpoint.root = \"", checkpoint->root(),
+                                "\" must be an absolute path (servers resolve it)"));
+  }
+  const std::string root = NormalPath(checkpoint->root());
+  for (const std::string& allowed : limits.checkpoint_roots) {
+    if (IsUnder(root, allowed)) {
+      checkpoint->set_root(root);
+      return absl::OkStatus();
+    }
+  }
+  return Invalid(absl::StrCat(
+      "checkpoint.root = \"", checkpoint->root(), "\" (", root,
+      ") is not under a checkpoint root this scheduler allows (",
+      limits.checkpoint_roots.empty() ? "none" : absl::StrJoin(limits.checkpoint_roots, ", "),
+      "; ps_scheduler --checkpoint_roots)"));
+}
+
 }  // namespace
 
-absl::Status NormalizeJobSpec(v1::JobSpec* spec) {
+std::string NormalPath(absl::string_view path) {
+  std::string normal = std::filesystem::path(std::string(path)).lexically_normal().string();
+  while (normal.size() > 1 && normal.back() == '/') normal.pop_back();
+  return normal;
+}
+
+absl::Status NormalizeJobSpec(v1::JobSpec* spec, const JobLimits& limits) {
   const bool mlp = spec->model() == kFashionMlp;
   if (!mlp && spec->model() != kSpamLogreg) {
     return Invalid(absl::StrCat("model must be \"", kFashionMlp, "\" or \"", kSpamLogreg,
@@ -120,10 +155,7 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec) {
                                 " must be >= 0 (0: ", kDefaultKeepCheckpoints, ")"));
   }
   if (checkpoint.keep_last() == 0) checkpoint.set_keep_last(kDefaultKeepCheckpoints);
-  if (!checkpoint.root().empty() && !std::filesystem::path(checkpoint.root()).is_absolute()) {
-    return Invalid(absl::StrCat("checkpoint.root = \"", checkpoint.root(),
-                                "\" must be an absolute path (servers resolve it)"));
-  }
+  if (absl::Status s = CheckCheckpointRoot(&checkpoint, limits); !s.ok()) return s;
   if (!v1::RecoveryMode_IsValid(spec->recovery())) {
     return Invalid(absl::StrCat("recovery = ", spec->recovery(), " is not a recovery mode"));
   }

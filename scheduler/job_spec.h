@@ -2,7 +2,11 @@
 #ifndef PS_SCHEDULER_JOB_SPEC_H_
 #define PS_SCHEDULER_JOB_SPEC_H_
 
+#include <string>
+#include <vector>
+
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "ps/v1/job.pb.h"
 
 namespace ps {
@@ -13,6 +17,16 @@ inline constexpr char kFashionMnistDir[] = "/usr/share/datasets/fashion-mnist";
 inline constexpr char kSpamAssassinDir[] = "/usr/share/datasets/spam-assassin";
 inline constexpr int kMaxWorkersPerJob = 1024;
 
+// What the scheduler's operator allows a job (SchedulerOptions fills it).
+struct JobLimits {
+  // A spec's checkpoint.root must, once lexically normalized, be one of these directories or lie
+  // under one (absolute and normalized: see NormalPath). Empty: a spec may not name a root.
+  std::vector<std::string> checkpoint_roots;
+};
+
+// `path` lexically normalized ("/a/./b/../c/" -> "/a/c"): `..` cannot climb above "/".
+std::string NormalPath(absl::string_view path);
+
 // Checks `spec` and fills its defaults in place (batch_size 64, epochs 1, layers 784,128,10,
 // hash_bits 20, evaluate on, data_dir per model). A bad field is INVALID_ARGUMENT naming it.
 //
@@ -20,7 +34,10 @@ inline constexpr int kMaxWorkersPerJob = 1024;
 // the workers' disks, so this check assumes every host has the same data layout (true of a
 // one-machine cluster and of hosts that install the same dataset packages). A worker that
 // still lacks the data reports the error in its progress, which fails the job.
-absl::Status NormalizeJobSpec(v1::JobSpec* spec);
+//
+// checkpoint.root, if set, is replaced by its normal form, which must lie under one of
+// limits.checkpoint_roots (INVALID_ARGUMENT naming the root and the allowed ones otherwise).
+absl::Status NormalizeJobSpec(v1::JobSpec* spec, const JobLimits& limits);
 
 }  // namespace ps
 

@@ -3,6 +3,8 @@
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "scheduler/internal/test_util.h"
@@ -28,17 +30,18 @@ class JobSpecTest : public ::testing::Test {
   void ExpectRejected(const std::function<void(v1::JobSpec*)>& mutate, const std::string& field,
                       v1::JobSpec spec) {
     mutate(&spec);
-    absl::Status s = NormalizeJobSpec(&spec);
+    absl::Status s = NormalizeJobSpec(&spec, limits_);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << field << ": " << s;
     EXPECT_NE(s.message().find(field), std::string::npos) << s;
   }
 
   ScopedTempDir dir_;
+  JobLimits limits_{{"/var/lib/ps/checkpoints", "/mnt/ckpt"}};
 };
 
 TEST_F(JobSpecTest, FillsDefaults) {
   v1::JobSpec spec = Mlp();
-  ASSERT_TRUE(NormalizeJobSpec(&spec).ok());
+  ASSERT_TRUE(NormalizeJobSpec(&spec, limits_).ok());
   EXPECT_EQ(spec.batch_size(), 64);
   EXPECT_EQ(spec.epochs(), 1);
   ASSERT_EQ(spec.layers_size(), 3);
@@ -52,7 +55,7 @@ TEST_F(JobSpecTest, FillsDefaults) {
   v1::JobSpec logreg = Logreg();
   logreg.set_evaluate(false);
   logreg.set_batch_size(32);
-  ASSERT_TRUE(NormalizeJobSpec(&logreg).ok());
+  ASSERT_TRUE(NormalizeJobSpec(&logreg, limits_).ok());
   EXPECT_EQ(logreg.hash_bits(), 20);
   EXPECT_EQ(logreg.batch_size(), 32);
   EXPECT_FALSE(logreg.evaluate());
@@ -66,7 +69,7 @@ TEST_F(JobSpecTest, DefaultDataDirPerModel) {
     spec.clear_data_dir();
     const std::string expected =
         std::string(model) == kFashionMlp ? kFashionMnistDir : kSpamAssassinDir;
-    absl::Status s = NormalizeJobSpec(&spec);
+    absl::Status s = NormalizeJobSpec(&spec, limits_);
     // Whether the data set is installed depends on the host: both outcomes name the dir.
     if (std::filesystem::is_directory(expected)) {
       EXPECT_TRUE(s.ok()) << s;
@@ -78,6 +81,36 @@ TEST_F(JobSpecTest, DefaultDataDirPerModel) {
   }
 }
 
+// A spec may write checkpoints only under a root the operator allowed, '..' included.
+TEST_F(JobSpecTest, CheckpointRootMustLieUnderAnAllowedRoot) {
+  for (const char* root : {"/etc", "/tmp/../etc/cron.d", "/mnt/ckpt/../../etc", "/mnt/ckptx",
+                           "/mnt", "/", "relative/dir"}) {
+    v1::JobSpec spec = Mlp();
+    spec.mutable_checkpoint()->set_root(root);
+    absl::Status s = NormalizeJobSpec(&spec, limits_);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << root << ": " << s;
+    EXPECT_NE(s.message().find("checkpoint.root"), std::string::npos) << s;
+    EXPECT_NE(s.message().find(root), std::string::npos) << s;
+    if (std::string(root) != "relative/dir") {
+      EXPECT_NE(s.message().find("/var/lib/ps/checkpoints, /mnt/ckpt"), std::string::npos) << s;
+    }
+  }
+  for (const auto& [root, normal] : std::vector<std::pair<std::string, std::string>>{
+           {"/mnt/ckpt", "/mnt/ckpt"},
+           {"/mnt/ckpt/", "/mnt/ckpt"},
+           {"/mnt/ckpt/team-a/./x/../y", "/mnt/ckpt/team-a/y"},
+           {"/var/lib/ps/checkpoints/a", "/var/lib/ps/checkpoints/a"}}) {
+    v1::JobSpec spec = Mlp();
+    spec.mutable_checkpoint()->set_root(root);
+    absl::Status s = NormalizeJobSpec(&spec, limits_);
+    EXPECT_TRUE(s.ok()) << root << ": " << s;
+    EXPECT_EQ(spec.checkpoint().root(), normal);
+  }
+  v1::JobSpec spec = Mlp();
+  spec.mutable_checkpoint()->set_root("/mnt/ckpt");
+  EXPECT_EQ(NormalizeJobSpec(&spec, JobLimits()).code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(JobSpecTest, AcceptsValidVariants) {
   v1::JobSpec spec = Mlp();
   spec.add_layers(784);
@@ -85,11 +118,11 @@ TEST_F(JobSpecTest, AcceptsValidVariants) {
   spec.set_num_servers(3);
   spec.mutable_consistency()->set_mode(v1::ConsistencySpec::SSP);
   spec.mutable_consistency()->set_staleness(0);
-  EXPECT_TRUE(NormalizeJobSpec(&spec).ok());
+  EXPECT_TRUE(NormalizeJobSpec(&spec, limits_).ok());
   v1::JobSpec logreg = Logreg();
   logreg.set_hash_bits(30);
   logreg.set_num_workers(1024);
-  EXPECT_TRUE(NormalizeJobSpec(&logreg).ok());
+  EXPECT_TRUE(NormalizeJobSpec(&logreg, limits_).ok());
 }
 
 TEST_F(JobSpecTest, RejectsEachBadFieldByName) {

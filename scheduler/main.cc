@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -25,6 +27,10 @@ ABSL_FLAG(std::string, state_dir, "",
 ABSL_FLAG(std::string, checkpoint_root, "",
           "directory where servers write checkpoints (every server must reach it; a job spec's "
           "checkpoint.root overrides it); default: 'checkpoints' beside --state_dir");
+ABSL_FLAG(std::vector<std::string>, checkpoint_roots, {},
+          "comma-separated absolute directories under which a job spec's checkpoint.root may "
+          "lie (after lexical normalization: '..' cannot escape); --checkpoint_root is always "
+          "allowed. Default: none besides --checkpoint_root");
 ABSL_FLAG(std::string, port_file, "", "if set, write the bound port here once serving");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1), "how often nodes heartbeat");
 ABSL_FLAG(absl::Duration, heartbeat_timeout, absl::Seconds(5),
@@ -61,6 +67,7 @@ int main(int argc, char** argv) {
   options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
   options.heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);
   options.checkpoint_root = absl::GetFlag(FLAGS_checkpoint_root);
+  options.checkpoint_roots = absl::GetFlag(FLAGS_checkpoint_roots);
 
   // /metrics first: the scheduler reports its address (ListNodes) and exports from the start.
   // Declared before everything that registers in it: destroyed last.

@@ -58,7 +58,11 @@ Scheduler::Scheduler(const SchedulerOptions& options, Clock clock,
                                          ? state.parent_path() / "checkpoints"
                                          : std::filesystem::path(options_.checkpoint_root);
   const std::filesystem::path absolute = std::filesystem::absolute(root, error);
-  checkpoint_root_ = (error ? root : absolute).lexically_normal().string();
+  checkpoint_root_ = NormalPath((error ? root : absolute).string());
+  job_limits_.checkpoint_roots.push_back(checkpoint_root_);
+  for (const std::string& allowed : options_.checkpoint_roots) {
+    job_limits_.checkpoint_roots.push_back(NormalPath(allowed));
+  }
 }
 
 absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Open(const SchedulerOptions& options,
@@ -347,7 +351,6 @@ void Scheduler::EndJob(Job* job, v1::JobState state, const std::string& reason, 
 }
 
 absl::StatusOr<std::string> Scheduler::SubmitJob(v1::JobSpec spec) {
-  PS_RETURN_IF_ERROR(NormalizeJobSpec(&spec));
   absl::MutexLock lock(&mu_);
   const absl::Time now = clock_();
   Changes changes;
@@ -360,6 +363,8 @@ absl::StatusOr<std::string> Scheduler::SubmitJob(v1::JobSpec spec) {
 absl::StatusOr<std::string> Scheduler::SubmitLocked(v1::JobSpec spec, absl::Time now,
                                                     Changes* changes_ptr) {
   Changes& changes = *changes_ptr;
+  // Also for a job submitted again by RestoreJob: the limits may have changed since.
+  PS_RETURN_IF_ERROR(NormalizeJobSpec(&spec, job_limits_));
   if (spec.has_from_checkpoint()) {
     PS_ASSIGN_OR_RETURN(const v1::CheckpointInfo* from, ResolveFromCheckpoint(spec));
     spec.mutable_from_checkpoint()->set_checkpoint_id(from->checkpoint_id());

@@ -19,6 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "ps/v1/scheduler.pb.h"
+#include "scheduler/job_spec.h"
 #include "scheduler/scheduler_metrics.h"
 #include "scheduler/scheduler_options.h"
 #include "scheduler/state_store.h"
@@ -184,6 +185,7 @@ class Scheduler {
   uint64_t next_node_id_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t next_job_id_ ABSL_GUARDED_BY(mu_) = 1;
   std::string checkpoint_root_;  // absolute
+  JobLimits job_limits_;         // checkpoint_roots: checkpoint_root_ and options' ones, normal
 };
 
 }  // namespace ps

@@ -2,7 +2,9 @@
 #ifndef PS_SCHEDULER_SCHEDULER_OPTIONS_H_
 #define PS_SCHEDULER_SCHEDULER_OPTIONS_H_
 
+#include <filesystem>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -26,6 +28,10 @@ struct SchedulerOptions {
   // Where servers write checkpoints (a directory every server can reach; a job's spec may name
   // another). Empty: "checkpoints" beside state_dir. Made absolute by the scheduler.
   std::string checkpoint_root;
+  // Absolute directories under which a job's spec may place its checkpoints (checkpoint.root,
+  // after lexical normalization); checkpoint_root is always allowed. Empty: only
+  // checkpoint_root.
+  std::vector<std::string> checkpoint_roots;
   // Events kept per job; older ones are dropped.
   int max_events_per_job = 1000;
 
@@ -42,6 +48,12 @@ struct SchedulerOptions {
     }
     if (tick_interval <= absl::ZeroDuration()) {
       return absl::InvalidArgumentError("tick_interval must be positive");
+    }
+    for (const std::string& root : checkpoint_roots) {
+      if (!std::filesystem::path(root).is_absolute()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--checkpoint_roots: '", root, "' is not an absolute directory"));
+      }
     }
     if (max_events_per_job < 1) {
       return absl::InvalidArgumentError("max_events_per_job must be at least 1");

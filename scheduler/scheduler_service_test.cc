@@ -6,11 +6,13 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "ps/v1/scheduler.grpc.pb.h"
 #include "scheduler/internal/test_util.h"
+#include "scheduler/job_spec.h"
 #include "scheduler/scheduler_server.h"
 
 namespace ps {
@@ -19,11 +21,11 @@ namespace {
 class SchedulerServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    SchedulerOptions options;
-    options.listen = "127.0.0.1:0";
-    options.state_dir = dir_.path() + "/state";
+    options_.listen = "127.0.0.1:0";
+    options_.state_dir = dir_.path() + "/state";
+    options_.checkpoint_roots = {dir_.path() + "/shared"};
     // The ticker runs on real time but reads the fake clock, which stands still: nobody dies.
-    auto server = SchedulerServer::Start(options, clock_.AsFunction());
+    auto server = SchedulerServer::Start(options_, clock_.AsFunction());
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
     stub_ = v1::Scheduler::NewStub(grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
@@ -41,8 +43,72 @@ class SchedulerServiceTest : public ::testing::Test {
     return resp.node_id();
   }
 
+  // What a client sees of the scheduler's state: jobs (with their events) and nodes.
+  std::string State() {
+    std::string state;
+    v1::ListJobsResponse jobs;
+    {
+      grpc::ClientContext ctx;
+      EXPECT_TRUE(stub_->ListJobs(&ctx, v1::ListJobsRequest(), &jobs).ok());
+    }
+    for (const v1::JobInfo& listed : jobs.jobs()) {
+      grpc::ClientContext ctx;
+      v1::GetJobRequest req;
+      req.set_job_id(listed.job_id());
+      v1::JobInfo job;
+      EXPECT_TRUE(stub_->GetJob(&ctx, req, &job).ok());
+      state += job.SerializeAsString();
+    }
+    v1::ListNodesResponse nodes;
+    {
+      grpc::ClientContext ctx;
+      EXPECT_TRUE(stub_->ListNodes(&ctx, v1::ListNodesRequest(), &nodes).ok());
+    }
+    return state + nodes.SerializeAsString();
+  }
+
+  v1::JobSpec GoodSpec() const {
+    v1::JobSpec spec;
+    spec.set_model("fashion_mlp");
+    spec.set_num_workers(1);
+    spec.set_data_dir(dir_.path());
+    return spec;
+  }
+
+  grpc::Status Submit(const v1::JobSpec& spec, std::string* job_id = nullptr) {
+    grpc::ClientContext ctx;
+    v1::SubmitJobRequest req;
+    *req.mutable_spec() = spec;
+    v1::SubmitJobResponse resp;
+    grpc::Status s = stub_->SubmitJob(&ctx, req, &resp);
+    if (job_id != nullptr) *job_id = resp.job_id();
+    return s;
+  }
+
+  // Submits `spec`: refused with `code` and a message holding each of `words`, the state as it
+  // was, and the scheduler still serving (a good job is accepted after it).
+  void ExpectSubmitRefused(const v1::JobSpec& spec, grpc::StatusCode code,
+                           const std::vector<std::string>& words) {
+    const std::string before = State();
+    grpc::Status s = Submit(spec);
+    EXPECT_EQ(s.error_code(), code) << s.error_message();
+    for (const std::string& word : words) {
+      EXPECT_NE(s.error_message().find(word), std::string::npos)
+          << "'" << word << "' not in: " << s.error_message();
+    }
+    EXPECT_EQ(State(), before);
+    std::string job_id;
+    ASSERT_TRUE(Submit(GoodSpec(), &job_id).ok());
+    grpc::ClientContext ctx;
+    v1::CancelJobRequest cancel;
+    cancel.set_job_id(job_id);
+    v1::JobInfo job;
+    EXPECT_TRUE(stub_->CancelJob(&ctx, cancel, &job).ok());
+  }
+
   ScopedTempDir dir_;
   FakeClock clock_;
+  SchedulerOptions options_;
   std::unique_ptr<SchedulerServer> server_;
   std::unique_ptr<v1::Scheduler::Stub> stub_;
 };
@@ -133,6 +199,33 @@ TEST_F(SchedulerServiceTest, JobLifecycleOverGrpc) {
     ASSERT_TRUE(stub_->Heartbeat(&ctx, req, &beat).ok());
     EXPECT_TRUE(beat.reregister());
   }
+}
+
+// Hostile checkpoint roots: outside every allowed root, or escaping one with '..'.
+TEST_F(SchedulerServiceTest, CheckpointRootOutsideTheAllowedRootsIsRefused) {
+  const std::string shared = NormalPath(dir_.path()) + "/shared";  // TempDir may hold "//"
+  for (const std::string& root : {std::string("/etc"), std::string("/tmp/../etc/cron.d"),
+                                  shared + "/../../etc", shared + "x"}) {
+    v1::JobSpec spec = GoodSpec();
+    spec.mutable_checkpoint()->set_root(root);
+    ExpectSubmitRefused(spec, grpc::StatusCode::INVALID_ARGUMENT,
+                        {"checkpoint.root", root, shared});
+  }
+  // Allowed: under --checkpoint_roots (normalized), and under the scheduler's own root.
+  v1::JobSpec spec = GoodSpec();
+  spec.mutable_checkpoint()->set_root(shared + "/team-a/../team-b/");
+  std::string job_id;
+  ASSERT_TRUE(Submit(spec).ok());
+  spec.mutable_checkpoint()->set_root(dir_.path() + "/checkpoints/mine");
+  ASSERT_TRUE(Submit(spec, &job_id).ok());
+  grpc::ClientContext ctx;
+  v1::ListJobsResponse jobs;
+  ASSERT_TRUE(stub_->ListJobs(&ctx, v1::ListJobsRequest(), &jobs).ok());
+  bool seen = false;
+  for (const v1::JobInfo& job : jobs.jobs()) {
+    if (job.spec().checkpoint().root() == shared + "/team-b") seen = true;
+  }
+  EXPECT_TRUE(seen) << "the root is stored normalized";
 }
 
 }  // namespace
