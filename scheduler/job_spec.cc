@@ -5,7 +5,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 
 namespace ps {
 namespace {
@@ -13,8 +15,6 @@ namespace {
 constexpr int kDefaultBatchSize = 64;
 constexpr int kDefaultEpochs = 1;
 constexpr int kDefaultHashBits = 20;
-constexpr int kMaxHashBits = 30;
-constexpr int kMaxLayerSize = 65536;
 constexpr int kMnistInputs = 784;
 constexpr int kMnistClasses = 10;
 
@@ -30,9 +30,10 @@ absl::Status CheckLayers(v1::JobSpec* spec) {
     return absl::OkStatus();
   }
   const std::string layers = absl::StrJoin(spec->layers(), ",");
-  if (spec->layers_size() < 2) {
-    return Invalid(
-        absl::StrCat("layers must have at least 2 entries (inputs, classes), not [", layers, "]"));
+  if (spec->layers_size() < 2 || spec->layers_size() > kMaxLayers) {
+    return Invalid(absl::StrCat("layers must have 2..", kMaxLayers,
+                                " entries (inputs, hidden sizes, classes), not ",
+                                spec->layers_size()));
   }
   for (int i = 0; i < spec->layers_size(); ++i) {
     if (spec->layers(i) < 1 || spec->layers(i) > kMaxLayerSize) {
@@ -76,7 +77,48 @@ absl::Status CheckCheckpointRoot(v1::CheckpointPolicy* checkpoint, const JobLimi
       "; ps_scheduler --checkpoint_roots)"));
 }
 
+// Optimizer state per parameter (the server's row layout).
+int StatePerParameter(v1::OptimizerSpec::Kind kind) {
+  switch (kind) {
+    case v1::OptimizerSpec::SGD:
+      return 0;
+    case v1::OptimizerSpec::MOMENTUM:
+    case v1::OptimizerSpec::ADAGRAD:
+      return 1;
+    default:  // ADAM (m, v), FTRL (z, n)
+      return 2;
+  }
+}
+
+std::string GiB(uint64_t bytes) {
+  return absl::StrFormat("%.1f GiB", static_cast<double>(bytes) / (uint64_t{1} << 30));
+}
+
+// Checks `value` is in lo..hi; `zero_means` documents a default taken by 0 ("" if none).
+absl::Status CheckRange(const char* field, int64_t value, int64_t lo, int64_t hi,
+                        const std::string& zero_means = "") {
+  if (value >= lo && value <= hi) return absl::OkStatus();
+  return Invalid(absl::StrCat(field, " = ", value, " must be in ", lo, "..", hi,
+                              zero_means.empty() ? "" : absl::StrCat(" (0: ", zero_means, ")")));
+}
+
 }  // namespace
+
+uint64_t ModelBytes(const v1::JobSpec& spec) {
+  uint64_t parameters = 0;
+  v1::OptimizerSpec::Kind optimizer = v1::OptimizerSpec::ADAM;  // fashion_mlp's default
+  if (spec.model() == kSpamLogreg) {
+    parameters = (uint64_t{1} << spec.hash_bits()) + 1;
+    optimizer = v1::OptimizerSpec::FTRL;  // spam_logreg's default
+  } else {
+    for (int i = 0; i + 1 < spec.layers_size(); ++i) {
+      const uint64_t in = spec.layers(i), out = spec.layers(i + 1);
+      parameters += in * out + out;
+    }
+  }
+  if (spec.has_optimizer()) optimizer = spec.optimizer().kind();
+  return parameters * sizeof(float) * (1 + StatePerParameter(optimizer));
+}
 
 std::string NormalPath(absl::string_view path) {
   std::string normal = std::filesystem::path(std::string(path)).lexically_normal().string();
@@ -90,23 +132,19 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec, const JobLimits& limits) {
     return Invalid(absl::StrCat("model must be \"", kFashionMlp, "\" or \"", kSpamLogreg,
                                 "\", not \"", spec->model(), "\""));
   }
-  if (spec->num_workers() < 1 || spec->num_workers() > kMaxWorkersPerJob) {
-    return Invalid(
-        absl::StrCat("num_workers = ", spec->num_workers(), " must be in 1..", kMaxWorkersPerJob));
-  }
-  if (spec->num_servers() < 0) {
-    return Invalid(absl::StrCat("num_servers = ", spec->num_servers(),
-                                " must be >= 0 (0: every live server)"));
-  }
-  if (spec->batch_size() < 0) {
-    return Invalid(absl::StrCat("batch_size = ", spec->batch_size(),
-                                " must be >= 0 (0: ", kDefaultBatchSize, ")"));
-  }
+  PS_RETURN_IF_ERROR(CheckRange("num_workers", spec->num_workers(), 1, kMaxWorkersPerJob));
+  PS_RETURN_IF_ERROR(
+      CheckRange("num_servers", spec->num_servers(), 0, kMaxServersPerJob, "every live server"));
+  PS_RETURN_IF_ERROR(CheckRange("batch_size", spec->batch_size(), 0, kMaxBatchSize,
+                                absl::StrCat(kDefaultBatchSize)));
   if (spec->batch_size() == 0) spec->set_batch_size(kDefaultBatchSize);
-  if (spec->epochs() < 0) {
-    return Invalid(absl::StrCat("epochs = ", spec->epochs(), " must be >= 0 (0: 1)"));
-  }
+  PS_RETURN_IF_ERROR(
+      CheckRange("epochs", spec->epochs(), 0, kMaxEpochs, absl::StrCat(kDefaultEpochs)));
   if (spec->epochs() == 0) spec->set_epochs(kDefaultEpochs);
+  if (spec->has_optimizer() && !v1::OptimizerSpec::Kind_IsValid(spec->optimizer().kind())) {
+    return Invalid(
+        absl::StrCat("optimizer.kind = ", spec->optimizer().kind(), " is not an optimizer"));
+  }
   const v1::ConsistencySpec& consistency = spec->consistency();
   if (!v1::ConsistencySpec::Mode_IsValid(consistency.mode())) {
     return Invalid(absl::StrCat("consistency.mode = ", consistency.mode(), " is not a mode"));
@@ -118,10 +156,7 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec, const JobLimits& limits) {
   if (!(lr.gamma() >= 0 && lr.gamma() <= 1)) {
     return Invalid(absl::StrCat("lr_schedule.gamma = ", lr.gamma(), " must be in [0, 1] (0: 0.1)"));
   }
-  if (lr.step_epochs() < 0) {
-    return Invalid(
-        absl::StrCat("lr_schedule.step_epochs = ", lr.step_epochs(), " must be >= 0 (0: 1)"));
-  }
+  PS_RETURN_IF_ERROR(CheckRange("lr_schedule.step_epochs", lr.step_epochs(), 0, kMaxEpochs, "1"));
   if (!(lr.final_fraction() >= 0 && lr.final_fraction() <= 1)) {
     return Invalid(
         absl::StrCat("lr_schedule.final_fraction = ", lr.final_fraction(), " must be in [0, 1]"));
@@ -150,12 +185,18 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec, const JobLimits& limits) {
     return Invalid(absl::StrCat("checkpoint.every_seconds = ", checkpoint.every_seconds(),
                                 " must be >= 0 (0: off)"));
   }
-  if (checkpoint.keep_last() < 0) {
-    return Invalid(absl::StrCat("checkpoint.keep_last = ", checkpoint.keep_last(),
-                                " must be >= 0 (0: ", kDefaultKeepCheckpoints, ")"));
-  }
+  PS_RETURN_IF_ERROR(CheckRange("checkpoint.keep_last", checkpoint.keep_last(), 0,
+                                kMaxKeepCheckpoints, absl::StrCat(kDefaultKeepCheckpoints)));
   if (checkpoint.keep_last() == 0) checkpoint.set_keep_last(kDefaultKeepCheckpoints);
   if (absl::Status s = CheckCheckpointRoot(&checkpoint, limits); !s.ok()) return s;
+  if (const uint64_t bytes = ModelBytes(*spec); bytes > limits.max_model_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "spec: the model needs ", bytes, " bytes (", GiB(bytes),
+        ", parameters and optimizer state), over the scheduler's cap of ", limits.max_model_bytes,
+        " bytes (", GiB(limits.max_model_bytes), ", ps_scheduler --max_model_bytes); use ",
+        spec->model() == kSpamLogreg ? "fewer hash_bits" : "smaller layers",
+        " or ask the operator"));
+  }
   if (!v1::RecoveryMode_IsValid(spec->recovery())) {
     return Invalid(absl::StrCat("recovery = ", spec->recovery(), " is not a recovery mode"));
   }

@@ -2,6 +2,7 @@
 #ifndef PS_SCHEDULER_JOB_SPEC_H_
 #define PS_SCHEDULER_JOB_SPEC_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -15,14 +16,33 @@ inline constexpr char kFashionMlp[] = "fashion_mlp";
 inline constexpr char kSpamLogreg[] = "spam_logreg";
 inline constexpr char kFashionMnistDir[] = "/usr/share/datasets/fashion-mnist";
 inline constexpr char kSpamAssassinDir[] = "/usr/share/datasets/spam-assassin";
+// Sane ranges of a spec's sizes (INVALID_ARGUMENT outside them; docs/operations.md lists them).
 inline constexpr int kMaxWorkersPerJob = 1024;
+inline constexpr int kMaxServersPerJob = 1024;
+inline constexpr int kMaxLayers = 16;  // entries of `layers`, inputs and classes included
+inline constexpr int kMaxLayerSize = 65536;
+inline constexpr int kMaxEpochs = 10000;
+inline constexpr int kMaxBatchSize = 65536;
+inline constexpr int kMaxHashBits = 30;
+inline constexpr int kMaxKeepCheckpoints = 1000;
+// Default cap on a model's bytes (parameters and optimizer state): 4 GiB.
+inline constexpr uint64_t kDefaultMaxModelBytes = uint64_t{4} << 30;
 
 // What the scheduler's operator allows a job (SchedulerOptions fills it).
 struct JobLimits {
   // A spec's checkpoint.root must, once lexically normalized, be one of these directories or lie
   // under one (absolute and normalized: see NormalPath). Empty: a spec may not name a root.
   std::vector<std::string> checkpoint_roots;
+  // A job whose model (parameters and optimizer state, see ModelBytes) is larger is refused
+  // with RESOURCE_EXHAUSTED naming both sizes.
+  uint64_t max_model_bytes = kDefaultMaxModelBytes;
 };
+
+// The bytes the servers hold for a normalized spec's model at most: float32 parameters times
+// (1 + the optimizer's state per parameter: sgd 0, momentum 1, adagrad 1, adam 2, ftrl 2).
+// fashion_mlp: weights and biases of every layer; spam_logreg: 2^hash_bits weights (every
+// hashed feature touched) and a bias.
+uint64_t ModelBytes(const v1::JobSpec& spec);
 
 // `path` lexically normalized ("/a/./b/../c/" -> "/a/c"): `..` cannot climb above "/".
 std::string NormalPath(absl::string_view path);

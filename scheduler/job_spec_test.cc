@@ -120,9 +120,48 @@ TEST_F(JobSpecTest, AcceptsValidVariants) {
   spec.mutable_consistency()->set_staleness(0);
   EXPECT_TRUE(NormalizeJobSpec(&spec, limits_).ok());
   v1::JobSpec logreg = Logreg();
-  logreg.set_hash_bits(30);
+  logreg.set_hash_bits(28);  // 2^28 weights x 3 (ftrl) x 4 bytes = 3 GiB
   logreg.set_num_workers(1024);
+  logreg.set_num_servers(1024);
+  logreg.set_epochs(10000);
+  logreg.set_batch_size(65536);
   EXPECT_TRUE(NormalizeJobSpec(&logreg, limits_).ok());
+}
+
+TEST_F(JobSpecTest, ModelBytesCountParametersAndOptimizerState) {
+  v1::JobSpec mlp = Mlp();
+  ASSERT_TRUE(NormalizeJobSpec(&mlp, limits_).ok());
+  const uint64_t parameters = 784 * 128 + 128 + 128 * 10 + 10;
+  EXPECT_EQ(ModelBytes(mlp), parameters * 4 * 3);  // adam by default
+  mlp.mutable_optimizer()->set_kind(v1::OptimizerSpec::SGD);
+  EXPECT_EQ(ModelBytes(mlp), parameters * 4);
+  mlp.mutable_optimizer()->set_kind(v1::OptimizerSpec::MOMENTUM);
+  EXPECT_EQ(ModelBytes(mlp), parameters * 4 * 2);
+  v1::JobSpec logreg = Logreg();
+  ASSERT_TRUE(NormalizeJobSpec(&logreg, limits_).ok());
+  EXPECT_EQ(ModelBytes(logreg), ((uint64_t{1} << 20) + 1) * 4 * 3);  // ftrl by default
+}
+
+// Memory bombs: a model of 16 GiB or more is refused by the cap, naming both sizes.
+TEST_F(JobSpecTest, ModelOverTheCapIsResourceExhausted) {
+  v1::JobSpec wide = Mlp();
+  for (int size : {784, 65536, 65536, 10}) wide.add_layers(size);  // ~48 GiB with adam
+  absl::Status s = NormalizeJobSpec(&wide, limits_);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_NE(s.message().find("max_model_bytes"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("4294967296 bytes"), std::string::npos) << s;
+  v1::JobSpec logreg = Logreg();
+  logreg.set_hash_bits(30);  // 12 GiB with ftrl
+  s = NormalizeJobSpec(&logreg, limits_);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_NE(s.message().find("12.0 GiB"), std::string::npos) << s;
+  JobLimits bigger = limits_;
+  bigger.max_model_bytes = uint64_t{16} << 30;
+  logreg.set_hash_bits(30);
+  EXPECT_TRUE(NormalizeJobSpec(&logreg, bigger).ok());
+  v1::JobSpec small = Mlp();
+  bigger.max_model_bytes = 1000;
+  EXPECT_EQ(NormalizeJobSpec(&small, bigger).code(), absl::StatusCode::kResourceExhausted);
 }
 
 TEST_F(JobSpecTest, RejectsEachBadFieldByName) {
@@ -133,8 +172,27 @@ TEST_F(JobSpecTest, RejectsEachBadFieldByName) {
   ExpectRejected([](v1::JobSpec* s) { s->set_num_workers(0); }, "num_workers", mlp);
   ExpectRejected([](v1::JobSpec* s) { s->set_num_workers(1025); }, "num_workers", mlp);
   ExpectRejected([](v1::JobSpec* s) { s->set_num_servers(-1); }, "num_servers", mlp);
+  ExpectRejected([](v1::JobSpec* s) { s->set_num_servers(1025); }, "num_servers", mlp);
   ExpectRejected([](v1::JobSpec* s) { s->set_batch_size(-1); }, "batch_size", mlp);
+  ExpectRejected([](v1::JobSpec* s) { s->set_batch_size(65537); }, "batch_size", mlp);
   ExpectRejected([](v1::JobSpec* s) { s->set_epochs(-2); }, "epochs", mlp);
+  ExpectRejected([](v1::JobSpec* s) { s->set_epochs(10001); }, "epochs", mlp);
+  ExpectRejected([](v1::JobSpec* s) { s->mutable_checkpoint()->set_keep_last(1001); },
+                 "checkpoint.keep_last", mlp);
+  ExpectRejected([](v1::JobSpec* s) { s->mutable_lr_schedule()->set_step_epochs(10001); },
+                 "lr_schedule.step_epochs", mlp);
+  ExpectRejected(
+      [](v1::JobSpec* s) {
+        s->mutable_optimizer()->set_kind(static_cast<v1::OptimizerSpec::Kind>(99));
+      },
+      "optimizer.kind", mlp);
+  ExpectRejected(
+      [](v1::JobSpec* s) {
+        s->add_layers(784);
+        for (int i = 0; i < 15; ++i) s->add_layers(16);
+        s->add_layers(10);
+      },
+      "layers must have 2..16 entries", mlp);
   ExpectRejected(
       [](v1::JobSpec* s) {
         s->mutable_consistency()->set_mode(v1::ConsistencySpec::SSP);

@@ -31,6 +31,9 @@ ABSL_FLAG(std::vector<std::string>, checkpoint_roots, {},
           "comma-separated absolute directories under which a job spec's checkpoint.root may "
           "lie (after lexical normalization: '..' cannot escape); --checkpoint_root is always "
           "allowed. Default: none besides --checkpoint_root");
+ABSL_FLAG(uint64_t, max_model_bytes, uint64_t{4} << 30,
+          "a job whose model needs more bytes on the servers (float32 parameters and optimizer "
+          "state, e.g. x3 for adam) is refused at submit with RESOURCE_EXHAUSTED; default 4 GiB");
 ABSL_FLAG(std::string, port_file, "", "if set, write the bound port here once serving");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1), "how often nodes heartbeat");
 ABSL_FLAG(absl::Duration, heartbeat_timeout, absl::Seconds(5),
@@ -68,6 +71,7 @@ int main(int argc, char** argv) {
   options.heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);
   options.checkpoint_root = absl::GetFlag(FLAGS_checkpoint_root);
   options.checkpoint_roots = absl::GetFlag(FLAGS_checkpoint_roots);
+  options.max_model_bytes = absl::GetFlag(FLAGS_max_model_bytes);
 
   // /metrics first: the scheduler reports its address (ListNodes) and exports from the start.
   // Declared before everything that registers in it: destroyed last.

@@ -60,6 +60,7 @@ Scheduler::Scheduler(const SchedulerOptions& options, Clock clock,
   const std::filesystem::path absolute = std::filesystem::absolute(root, error);
   checkpoint_root_ = NormalPath((error ? root : absolute).string());
   job_limits_.checkpoint_roots.push_back(checkpoint_root_);
+  job_limits_.max_model_bytes = options_.max_model_bytes;
   for (const std::string& allowed : options_.checkpoint_roots) {
     job_limits_.checkpoint_roots.push_back(NormalPath(allowed));
   }

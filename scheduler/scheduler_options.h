@@ -2,6 +2,7 @@
 #ifndef PS_SCHEDULER_SCHEDULER_OPTIONS_H_
 #define PS_SCHEDULER_SCHEDULER_OPTIONS_H_
 
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -32,6 +33,9 @@ struct SchedulerOptions {
   // after lexical normalization); checkpoint_root is always allowed. Empty: only
   // checkpoint_root.
   std::vector<std::string> checkpoint_roots;
+  // A job whose model (parameters and optimizer state, float32; see ModelBytes in job_spec.h)
+  // needs more bytes is refused with RESOURCE_EXHAUSTED. Default 4 GiB.
+  uint64_t max_model_bytes = uint64_t{4} << 30;
   // Events kept per job; older ones are dropped.
   int max_events_per_job = 1000;
 
@@ -54,6 +58,9 @@ struct SchedulerOptions {
         return absl::InvalidArgumentError(
             absl::StrCat("--checkpoint_roots: '", root, "' is not an absolute directory"));
       }
+    }
+    if (max_model_bytes == 0) {
+      return absl::InvalidArgumentError("--max_model_bytes must be positive");
     }
     if (max_events_per_job < 1) {
       return absl::InvalidArgumentError("max_events_per_job must be at least 1");

@@ -4,8 +4,10 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -226,6 +228,36 @@ TEST_F(SchedulerServiceTest, CheckpointRootOutsideTheAllowedRootsIsRefused) {
     if (job.spec().checkpoint().root() == shared + "/team-b") seen = true;
   }
   EXPECT_TRUE(seen) << "the root is stored normalized";
+}
+
+// Memory bombs: a model far over --max_model_bytes (RESOURCE_EXHAUSTED), and sizes beyond their
+// documented ranges (INVALID_ARGUMENT naming the field).
+TEST_F(SchedulerServiceTest, OversizedJobSpecsAreRefused) {
+  v1::JobSpec wide = GoodSpec();
+  for (int size : {784, 65536, 65536, 65536, 10}) wide.add_layers(size);  // ~96 GiB with adam
+  ExpectSubmitRefused(wide, grpc::StatusCode::RESOURCE_EXHAUSTED,
+                      {"max_model_bytes", "4294967296 bytes", "GiB"});
+  v1::JobSpec hashed = GoodSpec();
+  hashed.set_model("spam_logreg");
+  hashed.set_hash_bits(30);
+  ExpectSubmitRefused(hashed, grpc::StatusCode::RESOURCE_EXHAUSTED, {"12.0 GiB"});
+  const std::vector<std::pair<std::string, std::function<void(v1::JobSpec*)>>> bad = {
+      {"epochs", [](v1::JobSpec* s) { s->set_epochs(2000000000); }},
+      {"batch_size", [](v1::JobSpec* s) { s->set_batch_size(2000000000); }},
+      {"num_workers", [](v1::JobSpec* s) { s->set_num_workers(1 << 30); }},
+      {"num_servers", [](v1::JobSpec* s) { s->set_num_servers(1 << 30); }},
+      {"layers", [](v1::JobSpec* s) { s->mutable_layers()->Resize(100000, 784); }},
+      {"hash_bits",
+       [](v1::JobSpec* s) {
+         s->set_model("spam_logreg");
+         s->set_hash_bits(63);
+       }},
+  };
+  for (const auto& [field, mutate] : bad) {
+    v1::JobSpec spec = GoodSpec();
+    mutate(&spec);
+    ExpectSubmitRefused(spec, grpc::StatusCode::INVALID_ARGUMENT, {field});
+  }
 }
 
 }  // namespace
