@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/printable.h"
 #include "common/status_macros.h"
 
 namespace ps {
@@ -59,6 +60,8 @@ bool IsUnder(const std::string& path, const std::string& root) {
 // "/allowed/../etc" is "/etc" and refused); stored normalized.
 absl::Status CheckCheckpointRoot(v1::CheckpointPolicy* checkpoint, const JobLimits& limits) {
   if (checkpoint->root().empty()) return absl::OkStatus();
+  PS_RETURN_IF_ERROR(CheckClientText("spec.checkpoint.root", checkpoint->root(), kMaxPathBytes,
+                                     /*ascii_only=*/false));
   if (!std::filesystem::path(checkpoint->root()).is_absolute()) {
     return Invalid(absl::StrCat("checkpoint.root = \"", checkpoint->root(),
                                 "\" must be an absolute path (servers resolve it)"));
@@ -130,8 +133,12 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec, const JobLimits& limits) {
   const bool mlp = spec->model() == kFashionMlp;
   if (!mlp && spec->model() != kSpamLogreg) {
     return Invalid(absl::StrCat("model must be \"", kFashionMlp, "\" or \"", kSpamLogreg,
-                                "\", not \"", spec->model(), "\""));
+                                "\", not \"", Printable(spec->model(), 64), "\""));
   }
+  // Names are stored, listed and printed: printable ASCII, bounded.
+  PS_RETURN_IF_ERROR(CheckClientText("spec.name", spec->name(), kMaxNameBytes, true));
+  PS_RETURN_IF_ERROR(CheckClientText("spec.from_checkpoint.job_id",
+                                     spec->from_checkpoint().job_id(), kMaxNameBytes, true));
   PS_RETURN_IF_ERROR(CheckRange("num_workers", spec->num_workers(), 1, kMaxWorkersPerJob));
   PS_RETURN_IF_ERROR(
       CheckRange("num_servers", spec->num_servers(), 0, kMaxServersPerJob, "every live server"));

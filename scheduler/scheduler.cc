@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "common/printable.h"
 #include "common/shard_map.h"
 #include "common/status_macros.h"
 #include "scheduler/job_spec.h"
@@ -32,6 +33,14 @@ std::string Plural(int64_t n, absl::string_view word) {
 }
 
 std::string RoleName(v1::NodeRole role) { return absl::AsciiStrToLower(v1::NodeRole_Name(role)); }
+
+}  // namespace
+
+absl::Status CheckJobId(absl::string_view job_id) {
+  return CheckClientText("job_id", job_id, kMaxNameBytes, /*ascii_only=*/true);
+}
+
+namespace {
 
 bool ParseJobNumber(absl::string_view job_id, uint64_t* number) {
   return absl::ConsumePrefix(&job_id, kJobIdPrefix) && absl::SimpleAtoi(job_id, number) &&
@@ -96,8 +105,8 @@ absl::Status Scheduler::Load() {
   for (v1::JobInfo& info : state.jobs) {
     uint64_t number = 0;
     if (!ParseJobNumber(info.job_id(), &number)) {
-      return absl::DataLossError(
-          absl::StrCat("state dir ", options_.state_dir, ": bad job id '", info.job_id(), "'"));
+      return absl::DataLossError(absl::StrCat("state dir ", options_.state_dir, ": bad job id '",
+                                              Printable(info.job_id(), 64), "'"));
     }
     next_job_id_ = std::max(next_job_id_, number + 1);
     Job& job = jobs_[number];
@@ -208,6 +217,11 @@ absl::StatusOr<v1::RegisterResponse> Scheduler::Register(const v1::RegisterReque
   if (req.role() == v1::SERVER && req.address().empty()) {
     return absl::InvalidArgumentError("a server must give its address (host:port)");
   }
+  // Stored, listed (psctl nodes), logged and given to workers: bounded printable ASCII.
+  PS_RETURN_IF_ERROR(CheckClientText("address", req.address(), kMaxAddressBytes, true));
+  PS_RETURN_IF_ERROR(CheckClientText("hostname", req.hostname(), kMaxNameBytes, true));
+  PS_RETURN_IF_ERROR(
+      CheckClientText("metrics_address", req.metrics_address(), kMaxAddressBytes, true));
   absl::MutexLock lock(&mu_);
   const absl::Time now = clock_();
   Changes changes;
@@ -291,11 +305,14 @@ void Scheduler::HandleProgress(v1::NodeInfo* node, const v1::WorkerProgress& pro
   const uint32_t worker_id = job->info.worker_ids(index);
   const std::string worker = absl::StrCat("worker ", worker_id, " (node ", node->node_id(), ")");
   if (!progress.error().empty()) {
-    EndJob(job, v1::FAILED, absl::StrCat(worker, ": ", progress.error()), now, changes);
+    EndJob(job, v1::FAILED,
+           absl::StrCat(worker, ": ", Printable(progress.error(), kMaxReportBytes)), now, changes);
     return;
   }
   if (index == 0) {  // rank 0 (the lowest remaining one) speaks for the job
     *job->info.mutable_progress() = progress;
+    // Stored and printed: a worker's error text is clipped and escaped.
+    job->info.mutable_progress()->set_error(Printable(progress.error(), kMaxReportBytes));
     changes->jobs.insert(job->number);
     if (job->recovery_start.has_value() && progress.shard_epoch() >= job->info.shard_epoch() &&
         progress.clock() > job->recovery_clock) {
@@ -397,6 +414,7 @@ absl::StatusOr<std::string> Scheduler::SubmitLocked(v1::JobSpec spec, absl::Time
 }
 
 absl::StatusOr<v1::JobInfo> Scheduler::GetJob(const std::string& job_id) const {
+  PS_RETURN_IF_ERROR(CheckJobId(job_id));
   absl::ReaderMutexLock lock(&mu_);
   const Job* job = FindJob(job_id);
   if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
@@ -412,6 +430,7 @@ std::vector<v1::JobInfo> Scheduler::ListJobs() const {
 }
 
 absl::StatusOr<v1::JobInfo> Scheduler::CancelJob(const std::string& job_id) {
+  PS_RETURN_IF_ERROR(CheckJobId(job_id));
   absl::MutexLock lock(&mu_);
   Job* job = FindJob(job_id);
   if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));

@@ -26,6 +26,10 @@
 
 namespace ps {
 
+// INVALID_ARGUMENT unless `job_id` could be a job id: at most kMaxNameBytes of printable ASCII
+// (every request naming a job is checked before the id is looked up, echoed or logged).
+absl::Status CheckJobId(absl::string_view job_id);
+
 // Thread-safe: one mutex serializes every operation; each operation writes its changes to the
 // state store before it returns (job state and membership changes with a synced write).
 // Time comes only from the injected clock; nothing here sleeps or starts threads: the owner

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "common/printable.h"
 #include "common/shard_map.h"
 #include "common/status_macros.h"
 #include "scheduler/scheduler.h"
@@ -100,6 +101,7 @@ absl::StatusOr<const v1::CheckpointInfo*> Scheduler::FindComplete(const Job& job
 
 absl::StatusOr<v1::RequestCheckpointResponse> Scheduler::RequestCheckpoint(
     const std::string& job_id) {
+  PS_RETURN_IF_ERROR(CheckJobId(job_id));
   absl::MutexLock lock(&mu_);
   Job* job = FindJob(job_id);
   if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
@@ -122,6 +124,7 @@ absl::StatusOr<v1::RequestCheckpointResponse> Scheduler::RequestCheckpoint(
 
 absl::StatusOr<std::vector<v1::CheckpointInfo>> Scheduler::ListCheckpoints(
     const std::string& job_id) const {
+  PS_RETURN_IF_ERROR(CheckJobId(job_id));
   absl::ReaderMutexLock lock(&mu_);
   const Job* job = FindJob(job_id);
   if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
@@ -132,6 +135,7 @@ absl::StatusOr<std::vector<v1::CheckpointInfo>> Scheduler::ListCheckpoints(
 
 absl::StatusOr<v1::JobInfo> Scheduler::RestoreJob(const std::string& job_id,
                                                   uint64_t checkpoint_id) {
+  PS_RETURN_IF_ERROR(CheckJobId(job_id));
   absl::MutexLock lock(&mu_);
   Job* job = FindJob(job_id);
   if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
@@ -317,6 +321,7 @@ void Scheduler::FailWritingCheckpoints(Job* job, const std::string& why, absl::T
 
 absl::StatusOr<v1::CheckpointInfo> Scheduler::BeginCheckpoint(
     const v1::BeginCheckpointRequest& req) {
+  PS_RETURN_IF_ERROR(CheckJobId(req.job_id()));
   absl::MutexLock lock(&mu_);
   Job* job = FindJob(req.job_id());
   if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", req.job_id(), "'"));
@@ -374,6 +379,7 @@ absl::StatusOr<v1::CheckpointInfo> Scheduler::BeginCheckpoint(
 
 absl::StatusOr<v1::CheckpointInfo> Scheduler::FinishCheckpoint(
     const v1::FinishCheckpointRequest& req) {
+  PS_RETURN_IF_ERROR(CheckJobId(req.job_id()));
   absl::MutexLock lock(&mu_);
   Job* job = FindJob(req.job_id());
   if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", req.job_id(), "'"));
@@ -395,7 +401,7 @@ absl::StatusOr<v1::CheckpointInfo> Scheduler::FinishCheckpoint(
   checkpoint.set_end_time_unix_ms(ToMs(now));
   checkpoint.set_write_seconds(req.write_seconds());
   const absl::Duration took = now - absl::FromUnixMillis(checkpoint.start_time_unix_ms());
-  std::string error = req.error();
+  std::string error = Printable(req.error(), kMaxReportBytes);  // stored and printed
   if (error.empty() && req.shards_size() != checkpoint.shards_size()) {
     error = req.shards_size() < checkpoint.shards_size()
                 ? absl::StrCat(req.shards_size(), " of ", checkpoint.shards_size(),
@@ -490,6 +496,7 @@ void Scheduler::PruneCheckpoints(Job* job, absl::Time now, Changes* changes) {
 
 absl::StatusOr<v1::JobInfo> Scheduler::ReportRestoreFailure(
     const v1::ReportRestoreFailureRequest& req) {
+  PS_RETURN_IF_ERROR(CheckJobId(req.job_id()));
   absl::MutexLock lock(&mu_);
   Job* job = FindJob(req.job_id());
   if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", req.job_id(), "'"));
@@ -502,14 +509,14 @@ absl::StatusOr<v1::JobInfo> Scheduler::ReportRestoreFailure(
   }
   const absl::Time now = clock_();
   Changes changes;
+  const std::string error = Printable(req.error(), kMaxReportBytes);  // stored and printed
   const auto code = static_cast<absl::StatusCode>(req.code());
   const bool corrupt = code == absl::StatusCode::kDataLoss || code == absl::StatusCode::kNotFound;
   Job* source = order.source_job_id().empty() ? job : FindJob(order.source_job_id());
   if (!corrupt || order.checkpoint_id() == 0 || source == nullptr) {
-    EndJob(
-        job, v1::FAILED,
-        absl::StrCat("restore from checkpoint ", order.checkpoint_id(), " failed: ", req.error()),
-        now, &changes);
+    EndJob(job, v1::FAILED,
+           absl::StrCat("restore from checkpoint ", order.checkpoint_id(), " failed: ", error), now,
+           &changes);
     Schedule(now, &changes);
     PS_RETURN_IF_ERROR(Commit(&changes));
     return JobWithEvents(*job);
@@ -517,7 +524,7 @@ absl::StatusOr<v1::JobInfo> Scheduler::ReportRestoreFailure(
   auto it = source->checkpoints.find(order.checkpoint_id());
   if (it != source->checkpoints.end() && it->second.state() == v1::CHECKPOINT_COMPLETE) {
     it->second.set_state(v1::CHECKPOINT_CORRUPT);
-    it->second.set_error(req.error());
+    it->second.set_error(error);
     changes.checkpoints.insert({source->number, it->first});
     if (metrics_ != nullptr) metrics_->CheckpointEnded("corrupt", absl::ZeroDuration());
     if (source->info.latest_checkpoint_id() == it->first) {
@@ -527,13 +534,12 @@ absl::StatusOr<v1::JobInfo> Scheduler::ReportRestoreFailure(
     }
   }
   const v1::CheckpointInfo* fallback = LatestComplete(*source, order.checkpoint_id());
-  AddEvent(
-      job,
-      absl::StrCat("checkpoint ", order.checkpoint_id(), " is corrupt: ", req.error(),
-                   "; falling back to ",
-                   fallback == nullptr ? std::string("the initial values")
-                                       : absl::StrCat("checkpoint ", fallback->checkpoint_id())),
-      now, &changes);
+  AddEvent(job,
+           absl::StrCat(
+               "checkpoint ", order.checkpoint_id(), " is corrupt: ", error, "; falling back to ",
+               fallback == nullptr ? std::string("the initial values")
+                                   : absl::StrCat("checkpoint ", fallback->checkpoint_id())),
+           now, &changes);
   if (fallback == nullptr && source != job) {
     EndJob(job, v1::FAILED,
            absl::StrCat("checkpoint ", order.checkpoint_id(), " of ", source->info.job_id(),

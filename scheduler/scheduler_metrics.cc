@@ -1,6 +1,9 @@
 #include "scheduler/scheduler_metrics.h"
 
+#include <glog/logging.h>
+
 #include "absl/strings/ascii.h"
+#include "common/printable.h"
 
 namespace ps {
 namespace {
@@ -10,6 +13,18 @@ using prometheus::BuildGauge;
 using prometheus::BuildHistogram;
 
 std::string Lower(const std::string& name) { return absl::AsciiStrToLower(name); }
+
+// A job label value: what the scheduler assigns ("job-<n>"), never an arbitrary string.
+constexpr size_t kMaxJobLabelBytes = 64;
+bool IsJobLabel(const std::string& job_id) {
+  if (job_id.empty() || job_id.size() > kMaxJobLabelBytes) return false;
+  for (char c : job_id) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') {
+      return false;
+    }
+  }
+  return true;
+}
 
 }  // namespace
 
@@ -137,9 +152,10 @@ void SchedulerMetrics::CheckpointEnded(const std::string& state, absl::Duration 
 
 void SchedulerMetrics::SetJobCheckpoint(const std::string& job_id, absl::Time completed) {
   absl::MutexLock l(&mu_);
-  JobSeries& s = SeriesOf(job_id);
-  if (s.last_checkpoint == nullptr) s.last_checkpoint = &last_checkpoint_.Add({{"job", job_id}});
-  s.last_checkpoint->Set(absl::ToDoubleSeconds(completed - absl::UnixEpoch()));
+  JobSeries* s = SeriesOf(job_id);
+  if (s == nullptr) return;
+  if (s->last_checkpoint == nullptr) s->last_checkpoint = &last_checkpoint_.Add({{"job", job_id}});
+  s->last_checkpoint->Set(absl::ToDoubleSeconds(completed - absl::UnixEpoch()));
 }
 
 void SchedulerMetrics::ServerRecovered(absl::Duration took) {
@@ -147,7 +163,12 @@ void SchedulerMetrics::ServerRecovered(absl::Duration took) {
   server_recovery_seconds_.Observe(absl::ToDoubleSeconds(took));
 }
 
-SchedulerMetrics::JobSeries& SchedulerMetrics::SeriesOf(const std::string& job_id) {
+SchedulerMetrics::JobSeries* SchedulerMetrics::SeriesOf(const std::string& job_id) {
+  if (!IsJobLabel(job_id)) {
+    LOG_EVERY_N(WARNING, 100) << "no metrics for a job whose id is not a bounded label: '"
+                              << Printable(job_id, 64) << "'";
+    return nullptr;
+  }
   auto [it, added] = series_.try_emplace(job_id);
   if (added) {
     const prometheus::Labels labels{{"job", job_id}};
@@ -155,7 +176,7 @@ SchedulerMetrics::JobSeries& SchedulerMetrics::SeriesOf(const std::string& job_i
     it->second.shard_map_epoch = &shard_map_epoch_.Add(labels);
     it->second.membership_epoch = &membership_epoch_.Add(labels);
   }
-  return it->second;
+  return &it->second;
 }
 
 void SchedulerMetrics::RemoveSeries(const JobSeries& series) {
@@ -169,19 +190,21 @@ void SchedulerMetrics::RemoveSeries(const JobSeries& series) {
 void SchedulerMetrics::SetJobEpochs(const std::string& job_id, uint64_t shard_epoch,
                                     uint64_t membership_epoch) {
   absl::MutexLock l(&mu_);
-  JobSeries& s = SeriesOf(job_id);
-  s.shard_map_epoch->Set(static_cast<double>(shard_epoch));
-  s.membership_epoch->Set(static_cast<double>(membership_epoch));
+  JobSeries* s = SeriesOf(job_id);
+  if (s == nullptr) return;
+  s->shard_map_epoch->Set(static_cast<double>(shard_epoch));
+  s->membership_epoch->Set(static_cast<double>(membership_epoch));
 }
 
 void SchedulerMetrics::SetJobProgress(const std::string& job_id, int64_t clock,
                                       double test_accuracy) {
   absl::MutexLock l(&mu_);
-  JobSeries& s = SeriesOf(job_id);
-  s.clock->Set(static_cast<double>(clock));
+  JobSeries* s = SeriesOf(job_id);
+  if (s == nullptr) return;
+  s->clock->Set(static_cast<double>(clock));
   if (test_accuracy < 0) return;  // not evaluated yet
-  if (s.test_accuracy == nullptr) s.test_accuracy = &job_test_accuracy_.Add({{"job", job_id}});
-  s.test_accuracy->Set(test_accuracy);
+  if (s->test_accuracy == nullptr) s->test_accuracy = &job_test_accuracy_.Add({{"job", job_id}});
+  s->test_accuracy->Set(test_accuracy);
 }
 
 }  // namespace ps

@@ -62,7 +62,9 @@ class SchedulerMetrics {
     prometheus::Gauge* membership_epoch = nullptr;
     prometheus::Gauge* last_checkpoint = nullptr;  // from the first complete checkpoint on
   };
-  JobSeries& SeriesOf(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job's series, created on first use; null (no series) for a job id that is not a
+  // bounded label (1..64 bytes of [A-Za-z0-9._-]): labels never carry a client's string.
+  JobSeries* SeriesOf(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RemoveSeries(const JobSeries& series) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   prometheus::Family<prometheus::Gauge>& nodes_;

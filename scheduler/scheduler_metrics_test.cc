@@ -6,6 +6,7 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -20,6 +21,34 @@ namespace {
 double Sample(prometheus::Registry& registry, const std::string& name,
               const std::map<std::string, std::string>& labels = {}, bool histogram_sum = false) {
   return testing::MetricValue(registry, name, labels, histogram_sum);
+}
+
+// Labels carry only what the scheduler assigns: a job id that is not a bounded label (from an
+// old state file, say) gets no series rather than an unbounded or control-character label.
+TEST(SchedulerMetricsLabelsTest, JobLabelsAreBoundedAndPrintable) {
+  prometheus::Registry registry;
+  SchedulerMetrics metrics(registry);
+  metrics.SetJobEpochs("job-1", 1, 1);
+  metrics.SetJobProgress("job-1", 5, 0.5);
+  metrics.SetJobEpochs("job-2\n# EOF", 1, 1);
+  metrics.SetJobProgress("job-3\x1b[2J", 5, 0.5);
+  metrics.SetJobProgress(std::string(1000, 'j'), 5, 0.5);
+  metrics.SetJobCheckpoint("job-4\r", absl::Now());
+  metrics.RemoveJobsExcept(std::set<std::string>{"job-1"});
+  int job_series = 0;
+  for (const auto& family : registry.Collect()) {
+    for (const auto& metric : family.metric) {
+      for (const auto& label : metric.label) {
+        EXPECT_LE(label.value.size(), 64u) << family.name;
+        for (char c : label.value) EXPECT_TRUE(c > 0x20 && c < 0x7f) << family.name;
+        if (label.name == "job") {
+          EXPECT_EQ(label.value, "job-1") << family.name;
+          ++job_series;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(job_series, 4);  // clock, test accuracy, shard-map and membership epochs of job-1
 }
 
 class SchedulerMetricsTest : public ::testing::Test {

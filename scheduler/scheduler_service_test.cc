@@ -260,5 +260,108 @@ TEST_F(SchedulerServiceTest, OversizedJobSpecsAreRefused) {
   }
 }
 
+// Strings from clients: bounded, printable, refused (INVALID_ARGUMENT naming the field) before
+// they are stored, listed, logged or echoed. Every job-naming request checks the id.
+TEST_F(SchedulerServiceTest, HostileStringsAreRefusedWithoutChangingState) {
+  Register(v1::SERVER, "127.0.0.1:7100");
+  Register(v1::WORKER, "");
+  std::string job_id;
+  ASSERT_TRUE(Submit(GoodSpec(), &job_id).ok());
+  const std::string escape = "evil\x1b]0;pwned\x07\x1b[2J\n";
+  const std::string huge(1 << 20, 'a');
+  const std::string before = State();
+  auto expect_refused = [&](const grpc::Status& s, const std::string& field) {
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << field << ": " << s.error_message();
+    EXPECT_NE(s.error_message().find(field), std::string::npos) << s.error_message();
+    EXPECT_LT(s.error_message().size(), 512u) << "the message echoes the whole value";
+    EXPECT_EQ(s.error_message().find('\x1b'), std::string::npos) << "echoed unescaped";
+    EXPECT_EQ(State(), before);
+  };
+  for (const auto& [field, mutate] :
+       std::vector<std::pair<std::string, std::function<void(v1::RegisterRequest*)>>>{
+           {"hostname", [&](v1::RegisterRequest* r) { r->set_hostname(escape); }},
+           {"hostname", [&](v1::RegisterRequest* r) { r->set_hostname(huge); }},
+           {"address", [&](v1::RegisterRequest* r) { r->set_address(huge + ":7100"); }},
+           {"address", [&](v1::RegisterRequest* r) { r->set_address("10.0.0.9:7100\n"); }},
+           {"metrics_address", [&](v1::RegisterRequest* r) { r->set_metrics_address(escape); }},
+       }) {
+    v1::RegisterRequest req;
+    req.set_role(v1::SERVER);
+    req.set_address("10.0.0.8:7100");
+    mutate(&req);
+    grpc::ClientContext ctx;
+    v1::RegisterResponse resp;
+    expect_refused(stub_->Register(&ctx, req, &resp), field);
+  }
+  for (const std::string& name : {escape, huge, std::string("caf\xc3\xa9")}) {
+    v1::JobSpec spec = GoodSpec();
+    spec.set_name(name);
+    expect_refused(Submit(spec), "spec.name");
+  }
+  v1::JobSpec from = GoodSpec();
+  from.mutable_from_checkpoint()->set_job_id(huge);
+  expect_refused(Submit(from), "from_checkpoint.job_id");
+  for (const std::string& id : {escape, huge}) {
+    v1::JobInfo job;
+    {
+      grpc::ClientContext ctx;
+      v1::GetJobRequest req;
+      req.set_job_id(id);
+      expect_refused(stub_->GetJob(&ctx, req, &job), "job_id");
+    }
+    {
+      grpc::ClientContext ctx;
+      v1::CancelJobRequest req;
+      req.set_job_id(id);
+      expect_refused(stub_->CancelJob(&ctx, req, &job), "job_id");
+    }
+    {
+      grpc::ClientContext ctx;
+      v1::RequestCheckpointRequest req;
+      req.set_job_id(id);
+      v1::RequestCheckpointResponse resp;
+      expect_refused(stub_->RequestCheckpoint(&ctx, req, &resp), "job_id");
+    }
+    {
+      grpc::ClientContext ctx;
+      v1::ListCheckpointsRequest req;
+      req.set_job_id(id);
+      v1::ListCheckpointsResponse resp;
+      expect_refused(stub_->ListCheckpoints(&ctx, req, &resp), "job_id");
+    }
+    {
+      grpc::ClientContext ctx;
+      v1::RestoreJobRequest req;
+      req.set_job_id(id);
+      expect_refused(stub_->RestoreJob(&ctx, req, &job), "job_id");
+    }
+    {
+      grpc::ClientContext ctx;
+      v1::BeginCheckpointRequest req;
+      req.set_job_id(id);
+      v1::CheckpointInfo resp;
+      expect_refused(stub_->BeginCheckpoint(&ctx, req, &resp), "job_id");
+    }
+    {
+      grpc::ClientContext ctx;
+      v1::FinishCheckpointRequest req;
+      req.set_job_id(id);
+      v1::CheckpointInfo resp;
+      expect_refused(stub_->FinishCheckpoint(&ctx, req, &resp), "job_id");
+    }
+    {
+      grpc::ClientContext ctx;
+      v1::ReportRestoreFailureRequest req;
+      req.set_job_id(id);
+      expect_refused(stub_->ReportRestoreFailure(&ctx, req, &job), "job_id");
+    }
+  }
+  // Still serving, and good names still pass.
+  v1::JobSpec named = GoodSpec();
+  named.set_name("fashion run 3 (lr=0.01)");
+  EXPECT_TRUE(Submit(named).ok());
+}
+
 }  // namespace
 }  // namespace ps

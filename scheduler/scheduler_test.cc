@@ -71,6 +71,25 @@ TEST_F(SchedulerTest, RegisterHeartbeatAndDeadDetection) {
   EXPECT_EQ(Register(v1::WORKER), 3u);  // ids are never reused
 }
 
+// A worker's error is stored as the job's reason and printed by psctl: escaped and clipped.
+TEST_F(SchedulerTest, WorkerErrorIsStoredEscapedAndClipped) {
+  Register(v1::SERVER);
+  const uint64_t worker = Register(v1::WORKER);
+  const std::string job_id = Submit(1, 1);
+  ASSERT_EQ(Job(job_id).state(), v1::RUNNING);
+  Report(worker, job_id, false, "\x1b[2J\x1b]0;pwned\x07" + std::string(100000, 'x'));
+  const v1::JobInfo job = Job(job_id);
+  EXPECT_EQ(job.state(), v1::FAILED);
+  EXPECT_LT(job.reason().size(), 1200u);
+  EXPECT_NE(job.reason().find("\\x1b[2J"), std::string::npos) << job.reason().substr(0, 80);
+  for (const std::string& text : {job.reason(), job.progress().error()}) {
+    for (char c : text) ASSERT_TRUE(c >= 0x20 && c <= 0x7e) << static_cast<int>(c);
+  }
+  for (const v1::JobEvent& event : job.events()) {
+    for (char c : event.message()) ASSERT_TRUE(c >= 0x20 && c <= 0x7e) << event.message();
+  }
+}
+
 TEST_F(SchedulerTest, RegisterRejectsBadRequests) {
   v1::RegisterRequest req;
   EXPECT_EQ(scheduler_->Register(req).status().code(), absl::StatusCode::kInvalidArgument);

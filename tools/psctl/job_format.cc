@@ -5,6 +5,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/printable.h"
 
 namespace ps {
 namespace psctl {
@@ -482,6 +483,37 @@ std::string ResubmitNote(const JobInfo& new_job, absl::string_view old_job_id, u
   return absl::StrCat(old_job_id, " has ended, so the scheduler submitted a new job from ", from,
                       ": ", new_job.job_id(), " (", v1::JobState_Name(new_job.state()),
                       "); follow it with: psctl status ", new_job.job_id(), " --watch");
+}
+
+void MakePrintable(google::protobuf::Message* message) {
+  const google::protobuf::Descriptor* descriptor = message->GetDescriptor();
+  const google::protobuf::Reflection* reflection = message->GetReflection();
+  using Field = google::protobuf::FieldDescriptor;
+  for (int i = 0; i < descriptor->field_count(); ++i) {
+    const Field* field = descriptor->field(i);
+    if (field->type() == Field::TYPE_STRING) {
+      if (field->is_repeated()) {
+        for (int k = 0; k < reflection->FieldSize(*message, field); ++k) {
+          reflection->SetRepeatedString(
+              message, field, k,
+              Printable(reflection->GetRepeatedString(*message, field, k), kMaxPrintedBytes));
+        }
+      } else if (reflection->HasField(*message, field) || !field->has_presence()) {
+        const std::string value = reflection->GetString(*message, field);
+        if (!value.empty()) {
+          reflection->SetString(message, field, Printable(value, kMaxPrintedBytes));
+        }
+      }
+    } else if (field->cpp_type() == Field::CPPTYPE_MESSAGE) {
+      if (field->is_repeated()) {
+        for (int k = 0; k < reflection->FieldSize(*message, field); ++k) {
+          MakePrintable(reflection->MutableRepeatedMessage(message, field, k));
+        }
+      } else if (reflection->HasField(*message, field)) {
+        MakePrintable(reflection->MutableMessage(message, field));
+      }
+    }
+  }
 }
 
 }  // namespace psctl

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "google/protobuf/message.h"
 #include "ps/v1/scheduler.pb.h"
 
 namespace ps {
@@ -50,6 +51,13 @@ std::string FinalLine(const JobInfo& job);
 
 // Binary units: "512 B", "4.0 KiB", "117.4 MiB", "2.31 GiB", "1.20 TiB".
 std::string FormatBytes(uint64_t bytes);
+
+// Every string field of `message` (nested and repeated ones too) with its bytes outside
+// printable ASCII escaped (\xNN) and clipped to kMaxPrintedBytes: whatever a scheduler answered
+// (a hostile one, or an old state file) can then be printed without a terminal obeying it.
+// Bytes fields are left alone (they are decoded, not printed).
+inline constexpr size_t kMaxPrintedBytes = 4096;
+void MakePrintable(google::protobuf::Message* message);
 // "writing", "complete", "failed", "corrupt", "pruned" ("unspecified" otherwise).
 std::string CheckpointStateName(v1::CheckpointState state);
 // --from_checkpoint: "JOB" (its latest complete checkpoint: id 0) or "JOB:ID", e.g. "job-3:5".

@@ -431,5 +431,28 @@ TEST(JobFormatTest, ResubmitNote) {
 }
 
 }  // namespace
+// What a hostile scheduler (or an old state file) sends is escaped before psctl prints it:
+// every string, nested and repeated ones included; bytes fields untouched.
+TEST(MakePrintableTest, EscapesEveryStringAndClipsLongOnes) {
+  v1::ListJobsResponse list;
+  JobInfo& job = *list.add_jobs();
+  job.set_job_id("job-1\x1b[2J");
+  job.mutable_spec()->set_name("n\x1b]0;pwned\x07");
+  job.set_reason(std::string(100000, 'r'));
+  job.add_server_addresses("10.0.0.1:7100\r\n");
+  job.add_events()->set_message("caf\xc3\xa9 \x9b" "31m");
+  job.mutable_progress()->set_error("ok");
+  job.mutable_restore()->set_slots(std::string("\x00\x1b\xff", 3));
+  MakePrintable(&list);
+  EXPECT_EQ(job.job_id(), "job-1\\x1b[2J");
+  EXPECT_EQ(job.spec().name(), "n\\x1b]0;pwned\\x07");
+  EXPECT_LT(job.reason().size(), kMaxPrintedBytes + 32);
+  EXPECT_NE(job.reason().find("(100000 bytes)"), std::string::npos);
+  EXPECT_EQ(job.server_addresses(0), "10.0.0.1:7100\\x0d\\x0a");
+  EXPECT_EQ(job.events(0).message(), "caf\\xc3\\xa9 \\x9b31m");
+  EXPECT_EQ(job.progress().error(), "ok");
+  EXPECT_EQ(job.restore().slots(), std::string("\x00\x1b\xff", 3));
+}
+
 }  // namespace psctl
 }  // namespace ps

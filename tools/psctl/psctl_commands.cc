@@ -40,6 +40,7 @@ int Commands::Nodes() {
   v1::ListNodesResponse response;
   grpc::Status s = stub_->ListNodes(&context, v1::ListNodesRequest(), &response);
   if (!s.ok()) return Fail("nodes", s);
+  Sanitize(&response);
   if (options_.json) {
     PrintJson(response);
     return kOk;
@@ -76,6 +77,7 @@ int Commands::Submit(const JobSpec& spec) {
   v1::SubmitJobResponse response;
   grpc::Status s = stub_->SubmitJob(&context, request, &response);
   if (!s.ok()) return Fail("submit", s);
+  Sanitize(&response);
   if (options_.json) {
     PrintJson(response);
   } else {
@@ -212,6 +214,7 @@ int Commands::List() {
   v1::ListJobsResponse response;
   grpc::Status s = stub_->ListJobs(&context, v1::ListJobsRequest(), &response);
   if (!s.ok()) return Fail("list", s);
+  Sanitize(&response);
   if (options_.json) {
     PrintJson(response);
     return kOk;
@@ -250,6 +253,7 @@ int Commands::Cancel(const std::string& job_id) {
   JobInfo job;
   grpc::Status s = stub_->CancelJob(&context, request, &job);
   if (!s.ok()) return Fail("cancel", s);
+  Sanitize(&job);
   if (options_.json) {
     PrintJson(job);
   } else {
@@ -282,6 +286,7 @@ int Commands::Checkpoint(const std::string& job_id) {
   v1::RequestCheckpointResponse response;
   grpc::Status s = stub_->RequestCheckpoint(&context, request, &response);
   if (!s.ok()) return Fail("checkpoint", s);
+  Sanitize(&response);
   const bool wait = options_.wait;
   if (options_.json) {
     if (!wait) PrintJson(response);
@@ -405,6 +410,7 @@ int Commands::Restore(const std::string& job_id) {
   JobInfo job;
   grpc::Status s = stub_->RestoreJob(&context, request, &job);
   if (!s.ok()) return Fail("restore", s);
+  Sanitize(&job);
   const bool resubmitted = job.job_id() != job_id;
   if (options_.json) {
     PrintJson(job);

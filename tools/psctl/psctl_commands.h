@@ -14,9 +14,11 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/printable.h"
 #include "google/protobuf/message.h"
 #include "google/protobuf/util/json_util.h"
 #include "ps/v1/scheduler.grpc.pb.h"
+#include "tools/psctl/job_format.h"
 
 namespace ps {
 namespace psctl {
@@ -72,7 +74,10 @@ class Commands {
   std::string Describe(const grpc::Status& s) const {
     const std::string code =
         absl::StatusCodeToString(static_cast<absl::StatusCode>(s.error_code()));
-    return s.error_message().empty() ? code : absl::StrCat(code, ": ", s.error_message());
+    // The message came from the scheduler: escaped before it reaches a terminal.
+    return s.error_message().empty()
+               ? code
+               : absl::StrCat(code, ": ", Printable(s.error_message(), kMaxPrintedBytes));
   }
   // Prints the failure of `command` and returns its exit code.
   int Fail(absl::string_view command, const grpc::Status& s) const {
@@ -103,14 +108,23 @@ class Commands {
     Prepare(context);
     v1::GetJobRequest request;
     request.set_job_id(job_id);
-    return stub_->GetJob(&context, request, &job);
+    grpc::Status s = stub_->GetJob(&context, request, &job);
+    if (!options_.json) MakePrintable(&job);
+    return s;
   }
   grpc::Status ListCheckpoints(const std::string& job_id, v1::ListCheckpointsResponse& list) const {
     grpc::ClientContext context;
     Prepare(context);
     v1::ListCheckpointsRequest request;
     request.set_job_id(job_id);
-    return stub_->ListCheckpoints(&context, request, &list);
+    grpc::Status s = stub_->ListCheckpoints(&context, request, &list);
+    if (!options_.json) MakePrintable(&list);
+    return s;
+  }
+  // Text output: every string the scheduler sent is escaped before printing (JSON output is
+  // escaped by JSON itself).
+  void Sanitize(google::protobuf::Message* response) const {
+    if (!options_.json) MakePrintable(response);
   }
   void PrintJob(const JobInfo& job) const;
   int WaitForCheckpoint(const std::string& job_id, uint64_t request_seq);
