@@ -216,12 +216,14 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec, const JobLimits& limits) {
     return Invalid("from_checkpoint.job_id is empty");
   }
   if (spec->data_dir().empty()) spec->set_data_dir(mlp ? kFashionMnistDir : kSpamAssassinDir);
-  // Checked on the scheduler's own host (see the header).
-  std::error_code error;
-  if (!std::filesystem::is_directory(spec->data_dir(), error)) {
-    return Invalid(absl::StrCat("data_dir ", spec->data_dir(),
-                                " does not exist (checked on the scheduler's host)"));
+  // Its form only: whether it exists is the workers' to say (see the header).
+  PS_RETURN_IF_ERROR(
+      CheckClientText("spec.data_dir", spec->data_dir(), kMaxPathBytes, /*ascii_only=*/false));
+  if (!std::filesystem::path(spec->data_dir()).is_absolute()) {
+    return Invalid(absl::StrCat("data_dir = \"", spec->data_dir(),
+                                "\" must be an absolute path (every worker host resolves it)"));
   }
+  spec->set_data_dir(NormalPath(spec->data_dir()));
   return absl::OkStatus();
 }
 

@@ -50,10 +50,11 @@ std::string NormalPath(absl::string_view path);
 // Checks `spec` and fills its defaults in place (batch_size 64, epochs 1, layers 784,128,10,
 // hash_bits 20, evaluate on, data_dir per model). A bad field is INVALID_ARGUMENT naming it.
 //
-// data_dir must exist on the host that runs this (the scheduler's): the scheduler cannot see
-// the workers' disks, so this check assumes every host has the same data layout (true of a
-// one-machine cluster and of hosts that install the same dataset packages). A worker that
-// still lacks the data reports the error in its progress, which fails the job.
+// data_dir is checked for its form only (absolute, at most kMaxPathBytes, no control
+// character) and stored lexically normalized: it names a directory on the worker hosts, and the
+// scheduler never looks at its own disk for it (that would tell any client which paths exist on
+// the scheduler's host). A worker that lacks the data reports the error in its progress, which
+// fails the job with that reason.
 //
 // checkpoint.root, if set, is replaced by its normal form, which must lie under one of
 // limits.checkpoint_roots (INVALID_ARGUMENT naming the root and the allowed ones otherwise).

@@ -363,5 +363,21 @@ TEST_F(SchedulerServiceTest, HostileStringsAreRefusedWithoutChangingState) {
   EXPECT_TRUE(Submit(named).ok());
 }
 
+// data_dir is no oracle: paths that exist on the scheduler's host and paths that do not get the
+// same answer; only a malformed one is refused.
+TEST_F(SchedulerServiceTest, DataDirIsJudgedByItsFormOnly) {
+  for (const std::string& dir : {std::string("/etc"), std::string("/nonexistent/secret")}) {
+    v1::JobSpec spec = GoodSpec();
+    spec.set_data_dir(dir);
+    EXPECT_TRUE(Submit(spec).ok()) << dir;
+  }
+  for (const std::string& dir :
+       {std::string("relative/dir"), std::string("/tmp/\x1b[2J"), "/" + std::string(4096, 'd')}) {
+    v1::JobSpec spec = GoodSpec();
+    spec.set_data_dir(dir);
+    ExpectSubmitRefused(spec, grpc::StatusCode::INVALID_ARGUMENT, {"data_dir"});
+  }
+}
+
 }  // namespace
 }  // namespace ps

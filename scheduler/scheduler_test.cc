@@ -90,6 +90,26 @@ TEST_F(SchedulerTest, WorkerErrorIsStoredEscapedAndClipped) {
   }
 }
 
+// A data_dir the workers lack is accepted at submit (the scheduler does not probe its own
+// disk); the worker's report of the missing data fails the job with that reason.
+TEST_F(SchedulerTest, MissingDataDirFailsTheJobByTheWorkersReport) {
+  Register(v1::SERVER);
+  const uint64_t worker = Register(v1::WORKER);
+  v1::JobSpec spec = Spec(1, 1);
+  spec.set_data_dir("/nonexistent/ps/data");
+  auto job_id = scheduler_->SubmitJob(spec);
+  ASSERT_TRUE(job_id.ok()) << job_id.status();
+  ASSERT_EQ(Job(*job_id).state(), v1::RUNNING);
+  Report(worker, *job_id, false,
+         "/nonexistent/ps/data/train-images-idx3-ubyte.gz not found; install the data set");
+  const v1::JobInfo job = Job(*job_id);
+  EXPECT_EQ(job.state(), v1::FAILED);
+  EXPECT_NE(job.reason().find("/nonexistent/ps/data/train-images-idx3-ubyte.gz not found"),
+            std::string::npos)
+      << job.reason();
+  EXPECT_TRUE(Node(worker).job_id().empty());  // idle again
+}
+
 TEST_F(SchedulerTest, RegisterRejectsBadRequests) {
   v1::RegisterRequest req;
   EXPECT_EQ(scheduler_->Register(req).status().code(), absl::StatusCode::kInvalidArgument);

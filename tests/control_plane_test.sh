@@ -4,7 +4,8 @@
 #     started later joins it, and it SUCCEEDS;
 #  2. the scheduler SIGKILLed and restarted mid-job: the job keeps running and SUCCEEDS, and
 #     its history survives;
-#  3. a bad spec is refused at submit time, naming the field.
+#  3. a bad spec is refused at submit time, naming the field; a data_dir the workers lack fails
+#     the job with the workers' reason.
 # Usage: control_plane_test.sh BUILD_DIR
 set -euo pipefail
 build=$(cd "$1" && pwd)
@@ -77,9 +78,18 @@ out=$(psctl submit "$spec" --model=resnet 2>&1) && fail "unknown model accepted"
 echo "$out" | grep -q "model" || fail "message does not name model: $out"
 out=$(psctl submit "$spec" --consistency=ssp --staleness=-1 2>&1) && fail "staleness -1 accepted"
 echo "$out" | grep -q "staleness" || fail "message does not name staleness: $out"
-out=$(psctl submit "$spec" --data_dir=/nonexistent 2>&1) && fail "missing data_dir accepted"
+out=$(psctl submit "$spec" --data_dir=relative/data 2>&1) && fail "relative data_dir accepted"
 echo "$out" | grep -q "data_dir" || fail "message does not name data_dir: $out"
 echo "ok: refused with messages naming the field"
+
+echo "== 3b. a data_dir the workers lack: accepted (the scheduler does not probe its disk), then"
+echo "      failed by the workers with a clear reason"
+job=$(psctl submit "$spec" --data_dir=/nonexistent/ps-data)
+state=$(wait_done "$job")
+[ "$state" = FAILED ] || fail "job $job with a missing data_dir ended $state"
+reason=$(job_field "$job" ".get('reason','')")
+echo "$reason" | grep -q "/nonexistent/ps-data" || fail "the reason does not name the path: $reason"
+echo "ok: $job FAILED: $reason"
 
 echo "== 1. a worker killed mid-job (sync)"
 job=$(psctl submit "$spec")
