@@ -43,7 +43,9 @@ ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:0",
 ABSL_FLAG(std::string, metrics_port_file, "",
           "if set, write the bound /metrics port here once serving");
 ABSL_FLAG(absl::Duration, drain_grace, absl::Milliseconds(500),
-          "on SIGTERM, how long the health service reports NOT_SERVING before shutting down");
+          "on SIGTERM, how long the health service reports NOT_SERVING before shutting down; "
+          "calls still in flight then get at most 1s before they are cancelled, so the daemon "
+          "exits within --drain_grace + about 1s whatever clients do");
 
 namespace {
 
@@ -98,6 +100,9 @@ int main(int argc, char** argv) {
   LOG(INFO) << "ps_scheduler: signal " << sig << ", draining (health NOT_SERVING), then stopping";
   (*server)->Drain();
   absl::SleepFor(absl::GetFlag(FLAGS_drain_grace));
-  (*server)->Shutdown();
+  // Calls still open after kShutdownGrace are cancelled (gRPC Shutdown with a deadline).
+  constexpr absl::Duration kShutdownGrace = absl::Seconds(1);
+  (*server)->Shutdown(kShutdownGrace);
+  LOG(INFO) << "ps_scheduler: stopped";
   return 0;
 }
