@@ -9,7 +9,10 @@
 #  4. `psctl restore` of that ended job from a corrupted checkpoint: the corruption is detected,
 #     the restore falls back to the previous complete checkpoint and the new job SUCCEEDS;
 #  5. an async job losing one of its 2 servers: only the lost slots are restored, on a spare,
-#     while the other server's rows and the workers' clocks go on; the job SUCCEEDS.
+#     while the other server's rows and the workers' clocks go on; the job SUCCEEDS;
+#  6. a sync job losing two of its 3 servers one second apart: it SUCCEEDS, training again
+#     within 15 s of the second death's detection (workers restarting on the first new shard
+#     map waited up to 30 s for the second dead server before they took the next map).
 # Usage: recovery_test.sh BUILD_DIR     (HEARTBEAT_TIMEOUT=5s for the daemons' default)
 set -euo pipefail
 build=$(cd "$1" && pwd)
@@ -206,4 +209,34 @@ grep -q "recovered: training again" "$dir/events5.txt" || fail "no recovery reco
 acc5=$(accuracy_of "$job5")
 python3 -c "import sys; sys.exit($acc5 < 80)" || fail "async job's test accuracy $acc5% < 80%"
 echo "ok: $job5 SUCCEEDED with test accuracy $acc5%"
+
+echo "== 6. a sync job loses two of its 3 servers one second apart"
+alive=$(psctl nodes | grep -c ALIVE)
+for i in 0 1 2; do start_server double$i; done
+wait_nodes $((alive + 3))
+job6=$(psctl submit "$spec" --name=double-failure --epochs=3)
+wait_clock "$job6" 0
+for _ in $(seq 600); do  # after the first checkpoint (every 150 steps) is complete
+  [ "$(json status "$job6" "d.get('latestCheckpointId','0')")" -ge 1 ] && break
+  sleep 0.1
+done
+victims=()
+for k in 1 2; do
+  node=$(json status "$job6" "d['serverNodes'][$k]")
+  victims+=("$(json nodes "[n['pid'] for n in d['nodes'] if n['nodeId'] == '$node'][0]")")
+done
+[ -n "${victims[0]}" ] && [ -n "${victims[1]}" ] || fail "no pids for $job6's servers"
+kill -9 "${victims[0]}"
+sleep 1
+kill -9 "${victims[1]}"
+echo "killed two of $job6's servers (pids ${victims[*]}) one second apart"
+state=$(wait_done "$job6")
+psctl events "$job6" | tee "$dir/events6.txt" | grep -E "dead|restor|recovered" || true
+[ "$state" = SUCCEEDED ] || fail "$job6 ended $state after two servers died"
+last=$(sed -n 's/.*recovered: training again at clock [0-9]*, \([0-9.]*\) s after.*/\1/p' \
+  "$dir/events6.txt" | tail -1)
+[ -n "$last" ] || fail "no recovery recorded for $job6"
+python3 -c "import sys; sys.exit(float('$last') > 15)" ||
+  fail "training again only $last s after the second server's death was detected (bound 15 s)"
+echo "ok: $job6 SUCCEEDED; training again $last s after the second death was detected"
 echo PASS

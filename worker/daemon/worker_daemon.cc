@@ -286,14 +286,27 @@ absl::Status WorkerDaemon::RunOnce(const v1::WorkerAssignment& assignment, Model
   // (the restore then sets every clock; an old clock arriving after it would undo that).
   const bool rollback =
       a.has_restore() && a.restore().shard_epoch() == a.shard_epoch() && a.restore().rollback();
+  // Each attempt waits at most kConfigureAttempt for a server: one that does not answer (it
+  // died, maybe after this map was made) is asked again, but a newer shard map (which moves
+  // its slots away) is taken as soon as it comes instead of after a long deadline.
+  constexpr absl::Duration kConfigureAttempt = absl::Seconds(2);
+  const absl::Time configure_deadline = absl::Now() + absl::Seconds(60);
   for (int attempt = 0;; ++attempt) {
     std::vector<uint32_t> workers(a.worker_ids().begin(), a.worker_ids().end());
-    absl::Status s = JobAdmin(*client).ConfigureJob(
-        a.spec().consistency(), workers, a.membership_epoch(), &clock, rollback ? -1 : *last_clock,
-        /*even_out_clock=*/!rollback);
+    absl::Status s = JobAdmin(*client, kConfigureAttempt)
+                         .ConfigureJob(a.spec().consistency(), workers, a.membership_epoch(),
+                                       &clock, rollback ? -1 : *last_clock,
+                                       /*even_out_clock=*/!rollback);
     if (s.ok()) break;
-    if (s.code() != absl::StatusCode::kFailedPrecondition || attempt == 20) return s;
-    LOG(INFO) << a.job_id() << ": " << s.message() << "; waiting for the newer order";
+    const bool newer_membership = s.code() == absl::StatusCode::kFailedPrecondition;
+    const bool unanswered = s.code() == absl::StatusCode::kDeadlineExceeded ||
+                            s.code() == absl::StatusCode::kUnavailable;
+    if ((!newer_membership && !unanswered) || attempt == 20 || absl::Now() > configure_deadline) {
+      return s;
+    }
+    LOG(INFO) << a.job_id() << ": " << s.message()
+              << (newer_membership ? "; waiting for the newer order"
+                                   : "; asking again unless a newer shard map comes");
     absl::SleepFor(absl::Milliseconds(500));
     absl::MutexLock l(&mu_);
     if (stopping_ || !assignment_.has_value() || KeyOf(*assignment_) != KeyOf(a)) {
