@@ -24,14 +24,25 @@ namespace ps {
 
 // Tracks, per job, the live workers and their clocks, and decides when a pull may be served.
 //   sync: gradients of clock c are accumulated; once every live worker has advanced past c,
-//         `apply_clock(job, c)` is called (once per clock, in order) and pulls at c+1 are released.
+//         `apply_clocks(job, from, to)` is called for the finished clocks [from, to) (each clock
+//         exactly once, in order) and pulls at c+1 are released.
 //   ssp(s): a pull at clock c waits until the slowest live worker is at clock >= c - s.
 //   async: pulls never wait.
+// Clocks are steps: 0 <= clock <= kMaxClock. Every clock a request carries (push, pull, Clock,
+// ConfigureJob's caller_clock, a rollback's clock) is checked against that range, so that no
+// clock arithmetic can overflow; the work of a request never depends on how far a clock moves.
 // Thread-safe. Jobs do not share locks.
 class ConsistencyGate {
  public:
-  // Called without any gate lock held; for sync jobs, applies the gradients of `clock`.
-  using ApplyClockFn = std::function<void(const std::string& job_id, int64_t clock)>;
+  // Called without any gate lock held; for sync jobs, applies the gradients of every clock in
+  // [from, to), in order. Its cost must depend on the clocks that hold gradients, not on
+  // to - from: a worker may jump many clocks at once (ConfigureJob's caller_clock).
+  using ApplyClockFn = std::function<void(const std::string& job_id, int64_t from, int64_t to)>;
+
+  // The largest clock a request may carry: 2^48 steps (9 years at a million steps a second).
+  static constexpr int64_t kMaxClock = int64_t{1} << 48;
+  // INVALID_ARGUMENT naming `what` unless 0 <= clock <= kMaxClock.
+  static absl::Status CheckClockRange(const char* what, int64_t clock);
 
   explicit ConsistencyGate(ApplyClockFn apply_clock);
   ~ConsistencyGate();

@@ -1,6 +1,7 @@
 #include "server/consistency_gate.h"
 
 #include <atomic>
+#include <limits>
 #include <string>
 #include <thread>
 #include <utility>
@@ -33,11 +34,15 @@ bool Contains(const absl::Status& s, const std::string& text) {
 class ConsistencyGateTest : public ::testing::Test {
  protected:
   ConsistencyGateTest()
-      : gate_([this](const std::string& job, int64_t clock) {
+      : gate_([this](const std::string& job, int64_t from, int64_t to) {
           EXPECT_EQ(++applying_, 1) << "apply callbacks overlap";
+          EXPECT_LT(from, to);
+          EXPECT_LE(to - from, 1000) << "these tests move clocks a few steps at a time";
           {
             absl::MutexLock l(&mu_);
-            applied_.emplace_back(job, clock);
+            for (int64_t clock = from; clock < to && clock < from + 1000; ++clock) {
+              applied_.emplace_back(job, clock);
+            }
           }
           --applying_;
         }) {}
@@ -308,7 +313,9 @@ namespace {
 // the clock check always lands in a clock that is still pending.
 TEST(ConsistencyGateRaceTest, SyncApplyWaitsForAPushInProgress) {
   std::atomic<int> applied{0};
-  ConsistencyGate gate([&](const std::string&, int64_t) { applied.fetch_add(1); });
+  ConsistencyGate gate([&](const std::string&, int64_t from, int64_t to) {
+    applied.fetch_add(static_cast<int>(to - from));
+  });
   v1::ConsistencySpec sync;
   sync.set_mode(v1::ConsistencySpec::SYNC);
   ASSERT_TRUE(gate.Configure("j", sync, {0}, 1).ok());
@@ -333,7 +340,7 @@ TEST(ConsistencyGateRaceTest, SyncApplyWaitsForAPushInProgress) {
 // Async and ssp jobs apply no clocks: a clock advance never waits for a push in progress.
 TEST(ConsistencyGateRaceTest, AsyncAndSspClockAdvancesDoNotWaitForPushes) {
   for (const auto mode : {v1::ConsistencySpec::ASYNC, v1::ConsistencySpec::SSP}) {
-    ConsistencyGate gate([](const std::string&, int64_t) {});
+    ConsistencyGate gate([](const std::string&, int64_t, int64_t) {});
     v1::ConsistencySpec spec;
     spec.set_mode(mode);
     spec.set_staleness(2);
@@ -436,6 +443,43 @@ TEST_F(ConsistencyGateTest, RequestsOfAnOldShardEpochAreRefused) {
   // The current epoch, and requests that carry none, pass.
   EXPECT_TRUE(gate_.CheckPush(kJob, 2, 0, /*shard_epoch=*/2).ok());
   EXPECT_TRUE(gate_.AdvanceClock(kJob, 2, 1, /*shard_epoch=*/0).ok());
+}
+
+// A worker that jumps far ahead (ConfigureJob's caller_clock) costs one apply call for the
+// whole range, not one per clock; clocks outside 0..kMaxClock are refused before anything moves.
+TEST(ConsistencyGateClockBoundsTest, AHugeJumpIsOneApplyAndOutOfRangeClocksAreRefused) {
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  ConsistencyGate gate(
+      [&](const std::string&, int64_t from, int64_t to) { ranges.emplace_back(from, to); });
+  v1::ConsistencySpec sync;
+  sync.set_mode(v1::ConsistencySpec::SYNC);
+  ASSERT_TRUE(gate.Configure("j", sync, {0}, 1).ok());
+  const int64_t kMax = ConsistencyGate::kMaxClock;
+  for (int64_t bad : {kMax + 1, int64_t{1} << 62, std::numeric_limits<int64_t>::max(),
+                      int64_t{-2}, std::numeric_limits<int64_t>::min()}) {
+    SCOPED_TRACE(bad);
+    absl::Status s = gate.RaiseClock("j", 0, bad);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(Contains(s, "caller_clock")) << s;
+    EXPECT_EQ(gate.AdvanceClock("j", 0, bad).status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(gate.CheckPush("j", 0, bad).code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(gate.WaitForPull("j", bad, absl::Now()).status().code(),
+              absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(gate.ResetClocks("j", bad).status().code(), absl::StatusCode::kInvalidArgument);
+  }
+  EXPECT_EQ(gate.Clocks("j").at(0), 0);
+  EXPECT_TRUE(ranges.empty());
+
+  const absl::Time start = absl::Now();
+  ASSERT_TRUE(gate.RaiseClock("j", 0, kMax).ok());
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+  ASSERT_EQ(ranges.size(), 1u);
+  EXPECT_EQ(ranges[0], std::make_pair(int64_t{0}, kMax));
+  EXPECT_TRUE(gate.CheckPush("j", 0, kMax).ok());
+  EXPECT_TRUE(gate.WaitForPull("j", kMax, absl::Now()).ok());
+  // One past the bound is refused, whatever the worker's clock.
+  EXPECT_EQ(gate.AdvanceClock("j", 0, kMax + 1).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

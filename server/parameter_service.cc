@@ -23,8 +23,8 @@ ParameterService::ParameterService(TableStore* store, absl::Duration max_pull_wa
     : store_(store),
       metrics_(metrics),
       max_pull_wait_(max_pull_wait),
-      gate_([store](const std::string& job_id, int64_t clock) {
-        store->ApplyAccumulated(job_id, clock);
+      gate_([store](const std::string& job_id, int64_t from, int64_t to) {
+        store->ApplyAccumulated(job_id, from, to);
       }),
       restorer_(store, &gate_, metrics),
       checkpointer_(store, std::move(checkpoints), metrics) {}
@@ -50,6 +50,10 @@ grpc::Status ParameterService::Finish(ServerMethod method, absl::Time start,
 
 absl::Status ParameterService::DoConfigureJob(const v1::ConfigureJobRequest& req,
                                               v1::ConfigureJobResponse* resp) {
+  // Checked before anything changes (-1: the caller does not know its clock).
+  if (req.caller_clock() != -1) {
+    PS_RETURN_IF_ERROR(ConsistencyGate::CheckClockRange("caller_clock", req.caller_clock()));
+  }
   if (!req.owned_slots().empty()) {
     PS_ASSIGN_OR_RETURN(auto owned, DecodeSlotBitmap(req.owned_slots()));
     PS_RETURN_IF_ERROR(store_->SetJobShards(req.job_id(), std::move(owned), req.shard_epoch()));
@@ -190,6 +194,9 @@ grpc::Status ParameterService::Push(grpc::ServerContext*, const v1::PushRequest*
 absl::Status ParameterService::DoPushPull(const v1::PushPullRequest& req, absl::Time deadline,
                                           v1::PullResponse* resp) {
   const v1::PushRequest& push = req.push();
+  // Before anything else: a retried (duplicate) push skips the clock checks, and the pull's
+  // clock is push.clock + 1.
+  PS_RETURN_IF_ERROR(ConsistencyGate::CheckClockRange("push clock", push.clock()));
   // Also for a retried (duplicate) push: the pull part must not be served from a stale map.
   PS_RETURN_IF_ERROR(store_->CheckShardEpoch(push.job_id(), push.shard_epoch()));
   bool duplicate = false;

@@ -358,5 +358,66 @@ TEST_F(ParameterServiceTest, OversizePullAnswerIsRefusedAndCreatesNoRows) {
   EXPECT_EQ(described.rows_on_server(), 0u);
 }
 
+// Issue 15: a sync job's caller_clock of 2^62 made the server apply clock after clock for ever.
+// Clocks outside 0..kMaxClock are refused before anything changes, and a legal jump of 2^48
+// clocks costs what the pending gradients cost.
+TEST_F(ParameterServiceTest, HugeClocksAreRefusedAndALegalJumpAnswersAtOnce) {
+  constexpr char kSync[] = "sync";
+  constexpr uint32_t kSyncDense = 3;
+  ASSERT_TRUE(Configure(kSync, v1::ConsistencySpec::SYNC, {1}).ok());
+  ASSERT_TRUE(CreateTable(Spec(kSyncDense, v1::DENSE, 4, kSync)).ok());
+  v1::PushResponse pushed;
+  ASSERT_TRUE(Push(PushRequest({Block(kSyncDense, {0}, {1, 1, 1, 1})}, 1, 0, kSync), &pushed).ok());
+  const std::vector<float> before = Snapshot();
+  const std::vector<float> sync_before = Values(kSyncDense, {0}, kSync);
+  auto configure = [&](int64_t caller_clock) {
+    v1::ConfigureJobRequest req;
+    req.set_job_id(kSync);
+    req.mutable_consistency()->set_mode(v1::ConsistencySpec::SYNC);
+    req.add_worker_ids(1);
+    req.set_membership_epoch(1);
+    req.set_caller_worker_id(1);
+    req.set_caller_clock(caller_clock);
+    v1::ConfigureJobResponse resp;
+    Context c;
+    return stub_->ConfigureJob(&c.ctx, req, &resp);
+  };
+  const int64_t kMax = ConsistencyGate::kMaxClock;
+  const int64_t kHuge[] = {int64_t{1} << 62, std::numeric_limits<int64_t>::max(), kMax + 1};
+  for (int64_t clock : kHuge) {
+    SCOPED_TRACE(clock);
+    grpc::Status s = configure(clock);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(s.error_message().find("caller_clock"), std::string::npos) << s.error_message();
+    EXPECT_EQ(Clock(kSync, 1, clock).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    v1::PullResponse pulled;
+    EXPECT_EQ(Pull({Block(kSyncDense, {0})}, &pulled, kSync, clock).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT);
+    v1::PushPullRequest pp;
+    *pp.mutable_push() = PushRequest({Block(kSyncDense, {1}, {1, 1, 1, 1})}, 2, clock, kSync);
+    pp.set_advance_clock(true);
+    Context c;
+    EXPECT_EQ(stub_->PushPull(&c.ctx, pp, &pulled).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  for (int64_t clock : {int64_t{-2}, std::numeric_limits<int64_t>::min()}) {
+    EXPECT_EQ(configure(clock).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_EQ(Clock(kSync, 1, clock).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  // Nothing moved: the pending gradient of clock 0 is still pending, the other job untouched.
+  ExpectSameBytes(Values(kSyncDense, {0}, kSync), sync_before);
+  ExpectSameBytes(Snapshot(), before);
+
+  // The largest legal clock: one answer, the clock-0 gradient applied once, pushes go on.
+  const absl::Time start = absl::Now();
+  ASSERT_TRUE(configure(kMax).ok());
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_EQ(Values(kSyncDense, {0}, kSync, kMax), std::vector<float>(4, 0.25f - 1.0f));
+  EXPECT_TRUE(Push(PushRequest({Block(kSyncDense, {0}, {1, 1, 1, 1})}, 3, kMax, kSync), &pushed)
+                  .ok());
+  EXPECT_EQ(Clock(kSync, 1, kMax + 1).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  ExpectSameBytes(Snapshot(), before);
+}
+
 }  // namespace
 }  // namespace ps

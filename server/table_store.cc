@@ -396,6 +396,22 @@ void TableStore::ApplyAccumulated(const std::string& job_id, int64_t clock) {
   }
 }
 
+void TableStore::ApplyAccumulated(const std::string& job_id, int64_t from, int64_t to) {
+  // Every clock holding gradients has a learning-rate entry (Accumulate writes it first;
+  // ClearPending drops both): those are the clocks to apply.
+  std::vector<int64_t> clocks;
+  {
+    absl::MutexLock l(&scale_mu_);
+    for (const auto& [job_clock, scale] : pending_scale_) {
+      if (job_clock.first == job_id && job_clock.second >= from && job_clock.second < to) {
+        clocks.push_back(job_clock.second);
+      }
+    }
+  }
+  std::sort(clocks.begin(), clocks.end());
+  for (int64_t clock : clocks) ApplyAccumulated(job_id, clock);
+}
+
 uint64_t TableStore::ShardEpoch(const std::string& job_id) const { return ShardsOf(job_id)->epoch; }
 
 std::vector<bool> TableStore::OwnedSlots(const std::string& job_id) const {

@@ -91,6 +91,9 @@ class TableStore {
   void Accumulate(const BlockView& view, int64_t clock, float lr_scale = 1.0f);
   // Applies (once per row) and clears the summed gradients of `clock` for tables of `job_id`.
   void ApplyAccumulated(const std::string& job_id, int64_t clock);
+  // ApplyAccumulated for every clock in [from, to) that holds gradients of `job_id`, in order.
+  // Costs what those clocks hold: never a pass per clock of the range.
+  void ApplyAccumulated(const std::string& job_id, int64_t from, int64_t to);
 
   // Sets the slots this server owns for `job_id`'s tables (kNumSlots entries). A smaller epoch
   // than the job's current one is FAILED_PRECONDITION; the same epoch must bring the same slots.
