@@ -410,12 +410,24 @@ TEST_F(CheckpointServiceTest, RestoreIsCarriedOutOncePerShardEpoch) {
   EXPECT_EQ(Raw(), raw_1);
   ASSERT_TRUE(Push(kJob, 1, 0, 4.0f).ok());
   const RawRows trained = Raw();
-  // Another order for the same epoch gets the first answer and changes nothing.
+  // The same order again (its reason aside) gets the first answer and changes nothing.
   v1::RestoreResponse again;
-  s = Restore(kJob, Order(2, 0, 0, false), &again);
+  v1::RestoreOrder same = Order(2, 1, 0, false);
+  same.set_reason("handed on by another worker");
+  s = Restore(kJob, same, &again);
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_EQ(again.rows(), first.rows());
+  EXPECT_EQ(again.seconds(), first.seconds());
   EXPECT_EQ(Raw(), trained);
+  // Another order for the same epoch would be answered OK without being carried out: refused.
+  for (const v1::RestoreOrder& other :
+       {Order(2, 0, 0, false), Order(2, 1, 0, true), Order(2, 1, 7, false)}) {
+    s = Restore(kJob, other, &again);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+    EXPECT_TRUE(Contains(s, "already had a restore order for shard epoch 2"))
+        << s.error_message();
+    EXPECT_EQ(Raw(), trained);
+  }
 
   // A new epoch without a checkpoint empties the slots: rows start over from the initializer.
   ASSERT_TRUE(Configure(kJob, v1::ConsistencySpec::ASYNC, 3).ok());
@@ -447,10 +459,12 @@ TEST_F(CheckpointServiceTest, CorruptCheckpointFailsTheRestoreOnceAndChangesNoth
   EXPECT_EQ(s.error_code(), grpc::StatusCode::DATA_LOSS) << s.error_message();
   EXPECT_TRUE(Contains(s, PathOf(1))) << s.error_message();
   EXPECT_EQ(Raw(), before);
-  // Not retried for this epoch: the same answer, however asked.
-  const grpc::Status again = Restore(kJob, Order(2, 0, 0, true), &resp);
+  // Not retried for this epoch: the same answer to the same order; another order is refused.
+  const grpc::Status again = Restore(kJob, Order(2, 1, 0, true), &resp);
   EXPECT_EQ(again.error_code(), grpc::StatusCode::DATA_LOSS);
   EXPECT_EQ(again.error_message(), s.error_message());
+  EXPECT_EQ(Restore(kJob, Order(2, 0, 0, true), &resp).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_EQ(Raw(), before);
   // A missing checkpoint directory is NOT_FOUND.
   fs::remove_all(PathOf(1));

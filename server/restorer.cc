@@ -8,9 +8,33 @@
 #include "absl/time/clock.h"
 #include "common/shard_map.h"
 #include "common/status_macros.h"
+#include "google/protobuf/util/message_differencer.h"
 #include "server/checkpoint_io.h"
 
 namespace ps {
+
+namespace {
+
+// The order without the fields that do not change what it does.
+v1::RestoreOrder Essentials(const v1::RestoreOrder& order) {
+  v1::RestoreOrder e = order;
+  e.clear_reason();
+  for (v1::CheckpointShard& shard : *e.mutable_shards()) {
+    shard.clear_address();
+    shard.clear_rows();
+    shard.clear_bytes();
+  }
+  return e;
+}
+
+std::string Describe(const v1::RestoreOrder& order) {
+  return absl::StrCat("checkpoint ", order.checkpoint_id(),
+                      order.source_job_id().empty() ? "" : " of job " + order.source_job_id(),
+                      ", clock ", order.clock(), order.rollback() ? ", rollback" : "", ", ",
+                      order.shards_size(), " shard(s)");
+}
+
+}  // namespace
 
 Restorer::Restorer(TableStore* store, ConsistencyGate* gate, ServerMetrics* metrics)
     : store_(store), gate_(gate), metrics_(metrics) {}
@@ -64,8 +88,15 @@ absl::StatusOr<v1::RestoreResponse> Restorer::Restore(const v1::RestoreRequest& 
   {
     absl::MutexLock l(&mu_);
     auto& outcomes = outcomes_[req.job_id()];
+    v1::RestoreOrder essentials = Essentials(req.order());
     if (auto it = outcomes.find(epoch); it != outcomes.end()) {
       Outcome* first = it->second.get();  // outcomes are only forgotten once done
+      if (!google::protobuf::util::MessageDifferencer::Equals(first->order, essentials)) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "job ", req.job_id(), " already had a restore order for shard epoch ", epoch, " (",
+            Describe(first->order), "); this different order (", Describe(essentials),
+            ") is refused: a new order needs a new shard epoch"));
+      }
       while (!first->done) {
         if (done_.WaitWithDeadline(&mu_, deadline) && !first->done) {
           return absl::UnavailableError(absl::StrCat("the restore of job ", req.job_id(),
@@ -76,6 +107,7 @@ absl::StatusOr<v1::RestoreResponse> Restorer::Restore(const v1::RestoreRequest& 
       return first->result;
     }
     auto added = std::make_unique<Outcome>();
+    added->order = std::move(essentials);
     outcome = added.get();
     outcomes.emplace(epoch, std::move(added));
   }

@@ -21,9 +21,12 @@
 namespace ps {
 
 // Thread-safe. The first Restore() of a (job, epoch) carries the order out; concurrent and later
-// calls for that epoch wait for it and get its answer, error included (a failed restore is not
-// retried: the scheduler issues a new epoch). Requests refused before anything is read (unknown
-// job, another epoch than this server's, a malformed order, no tables yet) are not recorded.
+// calls with the same order wait for it and get its answer, error included (a failed restore is
+// not retried: the scheduler issues a new epoch). A different order for an epoch that already
+// had one is FAILED_PRECONDITION (it would be answered OK without being carried out); orders
+// are compared without their informational fields (reason, shard address / rows / bytes).
+// Requests refused before anything is read (unknown job, another epoch than this server's, a
+// malformed order, no tables yet) are not recorded.
 class Restorer {
  public:
   // `store`, `gate` and `metrics` (may be null) must outlive this.
@@ -36,6 +39,7 @@ class Restorer {
 
  private:
   struct Outcome {
+    v1::RestoreOrder order;  // as carried out, without its informational fields
     bool done = false;
     absl::StatusOr<v1::RestoreResponse> result;
   };
