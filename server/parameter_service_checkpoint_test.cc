@@ -609,5 +609,88 @@ TEST_F(CheckpointServiceTest, ShutdownWithADelayedWriteInFlightIsPromptAndLeaves
   EXPECT_FALSE(fs::exists(PathOf(1)));
 }
 
+// One job's restore orders and shard epochs never reach another job's rows: a restore touches
+// only tables whose spec names the order's job (even when a checkpoint of the other job, with
+// tables of the same names, is the source), and epochs are kept per job.
+TEST_F(CheckpointServiceTest, RestoreOrdersAndShardEpochsOfOneJobLeaveAnotherJobAlone) {
+  constexpr char kOther[] = "other";
+  ASSERT_TRUE(Configure(kJob, v1::ConsistencySpec::ASYNC).ok());
+  CreateTables(kJob);
+  ASSERT_TRUE(Configure(kOther, v1::ConsistencySpec::ASYNC).ok());
+  for (uint32_t id : {21u, 22u}) {  // same names ("dense", "sparse") as kJob's tables
+    v1::TableSpec spec = Spec(id == 21 ? kDense : kSparse, id == 21 ? v1::DENSE : v1::SPARSE,
+                              kOther);
+    spec.set_table_id(id);
+    v1::CreateTableRequest req;
+    *req.mutable_spec() = spec;
+    v1::CreateTableResponse resp;
+    Context c;
+    ASSERT_TRUE(stub_->CreateTable(&c.ctx, req, &resp).ok());
+  }
+  auto push_other = [&](float g, uint64_t epoch) {
+    v1::PushRequest req;
+    req.set_job_id(kOther);
+    req.set_worker_id(1);
+    req.set_request_id(++request_id_);
+    req.set_shard_epoch(epoch);
+    *req.add_blocks() = Block(21, {0, 1}, std::vector<float>(8, g));
+    *req.add_blocks() = Block(22, {7, 8}, std::vector<float>(4, g));
+    v1::PushResponse resp;
+    Context c;
+    return stub_->Push(&c.ctx, req, &resp);
+  };
+  auto other_rows = [&] {
+    RawRows rows;
+    for (uint32_t table : {21u, 22u}) {
+      server_->store()->ForEachRow(
+          table, [&](uint64_t key, int64_t updates, absl::Span<const float> row) {
+            rows[{table, key}] = {updates, std::string(reinterpret_cast<const char*>(row.data()),
+                                                       row.size() * sizeof(float))};
+          });
+    }
+    return rows;
+  };
+  ASSERT_TRUE(push_other(1.0f, 1).ok());
+  ASSERT_TRUE(Push(kJob, 1, 0, 1.0f).ok());
+  // A checkpoint of the other job, taken under its own (default) epoch.
+  {
+    v1::CheckpointRequest req;
+    req.set_job_id(kOther);
+    req.set_checkpoint_id(1);
+    req.set_path((root_ / "other-1").string());
+    req.set_shard_epoch(1);
+    v1::CheckpointResponse resp;
+    Context c;
+    ASSERT_TRUE(stub_->Checkpoint(&c.ctx, req, &resp).ok());
+    ASSERT_TRUE(Await(kOther, 1, &resp).ok());
+  }
+  ASSERT_TRUE(push_other(2.0f, 1).ok());
+  const RawRows other_before = other_rows();
+  ASSERT_TRUE(other_before.size() == 10u) << other_before.size();
+
+  // kJob's epoch jumps far ahead: the other job's requests of epoch 1 are still served.
+  ASSERT_TRUE(Configure(kJob, v1::ConsistencySpec::ASYNC, uint64_t{1} << 40).ok());
+  EXPECT_TRUE(push_other(0.0f, 1).ok());
+  const RawRows other_after_push = other_rows();
+
+  // kJob rolls back to "nothing" (every slot emptied), then to the other job's checkpoint.
+  v1::RestoreResponse resp;
+  grpc::Status s = Restore(kJob, Order(uint64_t{1} << 40, 0, 0, /*rollback=*/true), &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(other_rows(), other_after_push);
+  ASSERT_TRUE(Configure(kJob, v1::ConsistencySpec::ASYNC, (uint64_t{1} << 40) + 1).ok());
+  v1::RestoreOrder from_other = Order((uint64_t{1} << 40) + 1, 1, 0, /*rollback=*/true);
+  from_other.set_source_job_id(kOther);
+  from_other.mutable_shards(0)->set_path((root_ / "other-1").string());
+  s = Restore(kJob, from_other, &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(resp.rows(), 10u);
+  EXPECT_EQ(other_rows(), other_after_push);
+  // A restore request naming the other job checks the other job's epoch: refused, nothing read.
+  s = Restore(kOther, Order((uint64_t{1} << 40) + 1, 0, 0, true), &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+  EXPECT_EQ(other_rows(), other_after_push);
+}
+
 }  // namespace
 }  // namespace ps

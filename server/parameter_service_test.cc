@@ -419,5 +419,22 @@ TEST_F(ParameterServiceTest, HugeClocksAreRefusedAndALegalJumpAnswersAtOnce) {
   ExpectSameBytes(Snapshot(), before);
 }
 
+// A table id is unique on a server: a job cannot take (or redefine) another job's table.
+TEST_F(ParameterServiceTest, CreateTableWithAnotherJobsTableIdIsAlreadyExists) {
+  const std::vector<float> before = Snapshot();
+  ASSERT_TRUE(Configure("intruder", v1::ConsistencySpec::ASYNC, {1}).ok());
+  for (v1::TableKind kind : {v1::DENSE, v1::SPARSE}) {
+    const grpc::Status s = CreateTable(Spec(kind == v1::DENSE ? kDense : kSparse, kind,
+                                            kind == v1::DENSE ? 4 : 2, "intruder"));
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::ALREADY_EXISTS) << s.error_message();
+    EXPECT_NE(s.error_message().find("already used by job 'job'"), std::string::npos)
+        << s.error_message();
+  }
+  v1::PullResponse resp;
+  EXPECT_EQ(Pull({Block(kDense, {0})}, &resp, "intruder").error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  ExpectSameBytes(Snapshot(), before);
+}
+
 }  // namespace
 }  // namespace ps

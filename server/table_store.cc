@@ -135,6 +135,12 @@ absl::Status TableStore::CreateTable(const TableSpec& spec) {
       if (google::protobuf::util::MessageDifferencer::Equals(it->second->spec, spec)) {
         return absl::OkStatus();
       }
+      if (it->second->spec.job_id() != spec.job_id()) {
+        return absl::AlreadyExistsError(absl::StrCat(
+            "table id ", spec.table_id(), " is already used by job '", it->second->spec.job_id(),
+            "' (table '", it->second->spec.name(), "'); job '", spec.job_id(),
+            "' must choose another table id"));
+      }
       return absl::AlreadyExistsError(
           absl::StrCat("table ", spec.table_id(), " already exists with another spec (name '",
                        it->second->spec.name(), "', job '", it->second->spec.job_id(), "')"));
