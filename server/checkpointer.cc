@@ -61,6 +61,7 @@ void Checkpointer::Forget(JobEntries& entries) {
 absl::StatusOr<v1::CheckpointResponse> Checkpointer::Begin(const v1::CheckpointRequest& req) {
   if (req.path().empty()) return absl::InvalidArgumentError("checkpoint path is empty");
   if (req.checkpoint_id() == 0) return absl::InvalidArgumentError("checkpoint_id must be > 0");
+  if (absl::Status s = options_.roots.Check(req.path(), "checkpoint path"); !s.ok()) return s;
   Entry* entry = nullptr;
   {
     absl::MutexLock l(&mu_);

@@ -20,6 +20,7 @@
 #include "absl/time/time.h"
 #include "ps/v1/parameter_server.pb.h"
 #include "server/checkpoint_io.h"
+#include "server/checkpoint_roots.h"
 #include "server/server_metrics.h"
 #include "server/slot_rows.h"
 #include "server/table_store.h"
@@ -35,6 +36,9 @@ struct CheckpointerOptions {
   // Finished checkpoints remembered per job (for AwaitCheckpoint and retried Checkpoints).
   int keep_per_job = 8;
   CheckpointWriteOptions write;  // its `cancel` is set by the Checkpointer
+  // Where checkpoints may be written: a request's path must lie under one of them. None (the
+  // default): every checkpoint is refused.
+  CheckpointRoots roots;
 };
 
 // Thread-safe. Begin() answers once the rows are copied; one background thread writes the
@@ -50,7 +54,7 @@ class Checkpointer {
 
   // Takes the snapshot of `req.job_id` and queues its write to `req.path`. The caller checks
   // that the job is known. The same (job, checkpoint id) again gets the first call's answer.
-  // INVALID_ARGUMENT: no path / id; FAILED_PRECONDITION: shard epoch other than this server's;
+  // INVALID_ARGUMENT: no path / id, a path not under a checkpoint root; FAILED_PRECONDITION: shard epoch other than this server's;
   // ALREADY_EXISTS: the path exists; RESOURCE_EXHAUSTED: too many writes in flight.
   absl::StatusOr<v1::CheckpointResponse> Begin(const v1::CheckpointRequest& req);
   // Waits until the write is done, then answers done = true with its stats, or the write's

@@ -4,11 +4,14 @@
 
 #include <iostream>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/daemon_setup.h"
 #include "common/flags_usage.h"
@@ -43,6 +46,11 @@ ABSL_FLAG(std::string, metrics_port_file, "",
 ABSL_FLAG(absl::Duration, checkpoint_write_delay, absl::ZeroDuration(),
           "fault-injection test hook: start each checkpoint write this long after its snapshot "
           "(tests kill a server mid-checkpoint); leave 0 in production");
+ABSL_FLAG(std::vector<std::string>, checkpoint_roots, {},
+          "comma-separated absolute directories under which this server writes checkpoints and "
+          "reads them back (a Checkpoint path or restore order path elsewhere, symlinks "
+          "resolved, is INVALID_ARGUMENT); pass the scheduler's --checkpoint_root (and any job "
+          "spec's checkpoint.root). Default: none, every checkpoint is refused");
 ABSL_FLAG(absl::Duration, drain_grace, absl::Seconds(1),
           "on SIGTERM/SIGINT: health turns NOT_SERVING, requests are still served this long, "
           "then the server shuts down");
@@ -66,6 +74,7 @@ int main(int argc, char** argv) {
   options.max_pull_wait = absl::GetFlag(FLAGS_max_pull_wait);
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_mb) << 20;
   options.checkpoint_write_delay = absl::GetFlag(FLAGS_checkpoint_write_delay);
+  options.checkpoint_roots = absl::GetFlag(FLAGS_checkpoint_roots);
   const std::string nonfinite = absl::GetFlag(FLAGS_nonfinite);
   if (nonfinite == "reject") {
     options.nonfinite = ps::NonFinitePolicy::kReject;
@@ -100,6 +109,12 @@ int main(int argc, char** argv) {
     return 1;
   }
   LOG(INFO) << "ps_server " << options.server_index << " serving on port " << (*server)->port();
+  if (options.checkpoint_roots.empty()) {
+    LOG(WARNING) << "ps_server: no --checkpoint_roots: every checkpoint and restore from one is "
+                    "refused";
+  } else {
+    LOG(INFO) << "ps_server: checkpoint roots " << absl::StrJoin(options.checkpoint_roots, ",");
+  }
   if (absl::Status s =
           ps::WritePortFileFlag("--port_file", absl::GetFlag(FLAGS_port_file), (*server)->port());
       !s.ok()) {

@@ -62,6 +62,9 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
   ps->store_ = std::make_unique<TableStore>(std::move(store_options), ps->metrics_.get());
   CheckpointerOptions checkpoints;
   checkpoints.write_delay = options.checkpoint_write_delay;
+  auto roots = CheckpointRoots::Create(options.checkpoint_roots);
+  if (!roots.ok()) return roots.status();
+  checkpoints.roots = std::move(*roots);
   ps->service_ = std::make_unique<ParameterService>(ps->store_.get(), options.max_pull_wait,
                                                     ps->metrics_.get(), std::move(checkpoints));
 

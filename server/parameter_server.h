@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -36,6 +37,10 @@ struct ParameterServerOptions {
   // Fault-injection test hook: each checkpoint write starts this long after its snapshot, so
   // that tests can kill a server mid-checkpoint. 0 (the default) in production.
   absl::Duration checkpoint_write_delay = absl::ZeroDuration();
+  // Absolute directories under which this server writes checkpoints and reads them back
+  // (Checkpoint paths and restore orders' shard paths must lie under one of them, symlinks
+  // resolved). Empty (the default): every checkpoint and every restore from one is refused.
+  std::vector<std::string> checkpoint_roots;
 
   absl::Status Validate() const;
 };

@@ -26,7 +26,7 @@ ParameterService::ParameterService(TableStore* store, absl::Duration max_pull_wa
       gate_([store](const std::string& job_id, int64_t from, int64_t to) {
         store->ApplyAccumulated(job_id, from, to);
       }),
-      restorer_(store, &gate_, metrics),
+      restorer_(store, &gate_, metrics, checkpoints.roots),
       checkpointer_(store, std::move(checkpoints), metrics) {}
 
 void ParameterService::Shutdown() { checkpointer_.Shutdown(); }

@@ -71,6 +71,7 @@ class CheckpointServiceTest : public ::testing::Test {
     options.listen = "127.0.0.1:0";
     options.max_pull_wait = absl::Seconds(10);
     options.checkpoint_write_delay = write_delay;
+    options.checkpoint_roots = {root_.string()};
     auto server = ParameterServer::Start(options);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
@@ -690,6 +691,75 @@ TEST_F(CheckpointServiceTest, RestoreOrdersAndShardEpochsOfOneJobLeaveAnotherJob
   s = Restore(kOther, Order((uint64_t{1} << 40) + 1, 0, 0, true), &resp);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
   EXPECT_EQ(other_rows(), other_after_push);
+}
+
+// Issue 15: Checkpoint wrote a RocksDB directory at any path that did not exist yet. Paths
+// (and a restore order's shard paths) must lie under the server's --checkpoint_roots.
+TEST_F(CheckpointServiceTest, CheckpointAndRestorePathsOutsideTheRootsAreRefused) {
+  ASSERT_TRUE(Configure(kJob, v1::ConsistencySpec::ASYNC).ok());
+  CreateTables(kJob);
+  ASSERT_TRUE(Push(kJob, 1, 0, 1.0f).ok());
+  TakeCheckpoint(kJob, 1, 0);
+  const RawRows before = Raw();
+  const fs::path outside = root_.string() + "-outside";
+  fs::remove_all(outside);
+  fs::create_directories(outside);
+  fs::create_symlink(outside, root_ / "link");
+  const std::string paths[] = {
+      "../../x",
+      "relative/ckpt",
+      (outside / "ckpt-2").string(),
+      (root_ / ".." / (root_.filename().string() + "-outside") / "ckpt-2").string(),
+      (root_ / "link" / "ckpt-2").string(),
+  };
+  uint64_t id = 2;
+  for (const std::string& path : paths) {
+    SCOPED_TRACE(path);
+    v1::CheckpointResponse resp;
+    const grpc::Status s = Checkpoint(kJob, id++, 0, &resp, 1, path);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+    EXPECT_TRUE(Contains(s, "checkpoint path '" + path + "'")) << s.error_message();
+    EXPECT_TRUE(Contains(s, root_.string())) << s.error_message();
+  }
+  EXPECT_TRUE(fs::is_empty(outside));
+  EXPECT_FALSE(fs::exists(root_.parent_path().parent_path() / "x"));
+  // A restore order reading from outside the roots is refused before anything is read.
+  ASSERT_TRUE(Configure(kJob, v1::ConsistencySpec::ASYNC, 2).ok());
+  v1::RestoreOrder order = Order(2, 1, 0, /*rollback=*/true);
+  fs::copy(PathOf(1), outside / "s0", fs::copy_options::recursive);
+  order.mutable_shards(0)->set_path((outside / "s0").string());
+  v1::RestoreResponse restored;
+  grpc::Status s = Restore(kJob, order, &restored);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_TRUE(Contains(s, "restore order shard path")) << s.error_message();
+  EXPECT_EQ(Raw(), before);
+  // Still serving: the order from inside the root is carried out.
+  s = Restore(kJob, Order(2, 1, 0, /*rollback=*/true), &restored);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  fs::remove_all(outside);
+}
+
+// A server started without checkpoint roots refuses every checkpoint, saying which flag to set.
+TEST_F(CheckpointServiceTest, WithoutCheckpointRootsEveryCheckpointIsRefused) {
+  server_->Shutdown();
+  ParameterServerOptions options;
+  options.listen = "127.0.0.1:0";
+  auto server = ParameterServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  server_ = std::move(*server);
+  stub_ = v1::ParameterServer::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", server_->port()), grpc::InsecureChannelCredentials()));
+  ASSERT_TRUE(Configure(kJob, v1::ConsistencySpec::ASYNC).ok());
+  CreateTables(kJob);
+  v1::CheckpointResponse resp;
+  const grpc::Status s = Checkpoint(kJob, 1, 0, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_TRUE(Contains(s, "--checkpoint_roots")) << s.error_message();
+  EXPECT_FALSE(fs::exists(PathOf(1)));
+  EXPECT_EQ(Values(kJob).size(), 32u);
+  // Relative roots are refused at start-up.
+  options.checkpoint_roots = {"relative/dir"};
+  EXPECT_EQ(ParameterServer::Start(options).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

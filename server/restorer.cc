@@ -36,8 +36,9 @@ std::string Describe(const v1::RestoreOrder& order) {
 
 }  // namespace
 
-Restorer::Restorer(TableStore* store, ConsistencyGate* gate, ServerMetrics* metrics)
-    : store_(store), gate_(gate), metrics_(metrics) {}
+Restorer::Restorer(TableStore* store, ConsistencyGate* gate, ServerMetrics* metrics,
+                   CheckpointRoots roots)
+    : store_(store), gate_(gate), metrics_(metrics), roots_(std::move(roots)) {}
 
 absl::Status Restorer::Check(const v1::RestoreRequest& req, std::vector<bool>* slots) const {
   const v1::RestoreOrder& order = req.order();
@@ -70,6 +71,9 @@ absl::Status Restorer::Check(const v1::RestoreRequest& req, std::vector<bool>* s
     if (order.shards().empty()) {
       return absl::InvalidArgumentError(
           absl::StrCat("restore order for checkpoint ", order.checkpoint_id(), " lists no shards"));
+    }
+    for (const v1::CheckpointShard& shard : order.shards()) {
+      PS_RETURN_IF_ERROR(roots_.Check(shard.path(), "restore order shard path"));
     }
     if (store_->JobTables(req.job_id()).empty()) {
       return absl::FailedPreconditionError(absl::StrCat(

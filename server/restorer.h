@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "ps/v1/parameter_server.pb.h"
+#include "server/checkpoint_roots.h"
 #include "server/consistency_gate.h"
 #include "server/server_metrics.h"
 #include "server/table_store.h"
@@ -29,8 +30,10 @@ namespace ps {
 // malformed order, no tables yet) are not recorded.
 class Restorer {
  public:
-  // `store`, `gate` and `metrics` (may be null) must outlive this.
-  Restorer(TableStore* store, ConsistencyGate* gate, ServerMetrics* metrics = nullptr);
+  // `store`, `gate` and `metrics` (may be null) must outlive this. Orders may read checkpoints
+  // under `roots` only (none: orders that name a checkpoint are refused).
+  Restorer(TableStore* store, ConsistencyGate* gate, ServerMetrics* metrics = nullptr,
+           CheckpointRoots roots = {});
 
   // A call that finds the order of its epoch still running waits for it until `deadline`, then
   // answers UNAVAILABLE (call again); the first call runs to the end whatever its deadline.
@@ -54,6 +57,7 @@ class Restorer {
   TableStore* const store_;
   ConsistencyGate* const gate_;
   ServerMetrics* const metrics_;
+  const CheckpointRoots roots_;
   absl::Mutex mu_;
   absl::CondVar done_;
   // By job, then shard epoch.

@@ -168,16 +168,17 @@ class CheckpointClusterTest : public ::testing::Test {
 };
 
 TEST_F(CheckpointClusterTest, RestoreIntoAFreshClusterIsBitIdentical) {
-  auto a = LocalCluster::Start(2);
+  const std::string dir = Dir();
+  // The servers write and read checkpoints under `dir` only.
+  auto a = LocalCluster::Start(2, {"--checkpoint_roots=" + dir});
   ASSERT_TRUE(a.ok()) << a.status();
   Job original = StartJob(*a, "ckpt-a", 1);
   for (int c = 0; c < 4; ++c) ASSERT_TRUE(PushStep(original, c).ok());
   const std::vector<float> before = PullAll(original);
-  const std::string dir = Dir();
   const v1::RestoreOrder order = WriteCheckpoint(*a, original, dir);
 
   // A fresh cluster of another size, another job, other table ids.
-  auto b = LocalCluster::Start(3);
+  auto b = LocalCluster::Start(3, {"--checkpoint_roots=" + dir});
   ASSERT_TRUE(b.ok()) << b.status();
   Job restored = StartJob(*b, "ckpt-b", 501);
   const std::vector<float> initial = PullAll(restored);
@@ -200,11 +201,12 @@ TEST_F(CheckpointClusterTest, RestoreIntoAFreshClusterIsBitIdentical) {
 }
 
 TEST_F(CheckpointClusterTest, CorruptCheckpointIsDetectedAndRowsStayIntact) {
-  auto a = LocalCluster::Start(2);
+  const std::string dir = Dir();
+  // The servers write and read checkpoints under `dir` only.
+  auto a = LocalCluster::Start(2, {"--checkpoint_roots=" + dir});
   ASSERT_TRUE(a.ok()) << a.status();
   Job original = StartJob(*a, "ckpt-c", 1);
   for (int c = 0; c < 2; ++c) ASSERT_TRUE(PushStep(original, c).ok());
-  const std::string dir = Dir();
   const v1::RestoreOrder order = WriteCheckpoint(*a, original, dir);
 
   // Flip bytes in the middle of shard 1's largest table file.
@@ -225,7 +227,7 @@ TEST_F(CheckpointClusterTest, CorruptCheckpointIsDetectedAndRowsStayIntact) {
   }
 
   // One target server: it reads both shards, finds one corrupt, and loads nothing.
-  auto b = LocalCluster::Start(1);
+  auto b = LocalCluster::Start(1, {"--checkpoint_roots=" + dir});
   ASSERT_TRUE(b.ok()) << b.status();
   Job target = StartJob(*b, "ckpt-d", 1);
   for (int c = 0; c < 1; ++c) ASSERT_TRUE(PushStep(target, c).ok());

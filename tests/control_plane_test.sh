@@ -51,7 +51,8 @@ wait_done() {  # wait_done JOB: until the job ends; prints its state
 
 start_scheduler
 for i in 0 1; do
-  "$server_bin" --listen=127.0.0.1:0 --scheduler="$sched" >"$dir/server$i.log" 2>&1 &
+  "$server_bin" --listen=127.0.0.1:0 --scheduler="$sched" --checkpoint_roots="$dir/checkpoints" \
+    >"$dir/server$i.log" 2>&1 &
   pids+=($!)
 done
 start_worker 0

@@ -86,7 +86,7 @@ psctl() { "$psctl_bin" --scheduler="$sched" "$@"; }
 for i in 0 1; do
   # shellcheck disable=SC2046
   "$server_bin" --listen=127.0.0.1:0 --scheduler="$sched" --port_file="$dir/server$i.port" \
-    $(metrics_flags "server$i") >"$dir/server$i.log" 2>&1 &
+    --checkpoint_roots="$dir/checkpoints" $(metrics_flags "server$i") >"$dir/server$i.log" 2>&1 &
   pids+=($!)
   server_pid[i]=$!
 done

@@ -29,7 +29,8 @@ for _ in $(seq 100); do psctl list >/dev/null 2>&1 && break; sleep 0.1; done
 start_server() {  # start_server NAME [FLAGS...]; sets <NAME>_pid
   local name=$1
   shift
-  "$server_bin" --listen=127.0.0.1:0 --scheduler="$sched" "$@" >"$dir/$name.log" 2>&1 &
+  "$server_bin" --listen=127.0.0.1:0 --scheduler="$sched" --checkpoint_roots="$dir/checkpoints" \
+    "$@" >"$dir/$name.log" 2>&1 &
   pids+=($!)
   eval "${name}_pid=$!"
 }

@@ -112,8 +112,11 @@ start_server() {
   local i=$1
   rm -f "$run/server$i.port"
   # shellcheck disable=SC2086  # server_flags is a list of flags
+  # Servers write checkpoints only under the scheduler's default root (beside its state dir).
+  local roots=$run/checkpoints
+  case $roots in /*) ;; *) roots=$PWD/$roots ;; esac
   start "server$i" "$server_bin" --scheduler="$(scheduler_address)" --listen=127.0.0.1:0 \
-    --port_file="$run/server$i.port" ${server_flags:-}
+    --port_file="$run/server$i.port" --checkpoint_roots="$roots" ${server_flags:-}
 }
 
 start_worker() {
