@@ -8,6 +8,7 @@
 #include "common/grpc_status.h"
 #include "common/shard_map.h"
 #include "common/status_macros.h"
+#include "server/names.h"
 #include "server/reject_reason.h"
 
 namespace ps {
@@ -50,6 +51,7 @@ grpc::Status ParameterService::Finish(ServerMethod method, absl::Time start,
 
 absl::Status ParameterService::DoConfigureJob(const v1::ConfigureJobRequest& req,
                                               v1::ConfigureJobResponse* resp) {
+  PS_RETURN_IF_ERROR(CheckJobId(req.job_id()));
   // Checked before anything changes (-1: the caller does not know its clock).
   if (req.caller_clock() != -1) {
     PS_RETURN_IF_ERROR(ConsistencyGate::CheckClockRange("caller_clock", req.caller_clock()));
@@ -100,6 +102,7 @@ grpc::Status ParameterService::DescribeTable(grpc::ServerContext*,
 
 absl::Status ParameterService::DoPush(const v1::PushRequest& req, bool* duplicate) {
   *duplicate = false;
+  PS_RETURN_IF_ERROR(CheckJobId(req.job_id()));
   ServerMetrics::Job* job = metrics_ == nullptr ? nullptr : metrics_->FindJob(req.job_id());
   // A retry of an applied push is acknowledged before the clock checks: its worker may have
   // advanced since (a PushPull whose answer was lost), which would make it look late.
@@ -177,7 +180,8 @@ absl::Status ParameterService::DoPull(
 grpc::Status ParameterService::Pull(grpc::ServerContext* ctx, const v1::PullRequest* req,
                                     v1::PullResponse* resp) {
   const absl::Time start = absl::Now();
-  absl::Status s = store_->CheckShardEpoch(req->job_id(), req->shard_epoch());
+  absl::Status s = CheckJobId(req->job_id());
+  if (s.ok()) s = store_->CheckShardEpoch(req->job_id(), req->shard_epoch());
   if (s.ok()) s = DoPull(req->job_id(), req->clock(), req->blocks(), PullDeadline(ctx), resp);
   return Finish(ServerMethod::kPull, start, *req, *resp, s);
 }
@@ -194,6 +198,7 @@ grpc::Status ParameterService::Push(grpc::ServerContext*, const v1::PushRequest*
 absl::Status ParameterService::DoPushPull(const v1::PushPullRequest& req, absl::Time deadline,
                                           v1::PullResponse* resp) {
   const v1::PushRequest& push = req.push();
+  PS_RETURN_IF_ERROR(CheckJobId(push.job_id()));
   // Before anything else: a retried (duplicate) push skips the clock checks, and the pull's
   // clock is push.clock + 1.
   PS_RETURN_IF_ERROR(ConsistencyGate::CheckClockRange("push clock", push.clock()));
@@ -227,13 +232,17 @@ grpc::Status ParameterService::PushPull(grpc::ServerContext* ctx, const v1::Push
 grpc::Status ParameterService::Clock(grpc::ServerContext*, const v1::ClockRequest* req,
                                      v1::ClockResponse* resp) {
   const absl::Time start = absl::Now();
-  auto min_clock = gate_.AdvanceClock(req->job_id(), req->worker_id(), req->clock());
+  absl::StatusOr<int64_t> min_clock =
+      CheckJobId(req->job_id()).ok()
+          ? gate_.AdvanceClock(req->job_id(), req->worker_id(), req->clock())
+          : absl::StatusOr<int64_t>(CheckJobId(req->job_id()));
   if (min_clock.ok()) resp->set_min_clock(*min_clock);
   return Finish(ServerMethod::kClock, start, *req, *resp, min_clock.status());
 }
 
 absl::Status ParameterService::DoCheckpoint(const v1::CheckpointRequest& req,
                                             v1::CheckpointResponse* resp) {
+  PS_RETURN_IF_ERROR(CheckJobId(req.job_id()));
   PS_RETURN_IF_ERROR(gate_.ModeOf(req.job_id()).status());  // a configured job
   PS_ASSIGN_OR_RETURN(*resp, checkpointer_.Begin(req));
   return absl::OkStatus();
@@ -249,14 +258,22 @@ grpc::Status ParameterService::AwaitCheckpoint(grpc::ServerContext* ctx,
                                                const v1::AwaitCheckpointRequest* req,
                                                v1::CheckpointResponse* resp) {
   const absl::Time start = absl::Now();
-  auto r = checkpointer_.Await(req->job_id(), req->checkpoint_id(),
-                               std::min(absl::FromChrono(ctx->deadline()), start + kMaxAwait));
+  absl::StatusOr<v1::CheckpointResponse> r =
+      CheckJobId(req->job_id()).ok()
+          ? checkpointer_.Await(req->job_id(), req->checkpoint_id(),
+                                std::min(absl::FromChrono(ctx->deadline()), start + kMaxAwait))
+          : absl::StatusOr<v1::CheckpointResponse>(CheckJobId(req->job_id()));
   if (r.ok()) *resp = std::move(*r);
   return Finish(ServerMethod::kAwaitCheckpoint, start, *req, *resp, r.status());
 }
 
 absl::Status ParameterService::DoRestore(const v1::RestoreRequest& req, absl::Time deadline,
                                          v1::RestoreResponse* resp) {
+  PS_RETURN_IF_ERROR(CheckJobId(req.job_id()));
+  if (!req.order().source_job_id().empty()) {
+    PS_RETURN_IF_ERROR(CheckName("restore order source_job_id", req.order().source_job_id(), 1));
+  }
+  PS_RETURN_IF_ERROR(CheckFreeText("restore order reason", req.order().reason()));
   PS_ASSIGN_OR_RETURN(*resp, restorer_.Restore(req, deadline));
   return absl::OkStatus();
 }

@@ -436,5 +436,53 @@ TEST_F(ParameterServiceTest, CreateTableWithAnotherJobsTableIdIsAlreadyExists) {
   ExpectSameBytes(Snapshot(), before);
 }
 
+// Issue 15: job ids and table names were stored, exported as labels and echoed in errors as
+// they came. They are 1..128 (names 0..128) bytes of letters, digits and _ - . /; anything else
+// is INVALID_ARGUMENT with a short, escaped message, and nothing is stored.
+TEST_F(ParameterServiceTest, UnboundedOrControlCharacterNamesAreRefused) {
+  const std::vector<float> before = Snapshot();
+  const std::string kBadIds[] = {std::string(129, 'j'), std::string(64 << 10, 'x'), "a\nb",
+                                 "job id", "\x1b[31mred", std::string("nul\0", 4), ""};
+  for (const std::string& id : kBadIds) {
+    SCOPED_TRACE(id.size());
+    std::vector<grpc::Status> answers;
+    answers.push_back(Configure(id, v1::ConsistencySpec::ASYNC, {1}));
+    answers.push_back(CreateTable(Spec(40, v1::SPARSE, 2, id)));
+    v1::PullResponse pulled;
+    answers.push_back(Pull({Block(kSparse, {5})}, &pulled, id));
+    v1::PushResponse pushed;
+    answers.push_back(Push(PushRequest({Block(kSparse, {5}, {1, 1})}, 7, 0, id), &pushed));
+    answers.push_back(Clock(id, 1, 1));
+    for (const grpc::Status& s : answers) {
+      EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+      EXPECT_NE(s.error_message().find("job_id"), std::string::npos) << s.error_message();
+      EXPECT_LT(s.error_message().size(), 400u);
+      for (char c : s.error_message()) EXPECT_TRUE(c >= 0x20 && c < 0x7f) << s.error_message();
+    }
+  }
+  for (const std::string& name : {std::string(129, 'n'), std::string("tab\tle"),
+                                  std::string("caf\xc3\xa9")}) {
+    v1::TableSpec spec = Spec(41, v1::SPARSE, 2, kJob);
+    spec.set_name(name);
+    const grpc::Status s = CreateTable(spec);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+    EXPECT_NE(s.error_message().find("table name"), std::string::npos) << s.error_message();
+  }
+  v1::DescribeTableRequest describe;
+  describe.set_table_id(40);
+  v1::DescribeTableResponse described;
+  Context c;
+  EXPECT_EQ(stub_->DescribeTable(&c.ctx, describe, &described).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  ExpectSameBytes(Snapshot(), before);
+  // The longest legal names work.
+  const std::string longest(128, 'j');
+  EXPECT_TRUE(Configure(longest, v1::ConsistencySpec::ASYNC, {1}).ok());
+  v1::TableSpec spec = Spec(42, v1::SPARSE, 2, longest);
+  spec.set_name("emb/layer_1.weight-" + std::string(109, 'w'));
+  const grpc::Status s = CreateTable(spec);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+}
+
 }  // namespace
 }  // namespace ps

@@ -10,6 +10,7 @@
 #include "common/status_macros.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "server/initializer.h"
+#include "server/names.h"
 #include "server/reject_reason.h"
 
 namespace ps {
@@ -93,7 +94,12 @@ const TableStore::Table* TableStore::FindTable(uint32_t table_id) const {
 }
 
 absl::Status TableStore::CreateTable(const TableSpec& spec) {
-  if (spec.job_id().empty()) return absl::InvalidArgumentError("table spec: job_id is empty");
+  if (absl::Status s = CheckJobId(spec.job_id()); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("table ", spec.table_id(), ": ", s.message()));
+  }
+  if (absl::Status s = CheckTableName(spec.name()); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("table ", spec.table_id(), ": ", s.message()));
+  }
   if (spec.kind() != v1::DENSE && spec.kind() != v1::SPARSE) {
     return absl::InvalidArgumentError(
         absl::StrCat("table ", spec.table_id(), ": kind must be DENSE or SPARSE"));
