@@ -31,6 +31,10 @@ ABSL_FLAG(
 ABSL_FLAG(absl::Duration, max_pull_wait, absl::Seconds(120),
           "longest a pull waits for slow workers (sync/ssp) before DEADLINE_EXCEEDED");
 ABSL_FLAG(int, max_message_mb, 256, "largest gRPC message accepted, MiB");
+ABSL_FLAG(uint64_t, max_job_bytes, uint64_t{16} << 30,
+          "most row bytes (values + optimizer state) one job's tables may hold on this server: "
+          "dense tables count with this server's share at CreateTable, sparse rows as new keys "
+          "are pulled or pushed; beyond it RESOURCE_EXHAUSTED (default 16 GiB)");
 ABSL_FLAG(std::string, port_file, "", "if set, write the bound port here once serving");
 ABSL_FLAG(std::string, scheduler, "",
           "the scheduler's host:port: register there and heartbeat (jobs then configure this "
@@ -73,6 +77,7 @@ int main(int argc, char** argv) {
   options.shard_map_file = absl::GetFlag(FLAGS_shard_map);
   options.max_pull_wait = absl::GetFlag(FLAGS_max_pull_wait);
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_mb) << 20;
+  options.max_job_bytes = absl::GetFlag(FLAGS_max_job_bytes);
   options.checkpoint_write_delay = absl::GetFlag(FLAGS_checkpoint_write_delay);
   options.checkpoint_roots = absl::GetFlag(FLAGS_checkpoint_roots);
   const std::string nonfinite = absl::GetFlag(FLAGS_nonfinite);

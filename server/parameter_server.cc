@@ -23,6 +23,7 @@ absl::Status ParameterServerOptions::Validate() const {
   if (checkpoint_write_delay < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--checkpoint_write_delay must not be negative");
   }
+  if (max_job_bytes == 0) return absl::InvalidArgumentError("--max_job_bytes must be positive");
   if (max_message_bytes < (1 << 20)) {
     return absl::InvalidArgumentError("--max_message_bytes must be at least 1 MiB");
   }
@@ -52,6 +53,7 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
   store_options.shard_epoch = map.epoch();
   store_options.nonfinite = options.nonfinite;
   store_options.max_pull_bytes = static_cast<uint64_t>(options.max_message_bytes);
+  store_options.max_job_bytes = options.max_job_bytes;
 
   std::unique_ptr<ParameterServer> ps(new ParameterServer);
   if (registry != nullptr) {

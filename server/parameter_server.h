@@ -32,6 +32,10 @@ struct ParameterServerOptions {
   absl::Duration max_pull_wait = absl::Seconds(120);
   // Largest gRPC message accepted, bytes (clients send large tensors in parts below this).
   int max_message_bytes = 256 << 20;
+  // Most row bytes (values + optimizer state) one job's tables may hold on this server (dense
+  // tables: this server's share, counted at CreateTable; sparse rows: as pulls and pushes of
+  // new keys create them). Beyond it: RESOURCE_EXHAUSTED naming the job, table and cap.
+  uint64_t max_job_bytes = uint64_t{16} << 30;
   // gRPC server threads serving requests (0: gRPC's default).
   int num_threads = 0;
   // Fault-injection test hook: each checkpoint write starts this long after its snapshot, so

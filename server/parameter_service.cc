@@ -129,6 +129,7 @@ absl::Status ParameterService::ApplyPush(const v1::PushRequest& req, ServerMetri
     PS_RETURN_IF_ERROR(
         store_->Resolve(req.job_id(), req.blocks(i), /*with_values=*/true, &views[i]));
   }
+  PS_RETURN_IF_ERROR(store_->CheckNewRows(views));
   if (!deduper_.FirstTime(req.job_id(), req.worker_id(), req.request_id())) {
     *duplicate = true;
     if (job != nullptr) job->duplicate_pushes->Increment();
@@ -158,6 +159,7 @@ absl::Status ParameterService::DoPull(
     PS_RETURN_IF_ERROR(store_->Resolve(job_id, blocks[i], /*with_values=*/false, &views[i]));
   }
   PS_RETURN_IF_ERROR(store_->CheckPullSize(views));
+  PS_RETURN_IF_ERROR(store_->CheckNewRows(views));
   PS_ASSIGN_OR_RETURN(
       ConsistencyGate::PullTicket ticket,
       gate_.WaitForPull(job_id, clock, deadline, job == nullptr ? nullptr : job->waiting_pulls));

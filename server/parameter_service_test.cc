@@ -484,5 +484,63 @@ TEST_F(ParameterServiceTest, UnboundedOrControlCharacterNamesAreRefused) {
   EXPECT_TRUE(s.ok()) << s.error_message();
 }
 
+// Issue 15: a job could make a server hold any memory (a 1 GiB dense table in 3 s; a row per
+// pulled unknown sparse key). The job's rows on a server are capped (--max_job_bytes).
+TEST_F(ParameterServiceTest, AJobsRowsAreCappedPerServer) {
+  server_->Shutdown();
+  ParameterServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.max_message_bytes = kMaxMessageBytes;
+  options.max_job_bytes = 64 << 10;  // 64 KiB
+  auto server = ParameterServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  server_ = std::move(*server);
+  stub_ = v1::ParameterServer::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", server_->port()), grpc::InsecureChannelCredentials()));
+  ASSERT_TRUE(Configure(kJob, v1::ConsistencySpec::ASYNC, {1}).ok());
+  ASSERT_TRUE(CreateTable(Spec(kDense, v1::DENSE, 4, kJob)).ok());
+  ASSERT_TRUE(CreateTable(Spec(kSparse, v1::SPARSE, 2, kJob)).ok());
+  v1::PullResponse pulled;
+  ASSERT_TRUE(Pull({Block(kSparse, {5, 6})}, &pulled).ok());
+  const std::vector<float> before = Snapshot();
+
+  // A dense table of 2^20 x 512 floats: refused before a byte is allocated.
+  v1::TableSpec huge = Spec(9, v1::DENSE, 512, kJob);
+  huge.set_num_rows(1 << 20);
+  huge.set_name("huge");
+  grpc::Status s = CreateTable(huge);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+  EXPECT_NE(s.error_message().find("job 'job': dense table 9 ('huge')"), std::string::npos)
+      << s.error_message();
+  EXPECT_NE(s.error_message().find("--max_job_bytes"), std::string::npos) << s.error_message();
+  // Dense rows x row bytes that wrap around 2^64 are refused too (and not allocated).
+  v1::TableSpec wrap = Spec(10, v1::DENSE, 1 << 20, kJob);
+  wrap.set_num_rows(uint64_t{1} << 40);
+  wrap.mutable_optimizer()->set_kind(v1::OptimizerSpec::ADAM);
+  EXPECT_EQ(CreateTable(wrap).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+
+  // Sparse pulls of unknown keys: each would become a row (2 floats + 0 state = 8 bytes).
+  std::vector<uint64_t> keys(10000);
+  for (size_t i = 0; i < keys.size(); ++i) keys[i] = 1000 + i;
+  s = Pull({Block(kSparse, keys)}, &pulled);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+  EXPECT_NE(s.error_message().find("new rows of table 2"), std::string::npos) << s.error_message();
+  v1::PushResponse pushed;
+  s = Push(PushRequest({Block(kSparse, keys, std::vector<float>(keys.size() * 2, 0.5f))}, 1),
+           &pushed);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+  ExpectSameBytes(Snapshot(), before);  // no row created, none changed; still serving
+  // Rows it holds already are served and updated as before; a few new ones still fit.
+  keys.resize(100);
+  EXPECT_TRUE(Pull({Block(kSparse, keys)}, &pulled).ok());
+  EXPECT_EQ(SparseRows(), 102u);
+  // Another job has its own budget.
+  ASSERT_TRUE(Configure("other", v1::ConsistencySpec::ASYNC, {1}).ok());
+  ASSERT_TRUE(CreateTable(Spec(11, v1::SPARSE, 2, "other")).ok());
+  keys.resize(4000);
+  for (size_t i = 0; i < keys.size(); ++i) keys[i] = 1000 + i;
+  EXPECT_TRUE(Pull({Block(11, keys)}, &pulled, "other").ok());
+}
+
 }  // namespace
 }  // namespace ps

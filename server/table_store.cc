@@ -123,14 +123,27 @@ absl::Status TableStore::CreateTable(const TableSpec& spec) {
   table->dim = static_cast<int>(spec.dim());
   table->row_floats = table->dim * (1 + (*optimizer)->state_per_value());
   table->optimizer = std::move(*optimizer);
+  const uint64_t row_bytes = static_cast<uint64_t>(table->row_floats) * sizeof(float);
   if (spec.kind() == v1::DENSE) {
-    const uint64_t bytes = spec.num_rows() * table->row_floats * sizeof(float);
+    // Divided, not multiplied: num_rows x row bytes could wrap around.
     if (spec.num_rows() == 0 || spec.num_rows() > (uint64_t{1} << 40) ||
-        bytes > options_.max_dense_table_bytes) {
+        spec.num_rows() > options_.max_dense_table_bytes / row_bytes) {
       return absl::InvalidArgumentError(
           absl::StrCat("table ", spec.table_id(), ": dense num_rows ", spec.num_rows(),
                        " must be in 1.. and the table at most ", options_.max_dense_table_bytes,
                        " bytes with optimizer state"));
+    }
+    // This server's expected share (keys hash uniformly over slots).
+    const uint64_t share = spec.num_rows() * row_bytes / kNumSlots * NumOwnedSlots(spec.job_id());
+    const uint64_t held = JobBytes(spec.job_id());
+    const bool known = FindTable(spec.table_id()) != nullptr;
+    if (!known && held + share > options_.max_job_bytes) {
+      return Rejected(RejectReason::kOther,
+                      absl::ResourceExhaustedError(absl::StrCat(
+                          "job '", spec.job_id(), "': dense table ", spec.table_id(), " ('",
+                          spec.name(), "') would take ", share, " bytes on this server, where the "
+                          "job holds ", held, "; the cap per job is ", options_.max_job_bytes,
+                          " bytes (ps_server --max_job_bytes)")));
     }
   }
   const Table* t = nullptr;
@@ -281,6 +294,38 @@ absl::Status TableStore::Resolve(const std::string& job_id, const v1::KeyBlock& 
   return absl::OkStatus();
 }
 
+uint64_t TableStore::JobBytes(const std::string& job_id) const {
+  uint64_t bytes = 0;
+  for (const Table* t : TablesOf(job_id)) bytes += t->bytes.load();
+  return bytes;
+}
+
+absl::Status TableStore::CheckNewRows(absl::Span<const BlockView> views) const {
+  if (views.empty()) return absl::OkStatus();
+  const std::string& job_id = views[0].table->spec.job_id();
+  uint64_t held = JobBytes(job_id);
+  for (const BlockView& v : views) {
+    const RowKey probe{v.table->spec.table_id(), 0};
+    uint64_t missing = 0;
+    for (uint64_t key : v.keys) {
+      Slot& slot = slots_[SlotOf(probe.first, key)];
+      absl::MutexLock l(&slot.mu);
+      missing += !slot.rows.contains(RowKey{probe.first, key});
+    }
+    held += missing * static_cast<uint64_t>(v.table->row_floats) * sizeof(float);
+    if (missing > 0 && held > options_.max_job_bytes) {
+      return Rejected(RejectReason::kOther,
+                      absl::ResourceExhaustedError(absl::StrCat(
+                          "job '", job_id, "': ", missing, " new rows of table ",
+                          v.table->spec.table_id(), " ('", v.table->spec.name(),
+                          "') would take the job's rows on this server to ", held,
+                          " bytes; the cap per job is ", options_.max_job_bytes,
+                          " bytes (ps_server --max_job_bytes); nothing was created")));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status TableStore::CheckPullSize(absl::Span<const BlockView> views) const {
   uint64_t bytes = 0;
   for (const BlockView& v : views) bytes += v.keys.size() * v.table->dim * sizeof(float);
@@ -304,6 +349,7 @@ TableStore::Row& TableStore::RowFor(Slot& slot, const Table& table, uint64_t key
   const RowKey rk{table.spec.table_id(), key};
   auto it = slot.rows.find(rk);
   if (it != slot.rows.end()) return it->second;
+  table.bytes.fetch_add(static_cast<uint64_t>(table.row_floats) * sizeof(float));
   if (table.metrics.rows != nullptr) {
     table.metrics.rows->Increment();
     table.metrics.bytes->Increment(static_cast<double>(table.row_floats) * sizeof(float));
@@ -571,6 +617,8 @@ absl::Status TableStore::LoadSlots(const std::string& job_id, const std::vector<
         ++it;
         continue;
       }
+      table->second->bytes.fetch_sub(static_cast<uint64_t>(table->second->row_floats) *
+                                     sizeof(float));
       if (const Table& t = *table->second; t.metrics.rows != nullptr) {
         t.metrics.rows->Decrement();
         t.metrics.bytes->Decrement(static_cast<double>(t.row_floats) * sizeof(float));
@@ -586,7 +634,9 @@ absl::Status TableStore::LoadSlots(const std::string& job_id, const std::vector<
         row.data.reset(new float[r->row_floats]);
         std::memcpy(row.data.get(), r->row(i), r->row_floats * sizeof(float));
         row.updates = r->updates[i];
-        slot.rows.insert_or_assign(RowKey{r->table_id, r->keys[i]}, std::move(row));
+        if (slot.rows.insert_or_assign(RowKey{r->table_id, r->keys[i]}, std::move(row)).second) {
+          t.bytes.fetch_add(static_cast<uint64_t>(r->row_floats) * sizeof(float));
+        }
       }
       if (t.metrics.rows != nullptr) {
         t.metrics.rows->Increment(static_cast<double>(r->size()));

@@ -2,6 +2,7 @@
 #ifndef PS_SERVER_TABLE_STORE_H_
 #define PS_SERVER_TABLE_STORE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -43,6 +44,11 @@ struct TableStoreOptions {
   uint32_t max_dim = 1u << 20;
   // Largest dense table (values + optimizer state, whole table, all servers), bytes.
   uint64_t max_dense_table_bytes = uint64_t{64} << 30;
+  // Most row bytes (values + optimizer state) one job's tables may hold on this server: dense
+  // tables count with this server's expected share when created, sparse rows as they are
+  // created (by a pull or push of a new key). Beyond it, CreateTable and requests that would
+  // create rows are RESOURCE_EXHAUSTED. Concurrent requests may overshoot it by their own rows.
+  uint64_t max_job_bytes = uint64_t{16} << 30;
 };
 
 // Thread-safe. Each slot has its own lock: requests touching different slots never wait on each
@@ -55,6 +61,8 @@ class TableStore {
     int dim = 0;
     int row_floats = 0;            // dim * (1 + optimizer state per value)
     ServerMetrics::Table metrics;  // null gauges without metrics
+    // Row bytes held on this server (rows x row_floats x 4).
+    mutable std::atomic<uint64_t> bytes{0};
   };
   // A validated block of a request.
   struct BlockView {
@@ -79,6 +87,12 @@ class TableStore {
   // values of keys*dim floats, finite unless the policy skips bad rows.
   absl::Status Resolve(const std::string& job_id, const v1::KeyBlock& block, bool with_values,
                        BlockView* view) const;
+
+  // RESOURCE_EXHAUSTED (naming the job, the table and the cap) if the rows the blocks would
+  // create (keys not held yet) would take the job past max_job_bytes.
+  absl::Status CheckNewRows(absl::Span<const BlockView> views) const;
+  // Row bytes `job_id`'s tables hold on this server.
+  uint64_t JobBytes(const std::string& job_id) const;
 
   // INVALID_ARGUMENT if the blocks of one pull together would answer more than max_pull_bytes.
   absl::Status CheckPullSize(absl::Span<const BlockView> views) const;
