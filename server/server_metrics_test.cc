@@ -75,6 +75,8 @@ class ServerMetricsTest : public ::testing::Test {
     ParameterServerOptions options;
     options.listen = "127.0.0.1:0";
     options.max_pull_wait = absl::Seconds(10);
+    options.checkpoint_roots = {
+        absl::StrCat(::testing::TempDir(), "/server_metrics_test_", getpid())};
     auto server = ParameterServer::Start(options, &registry_);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
