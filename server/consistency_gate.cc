@@ -314,6 +314,19 @@ void ConsistencyGate::ApplyFinishedClocks(Job* job) {
   }
 }
 
+void ConsistencyGate::Shutdown() {
+  shutdown_.store(true);
+  std::vector<Job*> jobs;
+  {
+    absl::ReaderMutexLock l(&mu_);
+    for (const auto& [id, job] : jobs_) jobs.push_back(job.get());
+  }
+  for (Job* job : jobs) {
+    absl::MutexLock l(&job->mu);
+    job->cv.SignalAll();
+  }
+}
+
 absl::StatusOr<ConsistencyGate::PullTicket> ConsistencyGate::WaitForPull(
     const std::string& job_id, int64_t clock, absl::Time deadline, prometheus::Gauge* waiting) {
   PS_RETURN_IF_ERROR(CheckClockRange("pull clock", clock));
@@ -342,6 +355,11 @@ absl::StatusOr<ConsistencyGate::PullTicket> ConsistencyGate::WaitForPull(
         ready = true;
     }
     if (ready) break;
+    if (shutdown_.load()) {
+      return absl::UnavailableError(absl::StrCat("the server is shutting down; the pull at clock ",
+                                                 clock, " of job ", job_id, " was waiting for ",
+                                                 job->Slowest()));
+    }
     if (waiting != nullptr && waiting_scope.gauge == nullptr) {
       waiting->Increment();
       waiting_scope.gauge = waiting;

@@ -4,6 +4,7 @@
 
 #include <prometheus/gauge.h>
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -102,8 +103,12 @@ class ConsistencyGate {
     int64_t min_clock = 0;
     absl::Duration waited;
   };
+  // Wakes every waiting pull, which answers UNAVAILABLE, as will later ones: a server that shuts
+  // down must not wait for pulls blocked on slow workers. Idempotent.
+  void Shutdown();
+
   // Blocks until a pull by a worker at `clock` may be served, or until `deadline`
-  // (DEADLINE_EXCEEDED naming the slowest worker). If `waiting` is set, it counts the pull while
+  // (DEADLINE_EXCEEDED naming the slowest worker), or Shutdown() (UNAVAILABLE). If `waiting` is set, it counts the pull while
   // it blocks.
   absl::StatusOr<PullTicket> WaitForPull(const std::string& job_id, int64_t clock,
                                          absl::Time deadline, prometheus::Gauge* waiting = nullptr);
@@ -115,6 +120,7 @@ class ConsistencyGate {
   void ApplyFinishedClocks(Job* job);
 
   const ApplyClockFn apply_clock_;
+  std::atomic<bool> shutdown_{false};
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::unique_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
 };

@@ -106,7 +106,7 @@ ParameterServer::~ParameterServer() { Shutdown(); }
 void ParameterServer::Shutdown(absl::Duration grace) {
   if (service_ != nullptr) service_->Shutdown();
   if (server_ != nullptr)
-    server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoSeconds(grace));
+    server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));  // not truncated to seconds
 }
 
 void ParameterServer::Wait() {

@@ -64,8 +64,10 @@ class ParameterServer {
   // Health checks ("" and "ps.v1.ParameterServer") answer NOT_SERVING from now on, so load
   // balancers and probes stop sending work; requests are still served until Shutdown().
   void Drain();
-  // Stops checkpoint writes (a running one between slots; its partial output is removed), then
-  // stops accepting requests and cancels waiting ones (within `grace`). Idempotent.
+  // Wakes pulls waiting on slow workers (they answer UNAVAILABLE) and stops checkpoint writes
+  // (a running one between slots; its partial output is removed), then stops accepting
+  // requests, gives those in flight `grace` to finish and cancels the rest. Returns once every
+  // handler returned: nothing a request waits on outlives `grace` by much. Idempotent.
   void Shutdown(absl::Duration grace = absl::Seconds(1));
   void Wait();
 

@@ -30,7 +30,10 @@ ParameterService::ParameterService(TableStore* store, absl::Duration max_pull_wa
       restorer_(store, &gate_, metrics, checkpoints.roots),
       checkpointer_(store, std::move(checkpoints), metrics) {}
 
-void ParameterService::Shutdown() { checkpointer_.Shutdown(); }
+void ParameterService::Shutdown() {
+  gate_.Shutdown();
+  checkpointer_.Shutdown();
+}
 
 absl::Time ParameterService::PullDeadline(const grpc::ServerContext* ctx) const {
   const absl::Time limit = absl::Now() + max_pull_wait_;

@@ -25,8 +25,9 @@ class ParameterService final : public v1::ParameterServer::Service {
   ParameterService(TableStore* store, absl::Duration max_pull_wait,
                    ServerMetrics* metrics = nullptr, CheckpointerOptions checkpoints = {});
 
-  // Stops checkpoint writes (the running one between slots; queued ones are abandoned) and wakes
-  // AwaitCheckpoint calls. Call before the gRPC server shuts down; idempotent.
+  // Wakes pulls waiting on slow workers (UNAVAILABLE), stops checkpoint writes (the running one
+  // between slots; queued ones are abandoned) and wakes AwaitCheckpoint calls, so that no
+  // handler keeps the gRPC server's shutdown waiting. Call before it shuts down; idempotent.
   void Shutdown();
 
   grpc::Status ConfigureJob(grpc::ServerContext* ctx, const v1::ConfigureJobRequest* req,

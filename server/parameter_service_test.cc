@@ -9,6 +9,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -540,6 +541,30 @@ TEST_F(ParameterServiceTest, AJobsRowsAreCappedPerServer) {
   keys.resize(4000);
   for (size_t i = 0; i < keys.size(); ++i) keys[i] = 1000 + i;
   EXPECT_TRUE(Pull({Block(11, keys)}, &pulled, "other").ok());
+}
+
+// Issue 15: a request stuck in a long wait kept ps_server from exiting. Shutdown wakes pulls
+// waiting on slow workers and returns within its grace plus a little.
+TEST_F(ParameterServiceTest, ShutdownDoesNotWaitForPullsBlockedOnSlowWorkers) {
+  constexpr char kSync[] = "sync";
+  ASSERT_TRUE(Configure(kSync, v1::ConsistencySpec::SYNC, {1, 2}).ok());
+  ASSERT_TRUE(CreateTable(Spec(3, v1::DENSE, 4, kSync)).ok());
+  ASSERT_TRUE(Clock(kSync, 1, 1).ok());  // worker 2 never finishes clock 0
+  grpc::Status pulled;
+  std::thread puller([&] {
+    v1::PullResponse resp;
+    pulled = Pull({Block(3, {0})}, &resp, kSync, /*clock=*/1);  // waits up to max_pull_wait (10 s)
+  });
+  absl::SleepFor(absl::Milliseconds(300));  // the pull is waiting
+  const absl::Time start = absl::Now();
+  server_->Shutdown(absl::Milliseconds(500));
+  const absl::Duration took = absl::Now() - start;
+  puller.join();
+  EXPECT_LT(took, absl::Seconds(2));
+  EXPECT_FALSE(pulled.ok());
+  EXPECT_TRUE(pulled.error_code() == grpc::StatusCode::UNAVAILABLE ||
+              pulled.error_code() == grpc::StatusCode::CANCELLED)
+      << pulled.error_code() << " " << pulled.error_message();
 }
 
 }  // namespace
