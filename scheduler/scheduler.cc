@@ -330,6 +330,11 @@ void Scheduler::HandleProgress(v1::NodeInfo* node, const v1::WorkerProgress& pro
       metrics_->SetJobProgress(job->info.job_id(), progress.clock(), progress.test_accuracy());
     }
   }
+  if (progress.finished()) {
+    v1::WorkerProgress& final_report = job->final_reports[worker_id];
+    final_report = progress;
+    final_report.set_error(Printable(progress.error(), kMaxReportBytes));
+  }
   if (progress.finished() && IndexOf(job->info.finished_worker_ids(), worker_id) < 0) {
     job->info.add_finished_worker_ids(worker_id);
     changes->jobs.insert(job->number);
@@ -343,6 +348,25 @@ void Scheduler::MaybeSucceed(Job* job, absl::Time now, Changes* changes) {
   if (job->info.worker_ids().empty()) return;
   for (uint32_t worker_id : job->info.worker_ids()) {
     if (IndexOf(job->info.finished_worker_ids(), worker_id) < 0) return;
+  }
+  // Rank 0 speaks for the job; if the worker whose report stands died before its final one,
+  // the lowest-ranked survivor's final report (its own end, with its final evaluation) does.
+  if (!job->info.progress().finished()) {
+    for (uint32_t worker_id : job->info.worker_ids()) {
+      auto it = job->final_reports.find(worker_id);
+      if (it == job->final_reports.end()) continue;
+      *job->info.mutable_progress() = it->second;
+      AddEvent(job,
+               absl::StrCat("worker ", worker_id,
+                            "'s final report stands for the job (the "
+                            "worker of rank 0 died before its own)"),
+               now, changes);
+      if (metrics_ != nullptr) {
+        metrics_->SetJobProgress(job->info.job_id(), it->second.clock(),
+                                 it->second.test_accuracy());
+      }
+      break;
+    }
   }
   EndJob(job, v1::SUCCEEDED, "every worker finished", now, changes);
 }

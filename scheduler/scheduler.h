@@ -94,6 +94,10 @@ class Scheduler {
     // `recovery_clock`. In memory only.
     std::optional<absl::Time> recovery_start;
     int64_t recovery_clock = 0;
+    // Each worker's report of its end (finished, with its final evaluation), by worker id: the
+    // job's progress if rank 0 died and the job then succeeded on the others' work. In memory
+    // only.
+    std::map<uint32_t, v1::WorkerProgress> final_reports;
   };
   // What one operation changed; written in one batch by Commit().
   struct Changes {

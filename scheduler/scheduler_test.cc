@@ -260,6 +260,34 @@ TEST_F(SchedulerTest, ProgressIsRankZerosReport) {
   EXPECT_EQ(Job(job_id).progress().clock(), 7);
 }
 
+TEST_F(SchedulerTest, ASurvivorsFinalReportStandsWhenRankZeroDiedBeforeItsOwn) {
+  const uint64_t server = Register(v1::SERVER);
+  const uint64_t w0 = Register(v1::WORKER);
+  const uint64_t w1 = Register(v1::WORKER);
+  const std::string job_id = Submit(2, 1);
+  v1::WorkerProgress mid;  // rank 0, mid-job, an epoch's evaluation
+  mid.set_job_id(job_id);
+  mid.set_clock(475);
+  mid.set_test_accuracy(0.835);
+  Heartbeat(w0, &mid);
+  v1::WorkerProgress end;  // rank 1 (async: ahead) reaches its end with a final evaluation
+  end.set_job_id(job_id);
+  end.set_clock(1404);
+  end.set_finished(true);
+  end.set_test_accuracy(0.862);
+  Heartbeat(w1, &end);
+  EXPECT_EQ(Job(job_id).progress().clock(), 475);  // rank 0 still speaks for the job
+  KillNode(w0, {server, w1});                      // and dies: the job has only finished workers
+  const v1::JobInfo job = Job(job_id);
+  EXPECT_EQ(job.state(), v1::SUCCEEDED);
+  EXPECT_TRUE(job.progress().finished());
+  EXPECT_EQ(job.progress().clock(), 1404);
+  EXPECT_FLOAT_EQ(job.progress().test_accuracy(), 0.862f);
+  EXPECT_TRUE(HasEvent(job,
+                       "worker 1's final report stands for the job (the worker of rank 0 died "
+                       "before its own)"));
+}
+
 TEST_F(SchedulerTest, DeathOfTheOnlyServerFailsTheJob) {
   const uint64_t server = Register(v1::SERVER);
   const uint64_t w0 = Register(v1::WORKER);

@@ -219,7 +219,10 @@ absl::Status JobRunner::RunSteps(const std::function<void(const JobProgress&)>& 
     bool evaluate;
     {
       absl::MutexLock l(&mu_);
-      evaluate = options_.evaluate && rank_ == 0;  // one evaluation per job, by rank 0
+      // Each epoch's evaluation is rank 0's; after its last step every worker evaluates, so
+      // that the job has a final one even if rank 0 dies first (the scheduler then takes the
+      // lowest-ranked survivor's final report).
+      evaluate = options_.evaluate && (rank_ == 0 || done == total_clocks_);
     }
     if (evaluate) {
       auto eval = model_->Evaluate(client_);
