@@ -25,48 +25,13 @@
 #include "absl/time/clock.h"
 #include "common/shard_map.h"
 #include "common/status_macros.h"
+#include "server/internal/checkpoint_format.h"
 #include "server/internal/crc32c.h"
-#include "server/optimizer.h"
 
 namespace ps {
 namespace {
 
 namespace fs = std::filesystem;
-
-constexpr int kFormatVersion = 1;
-constexpr size_t kRowKeyBytes = 2 + 4 + 8;
-constexpr size_t kUpdateBytes = 8;
-constexpr size_t kSlotRecordBytes = 8 + 4;
-constexpr char kReserved = '\xFF';
-constexpr char kSlotRecordTag = '\x01';
-constexpr char kMetaTag = '\x02';
-
-void PutBigEndian(uint64_t v, int bytes, char* out) {
-  for (int i = bytes - 1; i >= 0; --i, v >>= 8) out[i] = static_cast<char>(v & 0xFF);
-}
-uint64_t GetBigEndian(const char* p, int bytes) {
-  uint64_t v = 0;
-  for (int i = 0; i < bytes; ++i) v = (v << 8) | static_cast<uint8_t>(p[i]);
-  return v;
-}
-void PutLittleEndian64(uint64_t v, char* out) {
-  for (int i = 0; i < 8; ++i, v >>= 8) out[i] = static_cast<char>(v & 0xFF);
-}
-uint64_t GetLittleEndian64(const char* p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(p[i]);
-  return v;
-}
-
-std::string SlotPrefix(uint32_t slot) {
-  char b[2];
-  PutBigEndian(slot, 2, b);
-  return std::string(b, 2);
-}
-std::string SlotRecordKey(uint32_t slot) {
-  return absl::StrCat(std::string{kReserved, kSlotRecordTag}, SlotPrefix(slot));
-}
-std::string MetaKey() { return absl::StrCat(std::string{kReserved, kMetaTag}, "meta"); }
 
 // RocksDB's info log would write LOG files into checkpoints (even when only reading them).
 class NullLogger : public rocksdb::Logger {
@@ -279,7 +244,7 @@ absl::StatusOr<CheckpointWriteStats> WriteCheckpoint(const JobSnapshot& snapshot
           absl::StrCat("cannot create directory ", parent.string(), ": ", ec.message()));
     }
   }
-  meta.set_format_version(kFormatVersion);
+  meta.set_format_version(kCheckpointFormatVersion);
   meta.set_job_id(snapshot.job_id);
   meta.clear_tables();
   for (const v1::TableSpec& t : snapshot.tables) *meta.add_tables() = t;
@@ -323,100 +288,6 @@ absl::StatusOr<CheckpointWriteStats> WriteCheckpoint(const JobSnapshot& snapshot
 
 namespace {
 
-// A checkpoint table's place in the target store.
-struct Target {
-  uint32_t table_id = 0;
-  uint32_t row_floats = 0;
-};
-
-std::string MatchName(const v1::TableSpec& spec) {
-  return spec.name().empty() ? absl::StrCat("table_", spec.table_id()) : spec.name();
-}
-
-absl::StatusOr<uint32_t> RowFloats(const v1::TableSpec& spec) {
-  auto optimizer = RowOptimizer::Create(spec.optimizer());
-  if (!optimizer.ok()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("table '", MatchName(spec), "': optimizer: ", optimizer.status().message()));
-  }
-  return spec.dim() * (1 + static_cast<uint32_t>((*optimizer)->state_per_value()));
-}
-
-// Matches the checkpoint's tables (of one shard's meta) to the target tables by name.
-absl::StatusOr<absl::flat_hash_map<uint32_t, Target>> MapTables(
-    const v1::CheckpointShardMeta& meta, const std::string& path,
-    const absl::flat_hash_map<std::string, const v1::TableSpec*>& targets) {
-  absl::flat_hash_map<uint32_t, Target> mapping;
-  for (const v1::TableSpec& source : meta.tables()) {
-    auto it = targets.find(MatchName(source));
-    if (it == targets.end()) continue;
-    const v1::TableSpec& target = *it->second;
-    PS_ASSIGN_OR_RETURN(const uint32_t source_floats, RowFloats(source));
-    PS_ASSIGN_OR_RETURN(const uint32_t target_floats, RowFloats(target));
-    if (source.kind() != target.kind() || source.dim() != target.dim() ||
-        source_floats != target_floats ||
-        (source.kind() == v1::DENSE && source.num_rows() != target.num_rows())) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "table '", MatchName(source), "' of checkpoint ", path, " (kind ",
-          v1::TableKind_Name(source.kind()), ", dim ", source.dim(), ", ", source_floats,
-          " floats per row, ", source.num_rows(), " dense rows) does not fit table ",
-          target.table_id(), " (kind ", v1::TableKind_Name(target.kind()), ", dim ", target.dim(),
-          ", ", target_floats, " floats per row, ", target.num_rows(), " dense rows)"));
-    }
-    mapping[source.table_id()] = Target{target.table_id(), target_floats};
-  }
-  if (mapping.size() != targets.size()) {  // a table would silently keep its initial values
-    std::vector<std::string> missing, present;
-    for (const v1::TableSpec& source : meta.tables()) present.push_back(MatchName(source));
-    for (const auto& [name, target] : targets) {
-      if (std::find(present.begin(), present.end(), name) == present.end()) {
-        missing.push_back(name);
-      }
-    }
-    std::sort(missing.begin(), missing.end());
-    return absl::FailedPreconditionError(
-        absl::StrCat("checkpoint ", path, " has no table named ", absl::StrJoin(missing, ", "),
-                     " (it has: ", absl::StrJoin(present, ", "), ")"));
-  }
-  return mapping;
-}
-
-// Gathers rows by (target slot, target table).
-class RowCollector {
- public:
-  // `expect`: how many rows to make room for if this is the first of its (slot, table); 0 when
-  // not known (the memory then grows as rows come).
-  void Add(uint32_t slot, const Target& target, uint64_t key, int64_t updates, const char* floats,
-           uint64_t expect) {
-    auto [it, added] = index_.try_emplace((uint64_t{slot} << 32) | target.table_id, 0);
-    if (added) {
-      it->second = out_.rows.size();
-      SlotRows& r = out_.rows.emplace_back();
-      r.slot = slot;
-      r.table_id = target.table_id;
-      r.row_floats = target.row_floats;
-      // Bounded, in case the slot record lies.
-      expect = std::min<uint64_t>(expect, (uint64_t{1} << 30) / (r.row_floats * sizeof(float)));
-      r.keys.reserve(expect);
-      r.updates.reserve(expect);
-      r.data.reserve(expect * r.row_floats);
-    }
-    SlotRows& r = out_.rows[it->second];
-    r.keys.push_back(key);
-    r.updates.push_back(updates);
-    const size_t at = r.data.size();
-    r.data.resize(at + r.row_floats);  // `floats` may be unaligned: copied as bytes
-    std::memcpy(r.data.data() + at, floats, r.row_floats * sizeof(float));
-    ++out_.num_rows;
-    out_.bytes += r.row_floats * sizeof(float);
-  }
-  CheckpointRows Take() { return std::move(out_); }
-
- private:
-  absl::flat_hash_map<uint64_t, size_t> index_;
-  CheckpointRows out_;
-};
-
 absl::Status DataLoss(const std::string& path, absl::string_view what) {
   return absl::DataLossError(absl::StrCat("checkpoint shard ", path, ": ", what));
 }
@@ -447,79 +318,26 @@ absl::StatusOr<v1::CheckpointShardMeta> ReadMeta(rocksdb::DB* db, const std::str
   if (s.IsNotFound()) return DataLoss(path, "no meta record");
   PS_RETURN_IF_ERROR(FromRocksDb(s, absl::StatusCode::kDataLoss,
                                  absl::StrCat("checkpoint shard ", path, ": meta record")));
-  v1::CheckpointShardMeta meta;
-  if (!meta.ParseFromString(value)) return DataLoss(path, "unparsable meta record");
-  if (meta.format_version() != kFormatVersion) {
-    return absl::FailedPreconditionError(absl::StrCat("checkpoint shard ", path,
-                                                      ": format version ", meta.format_version(),
-                                                      ", want ", kFormatVersion));
-  }
-  return meta;
+  return DecodeMeta(value, path);
 }
-
-// What one shard contributes to a read.
-struct ShardRead {
-  const std::string& path;
-  const absl::flat_hash_map<uint32_t, Target>& tables;  // checkpoint table id -> target
-  bool remap = false;  // some table changes id: rows go to SlotOf(target id, key)
-  const std::vector<bool>& wanted;
-  uint32_t last_table = 0;  // the checkpoint's largest table id: the last rows of every slot
-};
 
 // Reads and verifies one slot of a shard, adding the wanted rows to `rows`.
 absl::Status ReadSlot(rocksdb::DB* db, rocksdb::Iterator* it, const ShardRead& shard, uint32_t slot,
                       RowCollector& rows) {
-  const std::string where = absl::StrCat("slot ", slot);
+  const std::string where = absl::StrCat("checkpoint shard ", shard.path, ": slot ", slot);
   std::string record;
   const rocksdb::Status s = db->Get(VerifyingReads(), SlotRecordKey(slot), &record);
-  if (s.IsNotFound()) return DataLoss(shard.path, absl::StrCat(where, ": no slot record"));
-  PS_RETURN_IF_ERROR(FromRocksDb(s, absl::StatusCode::kDataLoss,
-                                 absl::StrCat("checkpoint shard ", shard.path, ": ", where)));
-  if (record.size() != kSlotRecordBytes) {
-    return DataLoss(shard.path, absl::StrCat(where, ": malformed slot record"));
-  }
-  const uint64_t want_rows = GetBigEndian(record.data(), 8);
-  const uint32_t want_crc = static_cast<uint32_t>(GetBigEndian(record.data() + 8, 4));
+  if (s.IsNotFound()) return absl::DataLossError(absl::StrCat(where, ": no slot record"));
+  PS_RETURN_IF_ERROR(FromRocksDb(s, absl::StatusCode::kDataLoss, where));
+  PS_ASSIGN_OR_RETURN(SlotDecoder decoder, SlotDecoder::Start(shard, slot, record));
   const std::string prefix = SlotPrefix(slot);
-  uint32_t crc = 0;
-  uint64_t n = 0;
   for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
-    const rocksdb::Slice k = it->key();
-    const rocksdb::Slice v = it->value();
-    if (k.size() != kRowKeyBytes || v.size() < kUpdateBytes ||
-        (v.size() - kUpdateBytes) % sizeof(float) != 0) {
-      return DataLoss(shard.path, absl::StrCat(where, ": malformed row record"));
-    }
-    crc = Crc32cExtend(crc, k.data(), k.size());
-    crc = Crc32cExtend(crc, v.data(), v.size());
-    ++n;
-    auto table = shard.tables.find(static_cast<uint32_t>(GetBigEndian(k.data() + 2, 4)));
-    if (table == shard.tables.end()) continue;
-    const Target& target = table->second;
-    if (v.size() != kUpdateBytes + target.row_floats * sizeof(float)) {
-      return DataLoss(shard.path, absl::StrCat(where, ": a row of ", v.size(), " bytes"));
-    }
-    const uint64_t key = GetBigEndian(k.data() + 6, 8);
-    const uint32_t to_slot = shard.remap ? SlotOf(target.table_id, key) : slot;
-    if (!shard.wanted[to_slot]) continue;
-    // The slot record counts the rows of every table of the slot: the rest of them belong to
-    // this one only if it is the slot's last table (a guess for the others would reserve, and
-    // with the bulk allocator commit, the whole slot's rows at each table's width).
-    const uint64_t table_id = table->first;
-    const uint64_t expect =
-        shard.remap || table_id != shard.last_table || n > want_rows ? 0 : want_rows - n + 1;
-    rows.Add(to_slot, target, key, static_cast<int64_t>(GetLittleEndian64(v.data())),
-             v.data() + kUpdateBytes, expect);
+    PS_RETURN_IF_ERROR(decoder.Add(absl::string_view(it->key().data(), it->key().size()),
+                                   absl::string_view(it->value().data(), it->value().size()),
+                                   rows));
   }
-  PS_RETURN_IF_ERROR(FromRocksDb(it->status(), absl::StatusCode::kDataLoss,
-                                 absl::StrCat("checkpoint shard ", shard.path, ": ", where)));
-  if (n != want_rows || crc != want_crc) {
-    return DataLoss(shard.path,
-                    absl::StrFormat("%s: %d rows with CRC-32C %08x, but the slot record says %d "
-                                    "rows with %08x",
-                                    where, n, crc, want_rows, want_crc));
-  }
-  return absl::OkStatus();
+  PS_RETURN_IF_ERROR(FromRocksDb(it->status(), absl::StatusCode::kDataLoss, where));
+  return decoder.Finish();
 }
 
 bool Intersects(const std::vector<bool>& a, const std::vector<bool>& b) {
