@@ -1,0 +1,1 @@
+spam_logreg8h

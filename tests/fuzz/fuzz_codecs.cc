@@ -1,0 +1,96 @@
+// The key/value codecs (common/codec.h), the slot bitmap (common/shard_map.h), the shard-map
+// file parser, and the checks a restore order's shard list passes (HeldSlots, as Restorer
+// validates an order). Input: [selector byte][payload].
+#include <google/protobuf/stubs/logging.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "common/codec.h"
+#include "common/shard_map.h"
+#include "ps/v1/checkpoint.pb.h"
+#include "ps/v1/parameter_server.pb.h"
+#include "server/checkpoint_io.h"
+
+namespace {
+
+void Require(bool ok) {
+  if (!ok) std::abort();
+}
+
+void FuzzCodecs(const std::string& bytes) {
+  absl::Span<const uint64_t> keys;
+  if (ps::DecodeKeys(bytes, &keys).ok()) {
+    Require(keys.size() * sizeof(uint64_t) == bytes.size());
+    std::string again;
+    ps::AppendKeys(keys, &again);
+    Require(again == bytes);
+  }
+  absl::Span<const float> values;
+  if (ps::DecodeValues(bytes, &values).ok()) {
+    Require(values.size() * sizeof(float) == bytes.size());
+    (void)ps::AllFinite(values);
+    std::string again;
+    ps::AppendValues(values.data(), values.size(), &again);
+    Require(again == bytes);
+  }
+}
+
+void FuzzBitmap(const std::string& bytes) {
+  auto slots = ps::DecodeSlotBitmap(bytes);
+  if (!slots.ok()) return;
+  Require(slots->size() == ps::kNumSlots);
+  Require(ps::EncodeSlotBitmap(*slots) == bytes);
+}
+
+void FuzzShardMapText(const std::string& text) {
+  auto map = ps::ShardMap::Parse(text);
+  if (!map.ok()) return;
+  for (uint32_t s = 0; s < ps::kNumSlots; ++s) {
+    const int owner = map->OwnerOfSlot(s);
+    Require(owner >= 0 && static_cast<size_t>(owner) < map->servers().size());
+  }
+}
+
+// A restore order's shards: each bitmap well-formed, no slot in two shards.
+void FuzzRestoreOrder(const std::string& bytes) {
+  ps::v1::RestoreOrder order;
+  if (!order.ParseFromString(bytes)) return;
+  auto held = ps::HeldSlots({order.shards().begin(), order.shards().end()});
+  if (!held.ok()) return;
+  std::vector<int> holders(ps::kNumSlots, 0);
+  for (const std::vector<bool>& shard : *held) {
+    Require(shard.size() == ps::kNumSlots);
+    for (uint32_t s = 0; s < ps::kNumSlots; ++s) holders[s] += shard[s];
+  }
+  for (int n : holders) Require(n <= 1);
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  google::protobuf::SetLogHandler(nullptr);  // unparsable input is the point
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  const std::string payload(reinterpret_cast<const char*>(data) + 1, size - 1);
+  switch (data[0] % 4) {
+    case 0:
+      FuzzCodecs(payload);
+      break;
+    case 1:
+      FuzzBitmap(payload);
+      break;
+    case 2:
+      FuzzShardMapText(payload);
+      break;
+    case 3:
+      FuzzRestoreOrder(payload);
+      break;
+  }
+  return 0;
+}
