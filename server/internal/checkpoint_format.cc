@@ -123,7 +123,7 @@ void RowCollector::Add(uint32_t slot, const Target& target, uint64_t key, int64_
     r.table_id = target.table_id;
     r.row_floats = target.row_floats;
     // Bounded, in case the slot record lies.
-    expect = std::min<uint64_t>(expect, (uint64_t{1} << 30) / (r.row_floats * sizeof(float)));
+    expect = std::min<uint64_t>(expect, kMaxReserveBytes / (r.row_floats * sizeof(float)));
     r.keys.reserve(expect);
     r.updates.reserve(expect);
     r.data.reserve(expect * r.row_floats);

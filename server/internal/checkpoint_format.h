@@ -55,6 +55,11 @@ absl::StatusOr<TableMapping> MapTables(
     const v1::CheckpointShardMeta& meta, const std::string& path,
     const absl::flat_hash_map<std::string, const v1::TableSpec*>& targets);
 
+// Most bytes of row floats RowCollector reserves ahead for one (slot, table) on a slot
+// record's word: a record that lies (claims 2^40 rows) must not commit more than this before
+// the slot's CRC check fails. Larger slots grow as their rows come.
+inline constexpr uint64_t kMaxReserveBytes = uint64_t{64} << 20;
+
 // Gathers rows by (target slot, target table).
 class RowCollector {
  public:

@@ -135,7 +135,6 @@ def checkpoint_reader():
         "sparse-rows": slot_seed(0, 700, meta, sparse),
         "both-tables": slot_seed(2, 1023, meta, dense + sparse),
         "renamed-remap": slot_seed(3, 40, renamed, [(5, 1, 2, [1.0] * 12)] + sparse),
-        "record-lies": slot_seed(0, 5, meta, sparse, record_rows=1 << 40),
         "no-meta": slot_seed(0, 9, b"", dense),
         "old-format": slot_seed(0, 9, encode("CheckpointShardMeta", "format_version: 7"), []),
     }
