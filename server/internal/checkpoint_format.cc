@@ -183,9 +183,10 @@ absl::Status SlotDecoder::Add(absl::string_view k, absl::string_view v, RowColle
 
 absl::Status SlotDecoder::Finish() const {
   if (rows_ != want_rows_ || crc_ != want_crc_) {
-    return DataLoss(absl::StrFormat("%d rows with CRC-32C %08x, but the slot record says %d "
-                                    "rows with %08x",
-                                    rows_, crc_, want_rows_, want_crc_));
+    return DataLoss(
+        absl::StrFormat("%d rows with CRC-32C %08x, but the slot record says %d "
+                        "rows with %08x",
+                        rows_, crc_, want_rows_, want_crc_));
   }
   return absl::OkStatus();
 }

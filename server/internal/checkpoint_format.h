@@ -78,7 +78,7 @@ class RowCollector {
 struct ShardRead {
   const std::string& path;
   const TableMapping& tables;
-  bool remap = false;  // some table changes id: rows go to SlotOf(target id, key)
+  bool remap = false;               // some table changes id: rows go to SlotOf(target id, key)
   const std::vector<bool>& wanted;  // kNumSlots entries
   uint32_t last_table = 0;  // the checkpoint's largest table id: the last rows of every slot
 };

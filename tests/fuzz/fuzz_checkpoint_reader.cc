@@ -69,7 +69,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       Require(mapped->size() == targets.size());
       tables = std::move(*mapped);
       last_table = 0;
-      for (const ps::v1::TableSpec& t : meta->tables()) last_table = std::max(last_table, t.table_id());
+      for (const ps::v1::TableSpec& t : meta->tables()) {
+        last_table = std::max(last_table, t.table_id());
+      }
     }
   }
   std::vector<bool> wanted(ps::kNumSlots, (flags & 2) != 0);

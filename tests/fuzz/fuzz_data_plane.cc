@@ -189,7 +189,7 @@ void CheckProbe(ps::ParameterService& service) {
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   google::protobuf::SetLogHandler(nullptr);  // unparsable input is the point
-  FLAGS_minloglevel = google::GLOG_ERROR;     // restores log at INFO: thousands a second
+  FLAGS_minloglevel = google::GLOG_ERROR;    // restores log at INFO: thousands a second
   return 0;
 }
 

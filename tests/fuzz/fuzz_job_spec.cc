@@ -3,10 +3,9 @@
 // NormalizeJobSpec. A spec it accepts must be accepted again unchanged (normalizing is
 // idempotent) and have a model size within the limits.
 #include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/stubs/logging.h>
 #include <google/protobuf/text_format.h>
 #include <google/protobuf/util/message_differencer.h>
-
-#include <google/protobuf/stubs/logging.h>
 
 #include <cstdint>
 #include <cstdlib>
