@@ -77,9 +77,8 @@ absl::StatusOr<CheckpointRoots> CheckpointRoots::Create(const std::vector<std::s
 }
 
 absl::Status CheckpointRoots::Check(const std::string& path, const char* what) const {
-  const std::string roots =
-      roots_.empty() ? std::string("none: set ps_server --checkpoint_roots")
-                     : absl::StrJoin(roots_, ", ");
+  const std::string roots = roots_.empty() ? std::string("none: set ps_server --checkpoint_roots")
+                                           : absl::StrJoin(roots_, ", ");
   auto refuse = [&](absl::string_view why) {
     return absl::InvalidArgumentError(absl::StrCat(what, " '", path.substr(0, 256), "' ", why,
                                                    " (checkpoint roots: ", roots, ")"));
@@ -94,8 +93,8 @@ absl::Status CheckpointRoots::Check(const std::string& path, const char* what) c
   for (const std::string& root : roots_) {
     if (IsUnder(*resolved, fs::path(root))) return absl::OkStatus();
   }
-  return refuse(absl::StrCat("is not under a checkpoint root (it resolves to ",
-                             resolved->string(), ")"));
+  return refuse(
+      absl::StrCat("is not under a checkpoint root (it resolves to ", resolved->string(), ")"));
 }
 
 }  // namespace ps

@@ -54,8 +54,9 @@ class Checkpointer {
 
   // Takes the snapshot of `req.job_id` and queues its write to `req.path`. The caller checks
   // that the job is known. The same (job, checkpoint id) again gets the first call's answer.
-  // INVALID_ARGUMENT: no path / id, a path not under a checkpoint root; FAILED_PRECONDITION: shard epoch other than this server's;
-  // ALREADY_EXISTS: the path exists; RESOURCE_EXHAUSTED: too many writes in flight.
+  // INVALID_ARGUMENT: no path / id, a path not under a checkpoint root; FAILED_PRECONDITION: shard
+  // epoch other than this server's; ALREADY_EXISTS: the path exists; RESOURCE_EXHAUSTED: too many
+  // writes in flight.
   absl::StatusOr<v1::CheckpointResponse> Begin(const v1::CheckpointRequest& req);
   // Waits until the write is done, then answers done = true with its stats, or the write's
   // error; DEADLINE_EXCEEDED if it is still being written at `deadline` (an error, not an

@@ -58,8 +58,8 @@ ConsistencyGate::ConsistencyGate(ApplyClockFn apply_clock) : apply_clock_(std::m
 absl::Status ConsistencyGate::CheckClockRange(const char* what, int64_t clock) {
   if (clock >= 0 && clock <= kMaxClock) return absl::OkStatus();
   return Rejected(RejectReason::kBadClock,
-                  absl::InvalidArgumentError(absl::StrCat(what, " ", clock, " is not in 0..",
-                                                          kMaxClock, " (2^48)")));
+                  absl::InvalidArgumentError(
+                      absl::StrCat(what, " ", clock, " is not in 0..", kMaxClock, " (2^48)")));
 }
 ConsistencyGate::~ConsistencyGate() = default;
 

@@ -108,8 +108,8 @@ class ConsistencyGate {
   void Shutdown();
 
   // Blocks until a pull by a worker at `clock` may be served, or until `deadline`
-  // (DEADLINE_EXCEEDED naming the slowest worker), or Shutdown() (UNAVAILABLE). If `waiting` is set, it counts the pull while
-  // it blocks.
+  // (DEADLINE_EXCEEDED naming the slowest worker), or Shutdown() (UNAVAILABLE). If `waiting` is
+  // set, it counts the pull while it blocks.
   absl::StatusOr<PullTicket> WaitForPull(const std::string& job_id, int64_t clock,
                                          absl::Time deadline, prometheus::Gauge* waiting = nullptr);
 

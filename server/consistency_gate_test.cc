@@ -455,8 +455,8 @@ TEST(ConsistencyGateClockBoundsTest, AHugeJumpIsOneApplyAndOutOfRangeClocksAreRe
   sync.set_mode(v1::ConsistencySpec::SYNC);
   ASSERT_TRUE(gate.Configure("j", sync, {0}, 1).ok());
   const int64_t kMax = ConsistencyGate::kMaxClock;
-  for (int64_t bad : {kMax + 1, int64_t{1} << 62, std::numeric_limits<int64_t>::max(),
-                      int64_t{-2}, std::numeric_limits<int64_t>::min()}) {
+  for (int64_t bad : {kMax + 1, int64_t{1} << 62, std::numeric_limits<int64_t>::max(), int64_t{-2},
+                      std::numeric_limits<int64_t>::min()}) {
     SCOPED_TRACE(bad);
     absl::Status s = gate.RaiseClock("j", 0, bad);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);

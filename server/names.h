@@ -30,15 +30,13 @@ inline absl::Status CheckName(const char* what, const std::string& name, size_t 
   bool ok = name.size() >= min_bytes && name.size() <= kMaxNameBytes;
   for (size_t i = 0; ok && i < name.size(); ++i) ok = IsNameChar(name[i]);
   if (ok) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      what, " '", absl::CEscape(name.substr(0, 64)), name.size() > 64 ? "...' (" : "' (",
-      name.size(), " bytes) must have ", min_bytes, "..", kMaxNameBytes,
-      " bytes of letters, digits and _ - . /"));
+  return absl::InvalidArgumentError(
+      absl::StrCat(what, " '", absl::CEscape(name.substr(0, 64)),
+                   name.size() > 64 ? "...' (" : "' (", name.size(), " bytes) must have ",
+                   min_bytes, "..", kMaxNameBytes, " bytes of letters, digits and _ - . /"));
 }
 
-inline absl::Status CheckJobId(const std::string& job_id) {
-  return CheckName("job_id", job_id, 1);
-}
+inline absl::Status CheckJobId(const std::string& job_id) { return CheckName("job_id", job_id, 1); }
 
 inline absl::Status CheckTableName(const std::string& name) {
   return CheckName("table name", name, 0);
@@ -51,8 +49,9 @@ inline absl::Status CheckFreeText(const char* what, const std::string& text) {
     ok = text[i] >= 0x20 && text[i] < 0x7f;
   }
   if (ok) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(what, " (", text.size(), " bytes) must be at most ",
-                                                 kMaxReasonBytes, " bytes of printable ASCII"));
+  return absl::InvalidArgumentError(absl::StrCat(what, " (", text.size(),
+                                                 " bytes) must be at most ", kMaxReasonBytes,
+                                                 " bytes of printable ASCII"));
 }
 
 }  // namespace ps

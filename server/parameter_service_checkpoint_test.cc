@@ -425,8 +425,7 @@ TEST_F(CheckpointServiceTest, RestoreIsCarriedOutOncePerShardEpoch) {
        {Order(2, 0, 0, false), Order(2, 1, 0, true), Order(2, 1, 7, false)}) {
     s = Restore(kJob, other, &again);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
-    EXPECT_TRUE(Contains(s, "already had a restore order for shard epoch 2"))
-        << s.error_message();
+    EXPECT_TRUE(Contains(s, "already had a restore order for shard epoch 2")) << s.error_message();
     EXPECT_EQ(Raw(), trained);
   }
 
@@ -619,8 +618,8 @@ TEST_F(CheckpointServiceTest, RestoreOrdersAndShardEpochsOfOneJobLeaveAnotherJob
   CreateTables(kJob);
   ASSERT_TRUE(Configure(kOther, v1::ConsistencySpec::ASYNC).ok());
   for (uint32_t id : {21u, 22u}) {  // same names ("dense", "sparse") as kJob's tables
-    v1::TableSpec spec = Spec(id == 21 ? kDense : kSparse, id == 21 ? v1::DENSE : v1::SPARSE,
-                              kOther);
+    v1::TableSpec spec =
+        Spec(id == 21 ? kDense : kSparse, id == 21 ? v1::DENSE : v1::SPARSE, kOther);
     spec.set_table_id(id);
     v1::CreateTableRequest req;
     *req.mutable_spec() = spec;

@@ -414,8 +414,8 @@ TEST_F(ParameterServiceTest, HugeClocksAreRefusedAndALegalJumpAnswersAtOnce) {
   ASSERT_TRUE(configure(kMax).ok());
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
   EXPECT_EQ(Values(kSyncDense, {0}, kSync, kMax), std::vector<float>(4, 0.25f - 1.0f));
-  EXPECT_TRUE(Push(PushRequest({Block(kSyncDense, {0}, {1, 1, 1, 1})}, 3, kMax, kSync), &pushed)
-                  .ok());
+  EXPECT_TRUE(
+      Push(PushRequest({Block(kSyncDense, {0}, {1, 1, 1, 1})}, 3, kMax, kSync), &pushed).ok());
   EXPECT_EQ(Clock(kSync, 1, kMax + 1).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   ExpectSameBytes(Snapshot(), before);
 }
@@ -425,8 +425,8 @@ TEST_F(ParameterServiceTest, CreateTableWithAnotherJobsTableIdIsAlreadyExists) {
   const std::vector<float> before = Snapshot();
   ASSERT_TRUE(Configure("intruder", v1::ConsistencySpec::ASYNC, {1}).ok());
   for (v1::TableKind kind : {v1::DENSE, v1::SPARSE}) {
-    const grpc::Status s = CreateTable(Spec(kind == v1::DENSE ? kDense : kSparse, kind,
-                                            kind == v1::DENSE ? 4 : 2, "intruder"));
+    const grpc::Status s = CreateTable(
+        Spec(kind == v1::DENSE ? kDense : kSparse, kind, kind == v1::DENSE ? 4 : 2, "intruder"));
     EXPECT_EQ(s.error_code(), grpc::StatusCode::ALREADY_EXISTS) << s.error_message();
     EXPECT_NE(s.error_message().find("already used by job 'job'"), std::string::npos)
         << s.error_message();
@@ -442,8 +442,9 @@ TEST_F(ParameterServiceTest, CreateTableWithAnotherJobsTableIdIsAlreadyExists) {
 // is INVALID_ARGUMENT with a short, escaped message, and nothing is stored.
 TEST_F(ParameterServiceTest, UnboundedOrControlCharacterNamesAreRefused) {
   const std::vector<float> before = Snapshot();
-  const std::string kBadIds[] = {std::string(129, 'j'), std::string(64 << 10, 'x'), "a\nb",
-                                 "job id", "\x1b[31mred", std::string("nul\0", 4), ""};
+  const std::string kBadIds[] = {
+      std::string(129, 'j'), std::string(64 << 10, 'x'), "a\nb", "job id",
+      "\x1b[31mred",         std::string("nul\0", 4),    ""};
   for (const std::string& id : kBadIds) {
     SCOPED_TRACE(id.size());
     std::vector<grpc::Status> answers;
@@ -461,8 +462,8 @@ TEST_F(ParameterServiceTest, UnboundedOrControlCharacterNamesAreRefused) {
       for (char c : s.error_message()) EXPECT_TRUE(c >= 0x20 && c < 0x7f) << s.error_message();
     }
   }
-  for (const std::string& name : {std::string(129, 'n'), std::string("tab\tle"),
-                                  std::string("caf\xc3\xa9")}) {
+  for (const std::string& name :
+       {std::string(129, 'n'), std::string("tab\tle"), std::string("caf\xc3\xa9")}) {
     v1::TableSpec spec = Spec(41, v1::SPARSE, 2, kJob);
     spec.set_name(name);
     const grpc::Status s = CreateTable(spec);

@@ -139,11 +139,13 @@ absl::Status TableStore::CreateTable(const TableSpec& spec) {
     const bool known = FindTable(spec.table_id()) != nullptr;
     if (!known && held + share > options_.max_job_bytes) {
       return Rejected(RejectReason::kOther,
-                      absl::ResourceExhaustedError(absl::StrCat(
-                          "job '", spec.job_id(), "': dense table ", spec.table_id(), " ('",
-                          spec.name(), "') would take ", share, " bytes on this server, where the "
-                          "job holds ", held, "; the cap per job is ", options_.max_job_bytes,
-                          " bytes (ps_server --max_job_bytes)")));
+                      absl::ResourceExhaustedError(
+                          absl::StrCat("job '", spec.job_id(), "': dense table ", spec.table_id(),
+                                       " ('", spec.name(), "') would take ", share,
+                                       " bytes on this server, where the "
+                                       "job holds ",
+                                       held, "; the cap per job is ", options_.max_job_bytes,
+                                       " bytes (ps_server --max_job_bytes)")));
     }
   }
   const Table* t = nullptr;
@@ -155,10 +157,10 @@ absl::Status TableStore::CreateTable(const TableSpec& spec) {
         return absl::OkStatus();
       }
       if (it->second->spec.job_id() != spec.job_id()) {
-        return absl::AlreadyExistsError(absl::StrCat(
-            "table id ", spec.table_id(), " is already used by job '", it->second->spec.job_id(),
-            "' (table '", it->second->spec.name(), "'); job '", spec.job_id(),
-            "' must choose another table id"));
+        return absl::AlreadyExistsError(
+            absl::StrCat("table id ", spec.table_id(), " is already used by job '",
+                         it->second->spec.job_id(), "' (table '", it->second->spec.name(),
+                         "'); job '", spec.job_id(), "' must choose another table id"));
       }
       return absl::AlreadyExistsError(
           absl::StrCat("table ", spec.table_id(), " already exists with another spec (name '",
@@ -314,13 +316,13 @@ absl::Status TableStore::CheckNewRows(absl::Span<const BlockView> views) const {
     }
     held += missing * static_cast<uint64_t>(v.table->row_floats) * sizeof(float);
     if (missing > 0 && held > options_.max_job_bytes) {
-      return Rejected(RejectReason::kOther,
-                      absl::ResourceExhaustedError(absl::StrCat(
-                          "job '", job_id, "': ", missing, " new rows of table ",
-                          v.table->spec.table_id(), " ('", v.table->spec.name(),
-                          "') would take the job's rows on this server to ", held,
-                          " bytes; the cap per job is ", options_.max_job_bytes,
-                          " bytes (ps_server --max_job_bytes); nothing was created")));
+      return Rejected(
+          RejectReason::kOther,
+          absl::ResourceExhaustedError(absl::StrCat(
+              "job '", job_id, "': ", missing, " new rows of table ", v.table->spec.table_id(),
+              " ('", v.table->spec.name(), "') would take the job's rows on this server to ", held,
+              " bytes; the cap per job is ", options_.max_job_bytes,
+              " bytes (ps_server --max_job_bytes); nothing was created")));
     }
   }
   return absl::OkStatus();

@@ -440,7 +440,9 @@ TEST(MakePrintableTest, EscapesEveryStringAndClipsLongOnes) {
   job.mutable_spec()->set_name("n\x1b]0;pwned\x07");
   job.set_reason(std::string(100000, 'r'));
   job.add_server_addresses("10.0.0.1:7100\r\n");
-  job.add_events()->set_message("caf\xc3\xa9 \x9b" "31m");
+  job.add_events()->set_message(
+      "caf\xc3\xa9 \x9b"
+      "31m");
   job.mutable_progress()->set_error("ok");
   job.mutable_restore()->set_slots(std::string("\x00\x1b\xff", 3));
   MakePrintable(&list);
