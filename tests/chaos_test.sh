@@ -10,10 +10,13 @@
 #                     later
 #   freeze_server     SIGSTOP one of its servers for 4 s (past the heartbeat timeout), SIGCONT
 #   freeze_worker     the same for one of its workers
-# Every trial must end SUCCEEDED within 5 minutes, its test accuracy at most 1 point below the
-# same mode's undisturbed accuracy (the mean of two undisturbed runs per mode, at the start:
-# async and ssp runs vary by about a point from run to run; a trial that ends better is no
-# failed recovery), and prints its timeline. Killed
+# Every trial must end SUCCEEDED within 5 minutes, its test accuracy close to the same mode's
+# undisturbed accuracy: at most 1 point (sync) or 2 points (ssp, async) below the lowest of
+# three undisturbed runs per mode, made at the start. Sync runs are deterministic (the same
+# accuracy with or without a fault: a rollback replays the same steps); ssp and async runs
+# alone end up to 2 points apart in these 2-epoch jobs (84.28% to 86.41% seen for ssp; the
+# two workers' own final evaluations of one job differed by 0.6), so 1 point there would test
+# the noise. A trial that ends better is no failed recovery. Each trial prints its timeline. Killed
 # servers are replaced by fresh ones, so every trial starts with a spare.
 #
 # Usage: tests/chaos_test.sh BUILD_DIR [--trials=N] [--seed=S] [--modes=sync,ssp,async]
@@ -101,18 +104,18 @@ flags_of() {  # flags_of MODE: psctl submit flags
   esac
 }
 
-echo "== undisturbed runs (two per mode)"
+echo "== undisturbed runs (three per mode)"
 declare -A baseline
 for mode in "${mode_list[@]}"; do
   accs=()
-  for run in 1 2; do
+  for run in 1 2 3; do
     # shellcheck disable=SC2046
     job=$(psctl submit "$spec" --name="baseline-$mode-$run" $(flags_of "$mode"))
     [ "$(wait_done "$job")" = SUCCEEDED ] || fail "undisturbed $mode run $job did not succeed"
     accs+=("$(accuracy_of "$job")")
   done
-  baseline[$mode]=$(python3 -c "print(round(($(IFS=+; echo "${accs[*]}")) / 2, 2))")
-  echo "$mode: test accuracy ${accs[*]} (mean ${baseline[$mode]}%)"
+  baseline[$mode]=$(python3 -c "print(min($(IFS=,; echo "${accs[*]}")))")
+  echo "$mode: test accuracy ${accs[*]} (lowest ${baseline[$mode]}%)"
 done
 
 results=()
@@ -169,8 +172,10 @@ for trial in $(seq 1 "$trials"); do
   acc=$(accuracy_of "$job")
   recovery=$(psctl events "$job" |
     sed -n 's/.*recovered: training again at clock [0-9]*, \([0-9.]*\) s after.*/\1/p' | tail -1)
-  python3 -c "import sys; sys.exit($acc < ${baseline[$mode]} - 1.0)" ||
-    fail "trial $trial (seed $seed): test accuracy $acc% is more than 1 point below the undisturbed $mode runs' ${baseline[$mode]}%"
+  tolerance=2
+  [ "$mode" = sync ] && tolerance=1
+  python3 -c "import sys; sys.exit($acc < ${baseline[$mode]} - $tolerance)" ||
+    fail "trial $trial (seed $seed): test accuracy $acc% is more than $tolerance point(s) below the lowest undisturbed $mode run's ${baseline[$mode]}%"
   results+=("$(printf '%-5s %-6s %-17s %6s %9s %12s %9s %8s' "$trial" "$mode" "$fault" "$at" \
     "${recovery:--}" "$took" "$acc" "${baseline[$mode]}")")
   echo "ok: $job SUCCEEDED, test accuracy $acc% (undisturbed ${baseline[$mode]}%), ended $took s after the fault"
