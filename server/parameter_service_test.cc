@@ -55,11 +55,9 @@ v1::TableSpec Spec(uint32_t id, v1::TableKind kind, uint32_t dim, const std::str
 
 class ParameterServiceTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    ParameterServerOptions options;
-    options.listen = "127.0.0.1:0";
-    options.max_message_bytes = kMaxMessageBytes;
-    options.max_pull_wait = absl::Seconds(10);
+  // Starts server_ with `options`, its stub, the job kJob (async, worker 1) and its dense and
+  // sparse tables.
+  void StartWith(const ParameterServerOptions& options) {
     auto server = ParameterServer::Start(options);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
@@ -68,6 +66,15 @@ class ParameterServiceTest : public ::testing::Test {
     ASSERT_TRUE(Configure(kJob, v1::ConsistencySpec::ASYNC, {1}).ok());
     ASSERT_TRUE(CreateTable(Spec(kDense, v1::DENSE, 4, kJob)).ok());
     ASSERT_TRUE(CreateTable(Spec(kSparse, v1::SPARSE, 2, kJob)).ok());
+  }
+
+  void SetUp() override {
+    ParameterServerOptions options;
+    options.listen = "127.0.0.1:0";
+    options.max_message_bytes = kMaxMessageBytes;
+    options.max_pull_wait = absl::Seconds(10);
+    StartWith(options);
+    ASSERT_FALSE(HasFatalFailure());
     v1::PullResponse created;
     ASSERT_TRUE(Pull({Block(kSparse, {5, 6})}, &created).ok());  // creates two sparse rows
   }
@@ -494,14 +501,8 @@ TEST_F(ParameterServiceTest, AJobsRowsAreCappedPerServer) {
   options.listen = "127.0.0.1:0";
   options.max_message_bytes = kMaxMessageBytes;
   options.max_job_bytes = 64 << 10;  // 64 KiB
-  auto server = ParameterServer::Start(options);
-  ASSERT_TRUE(server.ok()) << server.status();
-  server_ = std::move(*server);
-  stub_ = v1::ParameterServer::NewStub(grpc::CreateChannel(
-      absl::StrCat("127.0.0.1:", server_->port()), grpc::InsecureChannelCredentials()));
-  ASSERT_TRUE(Configure(kJob, v1::ConsistencySpec::ASYNC, {1}).ok());
-  ASSERT_TRUE(CreateTable(Spec(kDense, v1::DENSE, 4, kJob)).ok());
-  ASSERT_TRUE(CreateTable(Spec(kSparse, v1::SPARSE, 2, kJob)).ok());
+  StartWith(options);
+  ASSERT_FALSE(HasFatalFailure());
   v1::PullResponse pulled;
   ASSERT_TRUE(Pull({Block(kSparse, {5, 6})}, &pulled).ok());
   const std::vector<float> before = Snapshot();
