@@ -80,6 +80,31 @@ inline absl::Status CheckClientText(absl::string_view field, absl::string_view v
   return absl::OkStatus();
 }
 
+// Job ids and table names: letters, digits and _ - . / (what the servers accept, and the client
+// library checks before sending).
+inline bool IsNameChar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+         c == '-' || c == '.' || c == '/';
+}
+
+// INVALID_ARGUMENT naming `what` unless `name` has min_bytes..kMaxNameBytes name characters.
+// The message quotes the name escaped and clipped.
+inline absl::Status CheckName(absl::string_view what, absl::string_view name, size_t min_bytes) {
+  bool ok = name.size() >= min_bytes && name.size() <= kMaxNameBytes;
+  for (size_t i = 0; ok && i < name.size(); ++i) ok = IsNameChar(name[i]);
+  if (ok) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(what, " \"", Printable(name, 64), "\" (", name.size(), " bytes) must have ",
+                   min_bytes, "..", kMaxNameBytes, " bytes of letters, digits and _ - . /"));
+}
+
+inline absl::Status CheckJobId(absl::string_view job_id) { return CheckName("job_id", job_id, 1); }
+
+// Servers accept an empty table name (shown as "table_<id>"); the client library does not.
+inline absl::Status CheckTableName(absl::string_view name) {
+  return CheckName("table name", name, 0);
+}
+
 }  // namespace ps
 
 #endif  // PS_COMMON_PRINTABLE_H_

@@ -36,10 +36,6 @@ std::string RoleName(v1::NodeRole role) { return absl::AsciiStrToLower(v1::NodeR
 
 }  // namespace
 
-absl::Status CheckJobId(absl::string_view job_id) {
-  return CheckClientText("job_id", job_id, kMaxNameBytes, /*ascii_only=*/true);
-}
-
 namespace {
 
 bool ParseJobNumber(absl::string_view job_id, uint64_t* number) {

@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/printable.h"  // CheckJobId: every request naming a job is checked first
 #include "ps/v1/scheduler.pb.h"
 #include "scheduler/job_spec.h"
 #include "scheduler/scheduler_metrics.h"
@@ -25,10 +26,6 @@
 #include "scheduler/state_store.h"
 
 namespace ps {
-
-// INVALID_ARGUMENT unless `job_id` could be a job id: at most kMaxNameBytes of printable ASCII
-// (every request naming a job is checked before the id is looked up, echoed or logged).
-absl::Status CheckJobId(absl::string_view job_id);
 
 // Thread-safe: one mutex serializes every operation; each operation writes its changes to the
 // state store before it returns (job state and membership changes with a synced write).

@@ -6,9 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "common/printable.h"
 #include "common/shard_map.h"
 #include "common/status_macros.h"
-#include "server/names.h"
 #include "server/reject_reason.h"
 
 namespace ps {
@@ -278,7 +278,8 @@ absl::Status ParameterService::DoRestore(const v1::RestoreRequest& req, absl::Ti
   if (!req.order().source_job_id().empty()) {
     PS_RETURN_IF_ERROR(CheckName("restore order source_job_id", req.order().source_job_id(), 1));
   }
-  PS_RETURN_IF_ERROR(CheckFreeText("restore order reason", req.order().reason()));
+  PS_RETURN_IF_ERROR(CheckClientText("restore order reason", req.order().reason(), kMaxReportBytes,
+                                     /*ascii_only=*/true));
   PS_ASSIGN_OR_RETURN(*resp, restorer_.Restore(req, deadline));
   return absl::OkStatus();
 }

@@ -6,11 +6,11 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/codec.h"
+#include "common/printable.h"
 #include "common/shard_map.h"
 #include "common/status_macros.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "server/initializer.h"
-#include "server/names.h"
 #include "server/reject_reason.h"
 
 namespace ps {

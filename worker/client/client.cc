@@ -10,10 +10,10 @@
 
 #include "absl/base/call_once.h"
 #include "absl/container/flat_hash_map.h"
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_status.h"
+#include "common/printable.h"
 #include "common/process_tuning.h"
 #include "common/status_macros.h"
 #include "worker/client/job_admin.h"
@@ -21,26 +21,6 @@
 
 namespace ps {
 namespace {
-
-constexpr size_t kMaxTableName = 128;
-constexpr size_t kMaxJobId = 128;
-
-absl::Status ValidateName(const std::string& what, const std::string& name, size_t max) {
-  if (name.empty() || name.size() > max) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, " must have 1..", max, " characters, not ", name.size()));
-  }
-  for (char c : name) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '_' || c == '-' || c == '.' || c == '/';
-    if (!ok) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, " '", absl::CEscape(name),
-                       "' may hold only letters, digits and the characters _ - . /"));
-    }
-  }
-  return absl::OkStatus();
-}
 
 v1::InitializerSpec ToProto(const Initializer& init) {
   v1::InitializerSpec p;
@@ -238,7 +218,7 @@ absl::Status ClientOptions::Validate() const {
   for (const std::string& s : servers) {
     if (s.empty()) return absl::InvalidArgumentError("a server address is empty");
   }
-  PS_RETURN_IF_ERROR(ValidateName("job_id", job_id, kMaxJobId));
+  PS_RETURN_IF_ERROR(CheckJobId(job_id));
   if (num_workers < 1) return absl::InvalidArgumentError("num_workers must be >= 1");
   if (worker_id >= num_workers) {
     return absl::InvalidArgumentError(absl::StrCat("worker_id ", worker_id, " is not in 0..",
@@ -476,7 +456,7 @@ Client::~Client() = default;
 
 absl::StatusOr<Table> Client::CreateTable(const TableConfig& config) {
   PS_RETURN_IF_ERROR(impl_->CheckOpen());
-  PS_RETURN_IF_ERROR(ValidateName("table name", config.name, kMaxTableName));
+  PS_RETURN_IF_ERROR(CheckName("table name", config.name, 1));
   if (config.dim == 0) {
     return absl::InvalidArgumentError(absl::StrCat("table '", config.name, "': dim must be >= 1"));
   }
@@ -504,7 +484,7 @@ absl::StatusOr<Table> Client::CreateTable(const TableConfig& config) {
 
 absl::StatusOr<Table> Client::OpenTable(const std::string& name) {
   PS_RETURN_IF_ERROR(impl_->CheckOpen());
-  PS_RETURN_IF_ERROR(ValidateName("table name", name, kMaxTableName));
+  PS_RETURN_IF_ERROR(CheckName("table name", name, 1));
   const uint32_t id = TableIdFor(impl_->options().job_id, name);
   auto table = impl_->Lookup(id);
   if (absl::IsNotFound(table.status()) || (table.ok() && table->name != name)) {
