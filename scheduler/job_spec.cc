@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <system_error>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -105,9 +106,144 @@ absl::Status CheckRange(const char* field, int64_t value, int64_t lo, int64_t hi
                               zero_means.empty() ? "" : absl::StrCat(" (0: ", zero_means, ")")));
 }
 
+bool IsEnvName(absl::string_view name) {
+  if (name.empty() || (name[0] >= '0' && name[0] <= '9')) return false;
+  for (char c : name) {
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_')) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// A program job's command: argv[0] an absolute path or a bare name (looked up in the worker's
+// PATH); bounded, printable arguments; environment names of letters, digits and '_' outside the
+// daemon's PS_ space. Whether argv[0] exists and is executable is the worker's to say.
+absl::Status CheckProgram(v1::ProgramSpec* program) {
+  if (program->argv().empty()) {
+    return Invalid("program.argv is empty: name the command to run (argv[0]) and its arguments");
+  }
+  if (program->argv_size() > kMaxProgramArgs) {
+    return Invalid(absl::StrCat("program.argv has ", program->argv_size(), " entries; at most ",
+                                kMaxProgramArgs));
+  }
+  for (int i = 0; i < program->argv_size(); ++i) {
+    PS_RETURN_IF_ERROR(CheckClientText(absl::StrCat("spec.program.argv[", i, "]"), program->argv(i),
+                                       kMaxProgramArgBytes, false));
+  }
+  const std::string& command = program->argv(0);
+  if (command.empty()) return Invalid("program.argv[0] is empty");
+  if (command.find('/') != std::string::npos && command[0] != '/') {
+    return Invalid(absl::StrCat("program.argv[0] = \"", Printable(command, 64),
+                                "\" must be an absolute path or a name found in the worker's PATH "
+                                "(a relative path would depend on the worker's directory)"));
+  }
+  if (program->env_size() > kMaxProgramArgs) {
+    return Invalid(absl::StrCat("program.env has ", program->env_size(), " entries; at most ",
+                                kMaxProgramArgs));
+  }
+  for (const auto& [name, value] : program->env()) {
+    if (!IsEnvName(name) || name.size() > kMaxNameBytes) {
+      return Invalid(absl::StrCat("program.env name \"", Printable(name, 64),
+                                  "\" must be letters, digits and '_', not starting with a digit"));
+    }
+    if (absl::StartsWith(name, "PS_")) {
+      return Invalid(
+          absl::StrCat("program.env name ", name,
+                       " starts with PS_: those variables are set by the worker daemon"));
+    }
+    PS_RETURN_IF_ERROR(CheckClientText(absl::StrCat("spec.program.env[", name, "]"), value,
+                                       kMaxProgramArgBytes, false));
+  }
+  if (!program->working_dir().empty()) {
+    PS_RETURN_IF_ERROR(
+        CheckClientText("spec.program.working_dir", program->working_dir(), kMaxPathBytes, false));
+    if (program->working_dir()[0] != '/') {
+      return Invalid(absl::StrCat("program.working_dir = \"", program->working_dir(),
+                                  "\" must be an absolute path"));
+    }
+    program->set_working_dir(NormalPath(program->working_dir()));
+  }
+  PS_RETURN_IF_ERROR(CheckRange("program.max_restarts", program->max_restarts(), 0, 100));
+  if (program->progress_timeout_seconds() == 0) {
+    program->set_progress_timeout_seconds(kDefaultProgressTimeoutSeconds);
+  }
+  if (program->progress_timeout_seconds() < -1 ||
+      program->progress_timeout_seconds() > kMaxProgramSeconds) {
+    return Invalid(
+        absl::StrCat("program.progress_timeout_seconds = ", program->progress_timeout_seconds(),
+                     " must be in 1..", kMaxProgramSeconds, " (0: ", kDefaultProgressTimeoutSeconds,
+                     "; -1: never)"));
+  }
+  if (program->stop_grace_seconds() == 0) program->set_stop_grace_seconds(kDefaultStopGraceSeconds);
+  return CheckRange("program.stop_grace_seconds", program->stop_grace_seconds(), 1, 3600);
+}
+
+// A program job's tables: names unique and valid, a kind, dim >= 1, rows for dense tables only,
+// known initializer and optimizer kinds. table_id and job_id are the scheduler's to set.
+absl::Status CheckTables(v1::JobSpec* spec) {
+  if (spec->tables_size() > kMaxTablesPerJob) {
+    return Invalid(
+        absl::StrCat("tables has ", spec->tables_size(), " entries; at most ", kMaxTablesPerJob));
+  }
+  absl::flat_hash_set<std::string> names;
+  for (int i = 0; i < spec->tables_size(); ++i) {
+    v1::TableSpec& t = *spec->mutable_tables(i);
+    const std::string field = absl::StrCat("tables[", i, "]");
+    PS_RETURN_IF_ERROR(CheckName(absl::StrCat("spec.", field, ".name"), t.name(), 1));
+    const std::string which = absl::StrCat(field, " (\"", t.name(), "\")");
+    if (!names.insert(t.name()).second) {
+      return Invalid(absl::StrCat(which, ": another table has the name \"", t.name(), "\""));
+    }
+    if (t.table_id() != 0 || !t.job_id().empty()) {
+      return Invalid(absl::StrCat(which,
+                                  ": table_id and job_id are assigned by the scheduler; "
+                                  "leave them out"));
+    }
+    if (t.kind() != v1::DENSE && t.kind() != v1::SPARSE) {
+      return Invalid(absl::StrCat(which, ": kind must be DENSE or SPARSE"));
+    }
+    if (t.dim() < 1 || t.dim() > kMaxTableDim) {
+      return Invalid(absl::StrCat(which, ": dim = ", t.dim(), " must be in 1..", kMaxTableDim));
+    }
+    if (t.kind() == v1::DENSE && t.num_rows() < 1) {
+      return Invalid(absl::StrCat(which, ": a DENSE table needs num_rows >= 1"));
+    }
+    if (t.kind() == v1::SPARSE && t.num_rows() != 0) {
+      return Invalid(absl::StrCat(which, ": num_rows is for DENSE tables (a SPARSE one grows)"));
+    }
+    if (!v1::InitializerSpec::Kind_IsValid(t.initializer().kind())) {
+      return Invalid(absl::StrCat(which, ": initializer.kind = ", t.initializer().kind(),
+                                  " is not an initializer"));
+    }
+    if (!v1::OptimizerSpec::Kind_IsValid(t.optimizer().kind())) {
+      return Invalid(
+          absl::StrCat(which, ": optimizer.kind = ", t.optimizer().kind(), " is not an optimizer"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
+void AssignTableIds(const std::string& job_id, uint32_t first_id, v1::JobSpec* spec) {
+  for (int i = 0; i < spec->tables_size(); ++i) {
+    spec->mutable_tables(i)->set_table_id(first_id + static_cast<uint32_t>(i));
+    spec->mutable_tables(i)->set_job_id(job_id);
+  }
+}
+
 uint64_t ModelBytes(const v1::JobSpec& spec) {
+  if (spec.has_program()) {
+    // Dense tables only: sparse ones grow with the keys touched (the servers cap those per job).
+    uint64_t bytes = 0;
+    for (const v1::TableSpec& t : spec.tables()) {
+      if (t.kind() != v1::DENSE) continue;
+      const uint64_t parameters = static_cast<uint64_t>(t.num_rows()) * t.dim();
+      bytes += parameters * sizeof(float) * (1 + StatePerParameter(t.optimizer().kind()));
+    }
+    return bytes;
+  }
   uint64_t parameters = 0;
   v1::OptimizerSpec::Kind optimizer = v1::OptimizerSpec::ADAM;  // fashion_mlp's default
   if (spec.model() == kSpamLogreg) {
@@ -130,10 +266,27 @@ std::string NormalPath(absl::string_view path) {
 }
 
 absl::Status NormalizeJobSpec(v1::JobSpec* spec, const JobLimits& limits) {
+  const bool program = spec->has_program();
   const bool mlp = spec->model() == kFashionMlp;
-  if (!mlp && spec->model() != kSpamLogreg) {
-    return Invalid(absl::StrCat("model must be \"", kFashionMlp, "\" or \"", kSpamLogreg,
-                                "\", not \"", Printable(spec->model(), 64), "\""));
+  if (program && !spec->model().empty()) {
+    return Invalid(absl::StrCat("a job runs a model or a program, not both (model = \"",
+                                Printable(spec->model(), 64), "\")"));
+  }
+  if (!program && !mlp && spec->model() != kSpamLogreg) {
+    return Invalid(absl::StrCat(spec->model().empty() ? "neither model nor program is set: " : "",
+                                "model must be \"", kFashionMlp, "\" or \"", kSpamLogreg,
+                                "\" (or give a program), not \"", Printable(spec->model(), 64),
+                                "\""));
+  }
+  if (!program && spec->tables_size() > 0) {
+    return Invalid("tables are declared by program jobs; a zoo model makes its own");
+  }
+  if (program) {
+    PS_RETURN_IF_ERROR(CheckProgram(spec->mutable_program()));
+    PS_RETURN_IF_ERROR(CheckTables(spec));
+    if (spec->tables().empty()) {
+      return Invalid("a program job declares its tables (tables { name: ... kind: ... dim: ... })");
+    }
   }
   // Names are stored, listed and printed: printable ASCII, bounded.
   PS_RETURN_IF_ERROR(CheckClientText("spec.name", spec->name(), kMaxNameBytes, true));
@@ -172,7 +325,11 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec, const JobLimits& limits) {
     return Invalid(
         absl::StrCat("consistency.staleness = ", consistency.staleness(), " must be >= 0"));
   }
-  if (mlp) {
+  if (program) {
+    if (spec->layers_size() > 0 || spec->hash_bits() != 0) {
+      return Invalid("layers and hash_bits are zoo models' settings; a program job has tables");
+    }
+  } else if (mlp) {
     absl::Status s = CheckLayers(spec);
     if (!s.ok()) return s;
   } else {
@@ -201,7 +358,8 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec, const JobLimits& limits) {
         "spec: the model needs ", bytes, " bytes (", GiB(bytes),
         ", parameters and optimizer state), over the scheduler's cap of ", limits.max_model_bytes,
         " bytes (", GiB(limits.max_model_bytes), ", ps_scheduler --max_model_bytes); use ",
-        spec->model() == kSpamLogreg ? "fewer hash_bits" : "smaller layers",
+        program ? "smaller dense tables"
+                : (spec->model() == kSpamLogreg ? "fewer hash_bits" : "smaller layers"),
         " or ask the operator"));
   }
   if (!v1::RecoveryMode_IsValid(spec->recovery())) {
@@ -215,6 +373,7 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec, const JobLimits& limits) {
   if (spec->has_from_checkpoint() && spec->from_checkpoint().job_id().empty()) {
     return Invalid("from_checkpoint.job_id is empty");
   }
+  if (program && spec->data_dir().empty()) return absl::OkStatus();  // a program's own business
   if (spec->data_dir().empty()) spec->set_data_dir(mlp ? kFashionMnistDir : kSpamAssassinDir);
   // Its form only: whether it exists is the workers' to say (see the header).
   PS_RETURN_IF_ERROR(

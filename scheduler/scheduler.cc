@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "common/job_tables.h"
 #include "common/printable.h"
 #include "common/shard_map.h"
 #include "common/status_macros.h"
@@ -47,6 +48,35 @@ template <typename Field, typename T>
 int IndexOf(const Field& field, T value) {
   auto it = std::find(field.begin(), field.end(), value);
   return it == field.end() ? -1 : static_cast<int>(it - field.begin());
+}
+
+// A program's metrics as stored and printed: at most kMaxMetrics names of name characters.
+constexpr int kMaxMetrics = 16;
+constexpr size_t kMaxLogLines = 100;
+constexpr size_t kMaxLogLineBytes = 1000;
+
+void SanitizeMetrics(v1::WorkerProgress* progress) {
+  if (progress->metrics().empty()) return;
+  google::protobuf::Map<std::string, double> kept;
+  for (const auto& [name, value] : progress->metrics()) {
+    if (static_cast<int>(kept.size()) >= kMaxMetrics) break;
+    if (!CheckName("metric", name, 1).ok() || name.size() > 64) continue;
+    kept[name] = value;
+  }
+  *progress->mutable_metrics() = std::move(kept);
+}
+
+// A worker's log as kept and shown: the last kMaxLogLines lines, each clipped and escaped.
+v1::ProgramLog SanitizedLog(const v1::ProgramLog& log) {
+  v1::ProgramLog out;
+  const int first = std::max(0, log.lines_size() - static_cast<int>(kMaxLogLines));
+  for (int i = first; i < log.lines_size(); ++i) {
+    out.add_lines(Printable(log.lines(i), kMaxLogLineBytes));
+  }
+  out.set_path(Printable(log.path(), kMaxPathBytes));
+  out.set_hostname(Printable(log.hostname(), kMaxNameBytes));
+  out.set_starts(log.starts());
+  return out;
 }
 
 }  // namespace
@@ -300,6 +330,13 @@ void Scheduler::HandleProgress(v1::NodeInfo* node, const v1::WorkerProgress& pro
   if (index < 0) return;
   const uint32_t worker_id = job->info.worker_ids(index);
   const std::string worker = absl::StrCat("worker ", worker_id, " (node ", node->node_id(), ")");
+  if (progress.has_log()) {
+    v1::WorkerLog& log = job->logs[worker_id];
+    log.set_worker_id(worker_id);
+    log.set_node_id(node->node_id());
+    log.set_time_unix_ms(ToMs(now));
+    *log.mutable_log() = SanitizedLog(progress.log());
+  }
   if (!progress.error().empty()) {
     EndJob(job, v1::FAILED,
            absl::StrCat(worker, ": ", Printable(progress.error(), kMaxReportBytes)), now, changes);
@@ -307,6 +344,8 @@ void Scheduler::HandleProgress(v1::NodeInfo* node, const v1::WorkerProgress& pro
   }
   if (index == 0) {  // rank 0 (the lowest remaining one) speaks for the job
     *job->info.mutable_progress() = progress;
+    job->info.mutable_progress()->clear_log();  // kept apart, in memory
+    SanitizeMetrics(job->info.mutable_progress());
     // Stored and printed: a worker's error text is clipped and escaped.
     job->info.mutable_progress()->set_error(Printable(progress.error(), kMaxReportBytes));
     changes->jobs.insert(job->number);
@@ -329,6 +368,8 @@ void Scheduler::HandleProgress(v1::NodeInfo* node, const v1::WorkerProgress& pro
   if (progress.finished()) {
     v1::WorkerProgress& final_report = job->final_reports[worker_id];
     final_report = progress;
+    final_report.clear_log();
+    SanitizeMetrics(&final_report);
     final_report.set_error(Printable(progress.error(), kMaxReportBytes));
   }
   if (progress.finished() && IndexOf(job->info.finished_worker_ids(), worker_id) < 0) {
@@ -413,14 +454,16 @@ absl::StatusOr<std::string> Scheduler::SubmitLocked(v1::JobSpec spec, absl::Time
   Job& job = jobs_[number];
   job.number = number;
   job.info.set_job_id(absl::StrCat(kJobIdPrefix, number));
+  AssignTableIds(job.info.job_id(), FirstTableIdOf(job.info.job_id()), &spec);
   job.info.set_state(v1::PENDING);
   job.info.set_submit_time_unix_ms(ToMs(now));
   *job.info.mutable_spec() = std::move(spec);
   changes.jobs.insert(number);
   const v1::JobSpec& s = job.info.spec();
-  const std::string summary =
-      absl::StrCat(s.model(), ", ", Plural(s.num_workers(), "worker"), ", ",
-                   s.num_servers() == 0 ? "every live server" : Plural(s.num_servers(), "server"));
+  const std::string summary = absl::StrCat(
+      s.has_program() ? absl::StrCat("program ", Printable(s.program().argv(0), 64)) : s.model(),
+      ", ", Plural(s.num_workers(), "worker"), ", ",
+      s.num_servers() == 0 ? "every live server" : Plural(s.num_servers(), "server"));
   AddEvent(&job, absl::StrCat("submitted: ", summary), now, &changes);
   if (s.has_from_checkpoint()) {
     AddEvent(&job,
@@ -431,6 +474,29 @@ absl::StatusOr<std::string> Scheduler::SubmitLocked(v1::JobSpec spec, absl::Time
   LOG(INFO) << "job " << job.info.job_id() << " submitted"
             << (s.name().empty() ? "" : " (" + s.name() + ")") << ": " << summary;
   return job.info.job_id();
+}
+
+absl::StatusOr<v1::GetJobLogsResponse> Scheduler::GetJobLogs(
+    const v1::GetJobLogsRequest& req) const {
+  PS_RETURN_IF_ERROR(CheckJobId(req.job_id()));
+  absl::ReaderMutexLock lock(&mu_);
+  const Job* job = FindJob(req.job_id());
+  if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", req.job_id(), "'"));
+  if (!job->info.spec().has_program()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", req.job_id(), " runs the zoo model ", job->info.spec().model(),
+                     "; only program jobs have program logs (see the worker daemons' logs)"));
+  }
+  v1::GetJobLogsResponse resp;
+  for (const auto& [worker_id, log] : job->logs) {
+    if (req.has_worker_id() && req.worker_id() != worker_id) continue;
+    *resp.add_logs() = log;
+  }
+  if (req.has_worker_id() && resp.logs().empty()) {
+    return absl::NotFoundError(
+        absl::StrCat("job ", req.job_id(), " has no log from worker ", req.worker_id(), " (yet)"));
+  }
+  return resp;
 }
 
 absl::StatusOr<v1::JobInfo> Scheduler::GetJob(const std::string& job_id) const {

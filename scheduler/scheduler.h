@@ -54,6 +54,8 @@ class Scheduler {
   std::vector<v1::JobInfo> ListJobs() const;                            // without events
   absl::StatusOr<v1::JobInfo> CancelJob(const std::string& job_id);
   std::vector<v1::NodeInfo> ListNodes() const;
+  // The last lines of a program job's output per worker (all workers, or `worker_id`'s).
+  absl::StatusOr<v1::GetJobLogsResponse> GetJobLogs(const v1::GetJobLogsRequest& req) const;
   // host:port of the scheduler's own /metrics (options.metrics_address).
   const std::string& metrics_address() const { return options_.metrics_address; }
   // Declares silent nodes DEAD (and handles their jobs), then schedules.
@@ -95,6 +97,9 @@ class Scheduler {
     // job's progress if rank 0 died and the job then succeeded on the others' work. In memory
     // only.
     std::map<uint32_t, v1::WorkerProgress> final_reports;
+    // Program jobs: the end of each worker's program output, as it last sent it. In memory only
+    // (workers send it again every few seconds).
+    std::map<uint32_t, v1::WorkerLog> logs;
   };
   // What one operation changed; written in one batch by Commit().
   struct Changes {

@@ -58,10 +58,23 @@ absl::StatusOr<const v1::CheckpointInfo*> Scheduler::ResolveFromCheckpoint(
         absl::StrCat("spec.from_checkpoint: no job '", ref.job_id(), "'"));
   }
   const v1::JobSpec& other = source->info.spec();
-  if (other.model() != spec.model() ||
-      !std::equal(other.layers().begin(), other.layers().end(), spec.layers().begin(),
-                  spec.layers().end()) ||
-      other.hash_bits() != spec.hash_bits()) {
+  if (spec.has_program() || other.has_program()) {
+    // Rows are matched to tables by name: every table must be there with the same shape.
+    bool same = other.tables_size() == spec.tables_size();
+    for (int i = 0; same && i < spec.tables_size(); ++i) {
+      const v1::TableSpec &a = other.tables(i), &b = spec.tables(i);
+      same = a.name() == b.name() && a.kind() == b.kind() && a.dim() == b.dim() &&
+             a.num_rows() == b.num_rows();
+    }
+    if (!same) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "spec.from_checkpoint: job ", ref.job_id(),
+          " has other tables (names, kinds, dims and rows must match, in the same order)"));
+    }
+  } else if (other.model() != spec.model() ||
+             !std::equal(other.layers().begin(), other.layers().end(), spec.layers().begin(),
+                         spec.layers().end()) ||
+             other.hash_bits() != spec.hash_bits()) {
     return absl::InvalidArgumentError(
         absl::StrCat("spec.from_checkpoint: job ", ref.job_id(), " trained another model (",
                      other.model(), "); its tables cannot be loaded into ", spec.model()));

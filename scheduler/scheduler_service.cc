@@ -47,6 +47,11 @@ grpc::Status SchedulerService::CancelJob(grpc::ServerContext*, const v1::CancelJ
   return Answer(scheduler_->CancelJob(req->job_id()), resp);
 }
 
+grpc::Status SchedulerService::GetJobLogs(grpc::ServerContext*, const v1::GetJobLogsRequest* req,
+                                          v1::GetJobLogsResponse* resp) {
+  return Answer(scheduler_->GetJobLogs(*req), resp);
+}
+
 grpc::Status SchedulerService::ListNodes(grpc::ServerContext*, const v1::ListNodesRequest*,
                                          v1::ListNodesResponse* resp) {
   for (v1::NodeInfo& node : scheduler_->ListNodes()) *resp->add_nodes() = std::move(node);

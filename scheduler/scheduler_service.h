@@ -27,6 +27,8 @@ class SchedulerService final : public v1::Scheduler::Service {
                          v1::JobInfo* resp) override;
   grpc::Status ListNodes(grpc::ServerContext* ctx, const v1::ListNodesRequest* req,
                          v1::ListNodesResponse* resp) override;
+  grpc::Status GetJobLogs(grpc::ServerContext* ctx, const v1::GetJobLogsRequest* req,
+                          v1::GetJobLogsResponse* resp) override;
   grpc::Status RequestCheckpoint(grpc::ServerContext* ctx, const v1::RequestCheckpointRequest* req,
                                  v1::RequestCheckpointResponse* resp) override;
   grpc::Status ListCheckpoints(grpc::ServerContext* ctx, const v1::ListCheckpointsRequest* req,

@@ -7,12 +7,12 @@ cmake_minimum_required(VERSION 3.22)
 # repository header at all: programs built against the installed library see only absl.
 set(rules
   "worker/client/include/=NONE"
-  "worker/client/=worker/client/,common/,ps/v1/,ps/client.h"
+  "worker/client/=worker/client/,common/,ps/v1/,ps/client.h,ps/session.h"
   "worker/compute/=worker/compute/,common/"
   "worker/data/=worker/data/,common/"
   "worker/models/=worker/models/,worker/client/,worker/compute/,worker/data/,common/,ps/v1/"
   "worker/daemon/=worker/,common/,ps/v1/"
-  "worker/python/=ps/client.h"
+  "worker/python/=ps/client.h,ps/session.h"
   "common/=common/,ps/v1/"
   "server/=server/,common/,ps/v1/"
   "scheduler/=scheduler/,common/,ps/v1/"

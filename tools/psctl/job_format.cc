@@ -1,5 +1,7 @@
 #include "tools/psctl/job_format.h"
 
+#include <map>
+
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -38,6 +40,21 @@ std::string Percent(double fraction) { return absl::StrFormat("%.2f%%", 100 * fr
 
 std::string SpecSummary(const JobSpec& spec) {
   std::vector<std::string> parts;
+  if (spec.has_program()) {
+    std::string command = absl::StrJoin(spec.program().argv(), " ");
+    if (command.size() > 60) command = command.substr(0, 57) + "...";
+    parts.push_back(absl::StrCat("program ", command));
+    parts.push_back(
+        absl::StrCat(spec.tables_size(), spec.tables_size() == 1 ? " table" : " tables"));
+    const auto& c = spec.consistency();
+    std::string mode = Lower(ps::v1::ConsistencySpec::Mode_Name(c.mode()));
+    if (c.mode() == ps::v1::ConsistencySpec::SSP) absl::StrAppend(&mode, "(", c.staleness(), ")");
+    parts.push_back(mode);
+    parts.push_back(absl::StrCat(spec.num_workers(), " workers"));
+    parts.push_back(spec.num_servers() > 0 ? absl::StrCat(spec.num_servers(), " servers")
+                                           : "all servers");
+    return absl::StrJoin(parts, ", ");
+  }
   std::string model = spec.model().empty() ? "(no model)" : spec.model();
   if (spec.layers_size() > 0) absl::StrAppend(&model, " ", absl::StrJoin(spec.layers(), ","));
   parts.push_back(model);
@@ -71,15 +88,30 @@ std::string Eta(const JobInfo& job, double step_rate) {
 
 int TotalEpochs(const JobSpec& spec) { return spec.epochs() > 0 ? spec.epochs() : 1; }
 
+// "3/5" for a zoo job; a program says only which epoch it is in ("3").
+std::string EpochOf(const JobInfo& job) {
+  if (job.spec().has_program()) return absl::StrCat(job.progress().epoch());
+  return absl::StrCat(job.progress().epoch(), "/", TotalEpochs(job.spec()));
+}
+
+// A program's own metrics: " auc 0.8812 ..." (sorted by name; empty if none).
+std::string MetricsText(const ps::v1::WorkerProgress& p) {
+  std::map<std::string, double> sorted(p.metrics().begin(), p.metrics().end());
+  std::string out;
+  for (const auto& [name, value] : sorted) absl::StrAppendFormat(&out, " %s %.4g", name, value);
+  return out;
+}
+
 // "epoch 3/5, clock 1932/4690 (41.2%), loss 0.3921, accuracy 86.04%"
 std::string ProgressSummary(const JobInfo& job) {
   const auto& p = job.progress();
-  std::string s = absl::StrFormat("epoch %d/%d, clock %d/%d", p.epoch(), TotalEpochs(job.spec()),
-                                  p.clock(), p.total_clocks());
+  std::string s =
+      absl::StrFormat("epoch %s, clock %d/%d", EpochOf(job), p.clock(), p.total_clocks());
   if (p.total_clocks() > 0) {
     absl::StrAppendFormat(&s, " (%.1f%%)", 100.0 * p.clock() / p.total_clocks());
   }
   absl::StrAppendFormat(&s, ", loss %.4f, accuracy %s", p.loss(), Percent(p.accuracy()));
+  if (!p.metrics().empty()) absl::StrAppend(&s, ",", MetricsText(p));
   return s;
 }
 
@@ -98,11 +130,11 @@ std::string WatchLine(const JobInfo& job, double step_rate) {
     if (!job.reason().empty()) absl::StrAppend(&line, ": ", job.reason());
     return line;
   }
-  absl::StrAppendFormat(&line, " %s %5.1f%% epoch %d/%d clock %d/%d loss %.4f acc %.1f%%",
-                        ProgressBar(job, 20), 100.0 * p.clock() / p.total_clocks(), p.epoch(),
-                        TotalEpochs(job.spec()), p.clock(), p.total_clocks(), p.loss(),
-                        100 * p.accuracy());
+  absl::StrAppendFormat(&line, " %s %5.1f%% epoch %s clock %d/%d loss %.4f acc %.1f%%",
+                        ProgressBar(job, 20), 100.0 * p.clock() / p.total_clocks(), EpochOf(job),
+                        p.clock(), p.total_clocks(), p.loss(), 100 * p.accuracy());
   if (p.test_accuracy() > 0) absl::StrAppendFormat(&line, " test %.1f%%", 100 * p.test_accuracy());
+  absl::StrAppend(&line, MetricsText(p));
   absl::StrAppendFormat(&line, " %.0f samples/s ETA %s", p.samples_per_second(),
                         Eta(job, step_rate));
   return line;
@@ -120,10 +152,13 @@ std::string FinalLine(const JobInfo& job) {
     if (p.test_accuracy() > 0) {
       absl::StrAppendFormat(&line, ": test accuracy %s (test loss %.4f)",
                             Percent(p.test_accuracy()), p.test_loss());
+    } else if (job.spec().has_program()) {
+      absl::StrAppend(&line, ": no test accuracy reported");
     } else {
       absl::StrAppend(&line, ": no test accuracy (evaluate is off)");
     }
     absl::StrAppendFormat(&line, ", train loss %.4f accuracy %s", p.loss(), Percent(p.accuracy()));
+    if (!p.metrics().empty()) absl::StrAppend(&line, ";", MetricsText(p));
   } else if (!job.reason().empty()) {
     absl::StrAppend(&line, ": ", job.reason());
   }

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <set>
@@ -45,6 +46,8 @@ ABSL_FLAG(std::string, output, "text", "text | json (protobuf's JSON of the sche
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(5),
           "deadline of one request to the scheduler, connecting included");
 ABSL_FLAG(bool, watch, false, "status: follow the job until it ends");
+ABSL_FLAG(int, worker, -1, "logs: this worker's output only (its id in the job; -1: every worker)");
+ABSL_FLAG(int, lines, 20, "logs: the last this many lines of each worker's output (at most 100)");
 
 // checkpoint and restore.
 ABSL_FLAG(bool, wait, true, "checkpoint: wait until it is complete or failed (--nowait: do not)");
@@ -96,11 +99,17 @@ Commands:
   submit [FILE] [FLAGS]  submit a job (FILE: a ps.v1.JobSpec textproto; the submit flags
                          below override its fields); prints the job id alone on stdout:
                            JOB=$(psctl submit deploy/jobs/fashion_mlp.textproto)
+                         A program job's relative program.working_dir is made absolute
+                         against the directory psctl runs in
   status JOB [--watch]   state, reason, placement, progress and ETA of a job; --watch follows
                          it with a live progress line until it ends, then prints the final line
   list                   one line per job
   cancel JOB             cancel a job
-  events JOB             the job's event history (alias: logs)
+  events JOB             the job's event history
+  logs JOB [--worker=N] [--lines=20]
+                         a program job: the last lines of each worker's program output (stdout
+                         and stderr, as its worker daemon last sent them; the full log is the
+                         file named, on the worker host); a zoo job: its events
   checkpoint JOB [--nowait] [--wait_timeout=10m]
                          ask the running job for a checkpoint at its next step and wait
                          until it is complete ("checkpoint 7 of job-3 complete: clock 1400,
@@ -164,7 +173,7 @@ void PrintFlag(std::ostream& out, const absl::CommandLineFlag& flag, bool with_d
 void PrintHelp(std::ostream& out) {
   out << kUsageText << "\nFlags:\n";
   auto flags = absl::GetAllFlags();
-  for (const char* name : {"scheduler", "output", "timeout", "watch"}) {
+  for (const char* name : {"scheduler", "output", "timeout", "watch", "worker", "lines"}) {
     PrintFlag(out, *flags.at(name), true);
   }
   out << "\nsubmit flags (each overrides the job file's field when given):\n";
@@ -181,6 +190,7 @@ void PrintHelp(std::ostream& out) {
 bool FlagAppliesTo(const std::string& flag, const std::string& command) {
   if (IsSubmitFlag(flag)) return command == "submit";
   if (flag == "watch") return command == "status";
+  if (flag == "worker" || flag == "lines") return command == "logs";
   if (flag == "wait" || flag == "wait_timeout") return command == "checkpoint";
   if (flag == "checkpoint") return command == "restore";
   return true;
@@ -374,7 +384,7 @@ int Run(const CommandLine& cl, ps::psctl::Options options) {
                                     {"list", 0, 0, "list"},
                                     {"cancel", 1, 1, "cancel JOB"},
                                     {"events", 1, 1, "events JOB"},
-                                    {"logs", 1, 1, "logs JOB"},
+                                    {"logs", 1, 1, "logs JOB [--worker=N] [--lines=N]"},
                                     {"checkpoint", 1, 1, "checkpoint JOB [--nowait]"},
                                     {"checkpoints", 1, 1, "checkpoints JOB"},
                                     {"restore", 1, 1, "restore JOB [--checkpoint=ID]"}};
@@ -401,6 +411,17 @@ int Run(const CommandLine& cl, ps::psctl::Options options) {
       return UsageError(
           "submit needs a job file or flags (e.g. --model=fashion_mlp --num_workers=2)");
     }
+    if (spec.has_program() && !spec.program().working_dir().empty() &&
+        spec.program().working_dir()[0] != '/') {
+      // Relative to where psctl runs (e.g. the repository root on a one-machine cluster).
+      std::error_code ec;
+      const std::filesystem::path dir =
+          std::filesystem::absolute(spec.program().working_dir(), ec).lexically_normal();
+      if (ec) return UsageError(absl::StrCat("submit: program.working_dir: ", ec.message()));
+      std::string normal = dir.string();
+      while (normal.size() > 1 && normal.back() == '/') normal.pop_back();
+      spec.mutable_program()->set_working_dir(normal);
+    }
     absl::Status st = ApplySubmitFlags(cl.given, spec);
     if (st.ok()) st = ApplyCheckpointFlags(cl.given, spec);
     if (!st.ok()) return UsageError(absl::StrCat("submit: ", st.message()));
@@ -416,6 +437,11 @@ int Run(const CommandLine& cl, ps::psctl::Options options) {
   if (command == "checkpoint") return psctl.Checkpoint(args[0]);
   if (command == "checkpoints") return psctl.Checkpoints(args[0]);
   if (command == "restore") return psctl.Restore(args[0]);
+  if (command == "logs") {
+    const int lines = absl::GetFlag(FLAGS_lines);
+    if (lines < 1 || lines > 100) return UsageError("--lines must be in 1..100");
+    return psctl.Logs(args[0], absl::GetFlag(FLAGS_worker), lines);
+  }
   return psctl.Events(args[0]);
 }
 

@@ -278,6 +278,35 @@ int Commands::Events(const std::string& job_id) {
   return kOk;
 }
 
+int Commands::Logs(const std::string& job_id, int worker, int lines) {
+  grpc::ClientContext context;
+  Prepare(context);
+  v1::GetJobLogsRequest request;
+  request.set_job_id(job_id);
+  if (worker >= 0) request.set_worker_id(static_cast<uint32_t>(worker));
+  v1::GetJobLogsResponse response;
+  grpc::Status s = stub_->GetJobLogs(&context, request, &response);
+  if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION && worker < 0) {
+    return Events(job_id);  // a zoo job: its events are its log
+  }
+  if (!s.ok()) return Fail("logs", s);
+  Sanitize(&response);
+  if (options_.json) {
+    PrintJson(response);
+    return kOk;
+  }
+  if (response.logs().empty()) std::cout << "no program output yet\n";
+  for (const v1::WorkerLog& w : response.logs()) {
+    const v1::ProgramLog& log = w.log();
+    std::cout << "== worker " << w.worker_id() << " (node " << w.node_id() << ", " << log.hostname()
+              << ":" << log.path() << ", start " << log.starts() << ", sent "
+              << FormatTimestamp(w.time_unix_ms()) << ") ==\n";
+    const int first = std::max(0, log.lines_size() - lines);
+    for (int i = first; i < log.lines_size(); ++i) std::cout << log.lines(i) << "\n";
+  }
+  return kOk;
+}
+
 int Commands::Checkpoint(const std::string& job_id) {
   grpc::ClientContext context;
   Prepare(context);

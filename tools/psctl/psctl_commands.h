@@ -57,6 +57,9 @@ class Commands {
   int List();
   int Cancel(const std::string& job_id);
   int Events(const std::string& job_id);
+  // A program job's output: the last `lines` lines of each worker's (or `worker`'s) program.
+  // A zoo job: its events (what `logs` always showed).
+  int Logs(const std::string& job_id, int worker, int lines);
   int Checkpoint(const std::string& job_id);
   int Checkpoints(const std::string& job_id);
   int Restore(const std::string& job_id);

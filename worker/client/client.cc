@@ -16,6 +16,7 @@
 #include "common/printable.h"
 #include "common/process_tuning.h"
 #include "common/status_macros.h"
+#include "worker/client/client_internal.h"
 #include "worker/client/job_admin.h"
 #include "worker/client/rpc_client.h"
 
@@ -249,6 +250,8 @@ struct Pending::Impl {
   absl::Status early;  // a request refused before it was sent
   RpcHandle handle;
   bool started = false;
+  std::shared_ptr<RpcClient> engine;  // kept while the request lives (a Session swaps them)
+  std::shared_ptr<SessionLink> link;  // a Session's client: failures it takes report OK
   // What the library made for the request: deduplicated keys, summed gradients, a pull's unique
   // rows. They live as long as the request.
   std::vector<std::vector<uint64_t>> keys;
@@ -268,6 +271,7 @@ absl::Status Pending::Wait() const {
   if (impl_ == nullptr) return absl::FailedPreconditionError("this Pending holds no request");
   if (!impl_->started) return impl_->early;
   absl::Status s = impl_->handle.Wait();
+  if (!s.ok() && impl_->link != nullptr && impl_->link->Absorb(s)) return absl::OkStatus();
   if (s.ok() && !impl_->scatters.empty()) {
     absl::call_once(impl_->scattered, [this] {
       for (auto& scatter : impl_->scatters) scatter();
@@ -288,15 +292,32 @@ bool Pending::Done() const { return impl_ == nullptr || !impl_->started || impl_
 
 class Client::Impl {
  public:
-  Impl(ClientOptions options, std::unique_ptr<RpcClient> rpc)
-      : options_(std::move(options)), rpc_(std::move(rpc)) {}
+  Impl(ClientOptions options, std::shared_ptr<RpcClient> rpc,
+       std::shared_ptr<SessionLink> link = nullptr)
+      : options_(std::move(options)), rpc_(std::move(rpc)), link_(std::move(link)) {}
 
   const ClientOptions& options() const { return options_; }
-  RpcClient& rpc() { return *rpc_; }
+  // The engine requests go to (a Session swaps it on a new shard map).
+  std::shared_ptr<RpcClient> engine() const {
+    absl::MutexLock l(&mu_);
+    return rpc_;
+  }
+  RpcClient& rpc() { return *engine(); }
+  std::shared_ptr<RpcClient> Swap(std::shared_ptr<RpcClient> engine) {
+    std::shared_ptr<RpcClient> old;
+    {
+      absl::MutexLock l(&mu_);
+      old = std::move(rpc_);
+      rpc_ = std::move(engine);
+    }
+    if (old != nullptr) old->CancelInFlight();
+    return old;
+  }
+  const std::shared_ptr<SessionLink>& link() const { return link_; }
   bool closed() const { return closed_.load(); }
   void Close() {
     closed_ = true;
-    rpc_->CancelInFlight();
+    engine()->CancelInFlight();
   }
 
   absl::Status CheckOpen() const {
@@ -304,14 +325,30 @@ class Client::Impl {
     return absl::OkStatus();
   }
 
-  // The table as the servers hold it, from the cache or the servers.
+  // Sends a request (unless refused early, or skipped in an interrupted step of a Session).
+  template <typename Send>
+  void Start(Pending::Impl* pending, Send send) {
+    pending->link = link_;
+    if (!pending->early.ok()) return;
+    if (link_ != nullptr && link_->interrupted()) return;  // reports OK, does nothing
+    pending->engine = engine();
+    pending->handle = send(*pending->engine);
+    pending->started = true;
+  }
+
+  // The table as the servers hold it, from the cache or the servers (a Session's client: the
+  // job's declared tables only).
   absl::StatusOr<Table> Lookup(uint32_t id) {
     {
       absl::MutexLock l(&mu_);
       auto it = tables_.find(id);
       if (it != tables_.end()) return it->second;
     }
-    auto spec = rpc_->DescribeTable(id);
+    if (link_ != nullptr) {
+      PS_ASSIGN_OR_RETURN(v1::TableSpec declared, link_->DeclaredTableById(id));
+      return Remember(declared);
+    }
+    auto spec = engine()->DescribeTable(id);
     if (!spec.ok()) {
       if (absl::IsNotFound(spec.status())) {
         return absl::NotFoundError(absl::StrCat("no table with id ", id, " on the servers"));
@@ -419,9 +456,10 @@ class Client::Impl {
 
  private:
   const ClientOptions options_;
-  const std::unique_ptr<RpcClient> rpc_;
+  std::shared_ptr<RpcClient> rpc_ ABSL_GUARDED_BY(mu_);
+  const std::shared_ptr<SessionLink> link_;
   std::atomic<bool> closed_{false};
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   absl::flat_hash_map<uint32_t, Table> tables_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -451,6 +489,28 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
       new Client(std::make_unique<Impl>(std::move(options), std::move(rpc))));
 }
 
+struct ClientInternals {
+  static std::shared_ptr<Client> Make(ClientOptions options, std::shared_ptr<RpcClient> engine,
+                                      std::shared_ptr<SessionLink> link) {
+    return std::shared_ptr<Client>(new Client(
+        std::make_unique<Client::Impl>(std::move(options), std::move(engine), std::move(link))));
+  }
+  static Client::Impl& ImplOf(Client& client) { return *client.impl_; }
+};
+
+std::shared_ptr<Client> MakeSessionClient(ClientOptions options, std::shared_ptr<RpcClient> engine,
+                                          std::shared_ptr<SessionLink> link) {
+  return ClientInternals::Make(std::move(options), std::move(engine), std::move(link));
+}
+
+std::shared_ptr<RpcClient> SwapEngine(Client& client, std::shared_ptr<RpcClient> engine) {
+  return ClientInternals::ImplOf(client).Swap(std::move(engine));
+}
+
+std::shared_ptr<RpcClient> EngineOf(Client& client) {
+  return ClientInternals::ImplOf(client).engine();
+}
+
 Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Client::~Client() = default;
 
@@ -467,6 +527,20 @@ absl::StatusOr<Table> Client::CreateTable(const TableConfig& config) {
   if (config.kind == TableKind::kSparse && config.num_rows != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "table '", config.name, "': num_rows is for dense tables (a sparse table grows)"));
+  }
+  if (impl_->link() != nullptr) {
+    // A program job's tables are the job file's: this finds the declared one, and checks its
+    // shape against the program's (the job file's initializer and optimizer apply).
+    PS_ASSIGN_OR_RETURN(v1::TableSpec declared, impl_->link()->DeclaredTable(config.name));
+    Table t = FromProto(declared);
+    if (t.kind != config.kind || t.dim != config.dim || t.num_rows != config.num_rows) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table '", config.name, "' is declared in the job file as ", KindName(t.kind), " of dim ",
+          t.dim, t.kind == TableKind::kDense ? absl::StrCat(" x ", t.num_rows, " rows") : "",
+          "; the program asks for ", KindName(config.kind), " of dim ", config.dim,
+          config.kind == TableKind::kDense ? absl::StrCat(" x ", config.num_rows, " rows") : ""));
+    }
+    return impl_->Remember(declared);
   }
   v1::TableSpec spec;
   spec.set_table_id(config.id != 0 ? config.id : TableIdFor(impl_->options().job_id, config.name));
@@ -485,6 +559,10 @@ absl::StatusOr<Table> Client::CreateTable(const TableConfig& config) {
 absl::StatusOr<Table> Client::OpenTable(const std::string& name) {
   PS_RETURN_IF_ERROR(impl_->CheckOpen());
   PS_RETURN_IF_ERROR(CheckName("table name", name, 1));
+  if (impl_->link() != nullptr) {
+    PS_ASSIGN_OR_RETURN(v1::TableSpec declared, impl_->link()->DeclaredTable(name));
+    return impl_->Remember(declared);
+  }
   const uint32_t id = TableIdFor(impl_->options().job_id, name);
   auto table = impl_->Lookup(id);
   if (absl::IsNotFound(table.status()) || (table.ok() && table->name != name)) {
@@ -504,10 +582,7 @@ Pending Client::PullAsync(std::vector<PullOp> ops) {
   std::vector<TableOp> rpc_ops;
   pending->early = impl_->CheckOpen();
   if (pending->early.ok()) pending->early = impl_->ToPullOps(ops, pending.get(), &rpc_ops);
-  if (pending->early.ok()) {
-    pending->handle = impl_->rpc().PullAsync(std::move(rpc_ops));
-    pending->started = true;
-  }
+  impl_->Start(pending.get(), [&](RpcClient& rpc) { return rpc.PullAsync(std::move(rpc_ops)); });
   return Pending(std::move(pending));
 }
 
@@ -516,10 +591,7 @@ Pending Client::PushAsync(std::vector<PushOp> ops) {
   std::vector<TableOp> rpc_ops;
   pending->early = impl_->CheckOpen();
   if (pending->early.ok()) pending->early = impl_->ToPushOps(ops, pending.get(), &rpc_ops);
-  if (pending->early.ok()) {
-    pending->handle = impl_->rpc().PushAsync(std::move(rpc_ops));
-    pending->started = true;
-  }
+  impl_->Start(pending.get(), [&](RpcClient& rpc) { return rpc.PushAsync(std::move(rpc_ops)); });
   return Pending(std::move(pending));
 }
 
@@ -549,10 +621,9 @@ Pending Client::PushPullAsync(std::vector<PushOp> push, std::vector<PullOp> pull
   pending->early = impl_->CheckOpen();
   if (pending->early.ok()) pending->early = impl_->ToPushOps(push, pending.get(), &push_ops);
   if (pending->early.ok()) pending->early = impl_->ToPullOps(pull, pending.get(), &pull_ops);
-  if (pending->early.ok()) {
-    pending->handle = impl_->rpc().PushPullAsync(std::move(push_ops), std::move(pull_ops));
-    pending->started = true;
-  }
+  impl_->Start(pending.get(), [&](RpcClient& rpc) {
+    return rpc.PushPullAsync(std::move(push_ops), std::move(pull_ops));
+  });
   return Pending(std::move(pending));
 }
 
@@ -562,7 +633,11 @@ absl::Status Client::PushPull(std::vector<PushOp> push, std::vector<PullOp> pull
 
 absl::Status Client::Clock() {
   PS_RETURN_IF_ERROR(impl_->CheckOpen());
-  return impl_->rpc().Clock();
+  const std::shared_ptr<SessionLink>& link = impl_->link();
+  if (link != nullptr && link->interrupted()) return absl::OkStatus();
+  absl::Status s = impl_->engine()->Clock();
+  if (!s.ok() && link != nullptr && link->Absorb(s)) return absl::OkStatus();
+  return s;
 }
 
 int64_t Client::clock() const { return impl_->rpc().clock(); }

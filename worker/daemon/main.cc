@@ -82,6 +82,12 @@ ABSL_FLAG(std::string, overlap, "auto",
           "overlap a step's push/pull with the next step's compute: auto (on the GPU, in async "
           "and ssp with staleness >= 1) | on (also on the CPU) | off. Overlap reads parameters "
           "one clock staler; sync and ssp staleness 0 never overlap");
+ABSL_FLAG(std::string, work_dir, "/tmp/ps_worker",
+          "program jobs: this worker's per-job folders (<work_dir>/<job>/worker-<id>: the "
+          "program's log, the Unix socket of its Session, its default working directory)");
+ABSL_FLAG(uint64_t, max_log_bytes, uint64_t{64} << 20,
+          "program jobs: a program's log moves to program.log.1 at this size (at most twice "
+          "this on disk per program)");
 ABSL_FLAG(std::string, health_listen, "0.0.0.0:0",
           "daemon mode: host:port of the gRPC health service (grpc.health.v1; port 0: a free "
           "port; 'off': none)");
@@ -279,6 +285,12 @@ int RunDaemon(const ps::ComputeOptions& compute) {
   o.rpc_timeout = absl::GetFlag(FLAGS_rpc_timeout);
   o.recovery_wait = absl::GetFlag(FLAGS_recovery_wait);
   o.log_every_steps = absl::GetFlag(FLAGS_log_every_steps);
+  o.work_dir = absl::GetFlag(FLAGS_work_dir);
+  if (o.work_dir.empty() || o.work_dir[0] != '/') {
+    return UsageError("--work_dir must be an absolute path");
+  }
+  o.max_log_bytes = absl::GetFlag(FLAGS_max_log_bytes);
+  if (o.max_log_bytes < 4096) return UsageError("--max_log_bytes must be >= 4096");
   auto metrics = StartMetrics();
   if (!metrics.ok()) return UsageError(std::string(metrics.status().message()));
   o.metrics_address = metrics->exporter->Address(o.hostname);

@@ -51,15 +51,4 @@ JobRunnerOptions RunnerOptionsOf(const v1::JobSpec& spec) {
   return o;
 }
 
-uint32_t FirstTableIdOf(const std::string& job_id) {
-  constexpr uint32_t kJobs = 4000000;  // x 1000 ids each, below 2^32
-  uint32_t n = 0;
-  if (absl::StartsWith(job_id, "job-") && absl::SimpleAtoi(job_id.substr(4), &n)) {
-    return (n % kJobs) * 1000 + 1;
-  }
-  uint64_t h = 1469598103934665603ULL;  // FNV-1a
-  for (char c : job_id) h = (h ^ static_cast<uint8_t>(c)) * 1099511628211ULL;
-  return static_cast<uint32_t>(h % kJobs) * 1000 + 1;
-}
-
 }  // namespace ps

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/job_tables.h"  // FirstTableIdOf
 #include "ps/v1/job.pb.h"
 #include "worker/compute/device.h"
 #include "worker/daemon/job_runner.h"
@@ -25,10 +26,6 @@ absl::StatusOr<std::unique_ptr<Model>> MakeModel(const v1::JobSpec& spec,
 
 // The runner options of a spec (epochs, batch size, workers, consistency, seed, evaluation).
 JobRunnerOptions RunnerOptionsOf(const v1::JobSpec& spec);
-
-// The first table id of a job's tables: ids are unique per server, and jobs share servers.
-// "job-N" gets N * 1000 + 1; other ids a hash in the same range.
-uint32_t FirstTableIdOf(const std::string& job_id);
 
 }  // namespace ps
 

@@ -14,6 +14,7 @@
 #include "common/scheduler_link.h"
 #include "common/status_macros.h"
 #include "worker/client/job_admin.h"
+#include "worker/client/job_run.h"
 #include "worker/daemon/job_checkpointer.h"
 #include "worker/daemon/model_zoo.h"
 
@@ -69,6 +70,8 @@ void WorkerDaemon::FillHeartbeat(v1::HeartbeatRequest* req) {
     p->set_membership_epoch(running_epoch_);
     p->set_shard_epoch(running_shard_epoch_);
     p->set_finished(false);  // finished is reported once Run() returned
+  } else if (program_ != nullptr && assignment_.has_value()) {
+    FillProgramProgress(p);
   } else if (!done_key_.empty() && assignment_.has_value() && KeyOf(*assignment_) == done_key_) {
     *p = done_report_;
   } else {
@@ -90,16 +93,17 @@ void WorkerDaemon::ApplyMembership(RpcClient* client, const v1::ConsistencySpec&
     return;
   }
   // FAILED_PRECONDITION: another worker told them a newer epoch already.
-  if (runner_ == nullptr || KeyOf(a) != running_key_) return;
+  if ((runner_ == nullptr && program_ == nullptr) || KeyOf(a) != running_key_) return;
   running_epoch_ = std::max(running_epoch_, a.membership_epoch());
-  runner_->SetShard(a.rank(), static_cast<uint32_t>(a.worker_ids_size()));
+  if (runner_ != nullptr) runner_->SetShard(a.rank(), static_cast<uint32_t>(a.worker_ids_size()));
   LOG(INFO) << a.job_id() << ": membership epoch " << a.membership_epoch() << ", "
             << a.worker_ids_size() << " workers; this worker is rank " << a.rank();
 }
 
 bool WorkerDaemon::TakeMembershipOrder(MembershipOrder* order) {
-  if (runner_ == nullptr || applying_ || restart_ || !assignment_.has_value() ||
-      KeyOf(*assignment_) != running_key_ || assignment_->membership_epoch() <= running_epoch_) {
+  if ((runner_ == nullptr && program_ == nullptr) || client_ == nullptr || applying_ || restart_ ||
+      !assignment_.has_value() || KeyOf(*assignment_) != running_key_ ||
+      assignment_->membership_epoch() <= running_epoch_) {
     return false;
   }
   applying_ = true;
@@ -172,9 +176,12 @@ void WorkerDaemon::Run() {
       a = *assignment_;
     }
     const std::string key = KeyOf(a);
-    LOG(INFO) << "assigned " << a.job_id() << " (model " << a.spec().model() << ") as worker "
-              << a.worker_id() << ", rank " << a.rank() << " of " << a.worker_ids_size();
-    absl::Status s = RunJob(a);
+    LOG(INFO) << "assigned " << a.job_id() << " ("
+              << (a.spec().has_program() ? "program " + a.spec().program().argv(0)
+                                         : "model " + a.spec().model())
+              << ") as worker " << a.worker_id() << ", rank " << a.rank() << " of "
+              << a.worker_ids_size();
+    absl::Status s = a.spec().has_program() ? RunProgramJob(a) : RunJob(a);
     absl::MutexLock l(&mu_);
     done_key_ = key;
     done_report_.set_job_id(a.job_id());
@@ -188,6 +195,14 @@ void WorkerDaemon::Run() {
       LOG(ERROR) << key << ": failed: " << s;
     }
   }
+}
+
+absl::StatusOr<v1::WorkerAssignment> WorkerDaemon::LatestOrder(const v1::WorkerAssignment& a) {
+  absl::MutexLock l(&mu_);
+  if (stopping_ || !assignment_.has_value() || KeyOf(*assignment_) != KeyOf(a)) {
+    return absl::CancelledError("the assignment was withdrawn while starting");
+  }
+  return *assignment_;
 }
 
 std::optional<v1::WorkerAssignment> WorkerDaemon::WaitForNewerShardMap(
@@ -238,13 +253,7 @@ absl::Status WorkerDaemon::RunJob(v1::WorkerAssignment a) {
       // moves the server's slots and sends a new shard map. Only a server's answer (or its
       // absence) is; the same codes from this worker's own code (a CUDA kernel that does not
       // fit the GPU, a table of the wrong shape) will not change with a new map.
-      const absl::StatusCode code = s.code();
-      const bool recoverable =
-          IsRpcError(s) &&
-          (code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kDeadlineExceeded ||
-           code == absl::StatusCode::kFailedPrecondition || code == absl::StatusCode::kAborted ||
-           code == absl::StatusCode::kDataLoss || code == absl::StatusCode::kNotFound);
-      if (!recoverable) return s;
+      if (!IsRecoverableRpcError(s)) return s;
       LOG(WARNING) << a.job_id() << ": " << s << "; waiting up to "
                    << absl::FormatDuration(options_.recovery_wait)
                    << " for the scheduler's new shard map";
@@ -268,78 +277,23 @@ absl::Status WorkerDaemon::RunJob(v1::WorkerAssignment a) {
 
 absl::Status WorkerDaemon::RunOnce(const v1::WorkerAssignment& assignment, Model* model,
                                    int64_t* last_clock, uint64_t* requests_done, bool* restart) {
-  v1::WorkerAssignment a = assignment;
-  RpcClientOptions co;
-  co.servers.assign(a.servers().begin(), a.servers().end());
-  co.slot_owners.assign(a.slot_owners().begin(), a.slot_owners().end());
-  co.shard_epoch = std::max<uint64_t>(1, a.shard_epoch());
-  co.job_id = a.job_id();
-  co.worker_id = a.worker_id();
-  co.rpc_timeout = options_.rpc_timeout;
-  PS_ASSIGN_OR_RETURN(std::unique_ptr<RpcClient> client, RpcClient::Connect(co));
+  RunStartOptions so;
+  so.rpc_timeout = options_.rpc_timeout;
+  so.last_clock = *last_clock;
+  so.tables = model->Tables(assignment.job_id(), FirstTableIdOf(assignment.job_id()));
+  so.latest = [this, &assignment]() { return LatestOrder(assignment); };
+  so.report_restore_failure = [this](const v1::WorkerAssignment& a, const absl::Status& s) {
+    ReportRestoreFailure(a, s);
+  };
+  so.log = [](const std::string& line) { LOG(INFO) << line; };
+  auto started = StartRun(assignment, so);
+  if (!started.ok()) {
+    if (IsNewShardMap(started.status())) *restart = true;
+    return started.status();
+  }
+  std::unique_ptr<RpcClient> client = std::move(started->client);
+  const v1::WorkerAssignment a = std::move(started->assignment);
   const JobRunnerOptions ro = RunnerOptionsOf(a.spec());
-  // Tell the servers the job and its workers; a worker joining a running job learns its clock.
-  // FAILED_PRECONDITION: the servers have a newer membership already (it changed while this
-  // worker started); the newer order comes with the next heartbeat.
-  int64_t clock = -1;
-  // Servers that took over slots learn this worker's clock from it, unless the job rolls back
-  // (the restore then sets every clock; an old clock arriving after it would undo that).
-  const bool rollback =
-      a.has_restore() && a.restore().shard_epoch() == a.shard_epoch() && a.restore().rollback();
-  // Each attempt waits at most kConfigureAttempt for a server: one that does not answer (it
-  // died, maybe after this map was made) is asked again, but a newer shard map (which moves
-  // its slots away) is taken as soon as it comes instead of after a long deadline.
-  constexpr absl::Duration kConfigureAttempt = absl::Seconds(2);
-  const absl::Time configure_deadline = absl::Now() + absl::Seconds(60);
-  for (int attempt = 0;; ++attempt) {
-    std::vector<uint32_t> workers(a.worker_ids().begin(), a.worker_ids().end());
-    absl::Status s = JobAdmin(*client, kConfigureAttempt)
-                         .ConfigureJob(a.spec().consistency(), workers, a.membership_epoch(),
-                                       &clock, rollback ? -1 : *last_clock,
-                                       /*even_out_clock=*/!rollback);
-    if (s.ok()) break;
-    const bool newer_membership = s.code() == absl::StatusCode::kFailedPrecondition;
-    const bool unanswered = s.code() == absl::StatusCode::kDeadlineExceeded ||
-                            s.code() == absl::StatusCode::kUnavailable;
-    if ((!newer_membership && !unanswered) || attempt == 20 || absl::Now() > configure_deadline) {
-      return s;
-    }
-    LOG(INFO) << a.job_id() << ": " << s.message()
-              << (newer_membership ? "; waiting for the newer order"
-                                   : "; asking again unless a newer shard map comes");
-    absl::SleepFor(absl::Milliseconds(500));
-    absl::MutexLock l(&mu_);
-    if (stopping_ || !assignment_.has_value() || KeyOf(*assignment_) != KeyOf(a)) {
-      return absl::CancelledError("the assignment was withdrawn while starting");
-    }
-    if (assignment_->shard_epoch() != a.shard_epoch()) {
-      *restart = true;  // a new shard map: a new client
-      return absl::AbortedError("a new shard map came while starting");
-    }
-    a = *assignment_;
-  }
-  for (const v1::TableSpec& t : model->Tables(a.job_id(), FirstTableIdOf(a.job_id()))) {
-    PS_RETURN_IF_ERROR(client->CreateTable(t));
-  }
-  if (a.has_restore() && a.restore().shard_epoch() == a.shard_epoch()) {
-    const absl::Time start = absl::Now();
-    auto restored = JobAdmin(*client).Restore(a.restore(), absl::Minutes(10));
-    if (!restored.ok()) {
-      const absl::StatusCode code = restored.status().code();
-      LOG(ERROR) << a.job_id() << ": restore from checkpoint " << a.restore().checkpoint_id()
-                 << " failed: " << restored.status();
-      if (code == absl::StatusCode::kDataLoss || code == absl::StatusCode::kNotFound ||
-          code == absl::StatusCode::kInvalidArgument) {
-        ReportRestoreFailure(a, restored.status());
-      }
-      return restored.status();
-    }
-    LOG(INFO) << a.job_id() << ": restored (" << a.restore().reason() << ") from checkpoint "
-              << a.restore().checkpoint_id() << " in " << absl::FormatDuration(absl::Now() - start)
-              << (a.restore().rollback() ? absl::StrCat("; back to clock ", *restored) : "");
-    if (a.restore().rollback() || *restored > clock) clock = *restored;
-  }
-  client->SetClock(std::max<int64_t>(clock, 0));  // -1 cannot happen: this worker is in the set
   *last_clock = client->clock();
   MembershipOrder membership;
   bool apply_now = false;

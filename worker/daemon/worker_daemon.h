@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -36,6 +37,11 @@ struct WorkerDaemonOptions {
   absl::Duration recovery_wait = absl::Seconds(90);
   // Where the models compute (a resolved device; default the CPU), GEMM precision, overlap.
   ComputeOptions compute;
+  // Program jobs: the folder of this worker's per-job folders (the program's log, the agent's
+  // Unix socket, the program's default working directory).
+  std::string work_dir = "/tmp/ps_worker";
+  // Program jobs: a log grows to this size, then moves to program.log.1 (at most 2x on disk).
+  uint64_t max_log_bytes = uint64_t{64} << 20;
 };
 
 // Registers with the scheduler and heartbeats (progress out, orders in); runs each assigned
@@ -48,6 +54,8 @@ struct WorkerDaemonOptions {
 // Thread-safe: Stop() may be called from any thread.
 class WorkerDaemon {
  public:
+  class Agent;  // the WorkerAgent service of a program job (program_job.cc)
+
   // `metrics` and `health` (each may be null) must outlive this.
   explicit WorkerDaemon(WorkerDaemonOptions options, WorkerMetrics* metrics = nullptr,
                         HealthServer* health = nullptr);
@@ -58,12 +66,23 @@ class WorkerDaemon {
 
  private:
   void FillHeartbeat(v1::HeartbeatRequest* req);
+  // A program job (program_job.cc): runs the job's program as a child process, restarted up to
+  // max_restarts times, while serving it the WorkerAgent service; OK when it exits 0.
+  absl::Status RunProgramJob(const v1::WorkerAssignment& a);
+  struct ProgramRun;
+  void FillProgramProgress(v1::WorkerProgress* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Makes the program run's data-plane client (membership orders, checkpoints) match the
+  // latest shard map.
+  void RefreshProgramClient(ProgramRun* run) ABSL_LOCKS_EXCLUDED(mu_);
   void OnHeartbeat(const v1::HeartbeatResponse& resp, bool reregistered);
   // Runs one job to its end (or cancellation), restarting on every new shard map.
   absl::Status RunJob(v1::WorkerAssignment assignment);
   // One run under one shard map. Sets *restart (and *next) when a newer map must be used.
   absl::Status RunOnce(const v1::WorkerAssignment& a, Model* model, int64_t* last_clock,
                        uint64_t* requests_done, bool* restart);
+  // The latest order if it is still for `a`'s job and worker; CANCELLED otherwise.
+  absl::StatusOr<v1::WorkerAssignment> LatestOrder(const v1::WorkerAssignment& a)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Waits (up to `timeout`) for an order of the same job with a larger shard epoch than `a`'s.
   std::optional<v1::WorkerAssignment> WaitForNewerShardMap(const v1::WorkerAssignment& a,
                                                            absl::Duration timeout)
@@ -99,6 +118,7 @@ class WorkerDaemon {
   bool restart_ ABSL_GUARDED_BY(mu_) = false;  // a newer shard map came: the run stops for it
   RpcClient* client_ ABSL_GUARDED_BY(mu_) = nullptr;
   JobRunner* runner_ ABSL_GUARDED_BY(mu_) = nullptr;
+  ProgramRun* program_ ABSL_GUARDED_BY(mu_) = nullptr;  // the program job running
   v1::ConsistencySpec consistency_ ABSL_GUARDED_BY(mu_);
   bool applying_ ABSL_GUARDED_BY(mu_) = false;  // an ApplyMembership runs (uses client_)
   // The last job run: not run again, and reported (finished or error) while still assigned.

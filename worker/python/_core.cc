@@ -31,6 +31,7 @@
 #include "configs.h"
 #include "docstrings.h"
 #include "ps/client.h"
+#include "ps/session.h"
 
 namespace py = pybind11;
 
@@ -404,6 +405,37 @@ py::object WaitNow(PyRequest* request) {
 }
 
 }  // namespace
+
+// A program job's Session, with the Python Client over its managed client (made once: tables
+// keep a reference to it).
+struct PySession {
+  std::unique_ptr<ps::Session> session;
+  py::object client;
+
+  ~PySession() {
+    client = py::object();
+    py::gil_scoped_release release;
+    session.reset();
+  }
+};
+
+std::optional<double> OptionalFloat(py::object value, const char* what) {
+  if (value.is_none()) return std::nullopt;
+  try {
+    return value.cast<double>();
+  } catch (const py::cast_error&) {
+    throw py::type_error(std::string(what) + " must be a number or None, got " + TypeName(value));
+  }
+}
+
+std::map<std::string, double> Metrics(py::object metrics) {
+  std::map<std::string, double> out;
+  if (metrics.is_none()) return out;
+  for (auto item : metrics.cast<py::dict>()) {
+    out[item.first.cast<std::string>()] = item.second.cast<double>();
+  }
+  return out;
+}
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = kModuleDoc;
@@ -844,6 +876,151 @@ Returns the list of pulled arrays, in the order of `pull`.)doc")
                std::to_string(c.options().num_workers) + " " +
                ConsistencyName(c.options().consistency) + " servers=" + servers +
                (c.client().closed() ? " closed>" : ">");
+      });
+
+  // --- Session ---
+  py::class_<PySession>(m, "Session", kSessionDoc)
+      .def_static(
+          "from_env",
+          [](double recovery_wait, double rpc_timeout, bool log) {
+            ps::SessionOptions o;
+            if (!(recovery_wait > 0) || !(rpc_timeout > 0)) {
+              throw py::value_error("recovery_wait and rpc_timeout must be positive seconds");
+            }
+            o.recovery_wait = absl::Seconds(recovery_wait);
+            o.rpc_timeout = absl::Seconds(rpc_timeout);
+            o.log_to_stderr = log;
+            absl::StatusOr<std::unique_ptr<ps::Session>> session;
+            {
+              py::gil_scoped_release release;
+              session = ps::Session::FromEnv(o);
+            }
+            if (!session.ok()) throw StatusError(session.status());
+            auto py_session = std::make_unique<PySession>();
+            ps::ClientOptions co = (*session)->client().options();
+            py_session->client =
+                py::cast(std::make_unique<PyClient>((*session)->shared_client(), std::move(co)));
+            py_session->session = std::move(*session);
+            return py_session;
+          },
+          py::arg("recovery_wait") = 90.0, py::arg("rpc_timeout") = 120.0, py::arg("log") = true,
+          "The session of the program a worker daemon runs (from PS_AGENT and the other PS_\n"
+          "variables). FailedPreconditionError if there is none.")
+      .def_property_readonly(
+          "client", [](PySession& s) { return s.client; },
+          "The paramserver.Client of the job's servers, managed by the session: create_table\n"
+          "returns the job file's table of that name (others are refused), and a request that\n"
+          "fails because a server died returns without effect until next() has recovered.")
+      .def_property_readonly("job_id", [](PySession& s) { return s.session->job_id(); })
+      .def_property_readonly("worker_id", [](PySession& s) { return s.session->worker_id(); })
+      .def_property_readonly(
+          "rank", [](PySession& s) { return s.session->rank(); },
+          "This worker's index among the job's live workers (changes when workers die or join).")
+      .def_property_readonly(
+          "num_workers", [](PySession& s) { return s.session->num_workers(); },
+          "The job's live workers.")
+      .def_property_readonly("consistency",
+                             [](PySession& s) { return ConsistencyName(s.session->consistency()); })
+      .def_property_readonly("staleness", [](PySession& s) { return s.session->staleness(); })
+      .def_property_readonly(
+          "recoveries", [](PySession& s) { return s.session->recoveries(); },
+          "Server losses this session recovered from.")
+      .def(
+          "table",
+          [](PySession& s, const std::string& name) {
+            absl::StatusOr<ps::Table> t;
+            {
+              py::gil_scoped_release release;
+              t = s.session->table(name);
+            }
+            if (!t.ok()) throw StatusError(t.status());
+            return MakeTable(s.client, *t);
+          },
+          py::arg("name"), "A table the job file declares (NotFoundError otherwise).")
+      .def_property_readonly(
+          "tables",
+          [](PySession& s) {
+            py::dict out;
+            std::vector<ps::Table> tables;
+            {
+              py::gil_scoped_release release;
+              tables = s.session->tables();
+            }
+            for (ps::Table& t : tables) {
+              const std::string name = t.name;
+              out[py::str(name)] = MakeTable(s.client, std::move(t));
+            }
+            return out;
+          },
+          "{name: paramserver.Table} of the job's declared tables.")
+      .def(
+          "begin",
+          [](PySession& s, long long total, long long per_epoch) {
+            absl::StatusOr<int64_t> step;
+            {
+              py::gil_scoped_release release;
+              step = s.session->Begin(total, per_epoch);
+            }
+            if (!step.ok()) throw StatusError(step.status());
+            return *step;
+          },
+          py::arg("total_steps"), py::arg("steps_per_epoch") = 0,
+          "Starts the loop: returns the step to start at (see steps()).")
+      .def(
+          "next",
+          [](PySession& s) {
+            absl::StatusOr<int64_t> step;
+            {
+              py::gil_scoped_release release;
+              step = s.session->Next();
+            }
+            if (!step.ok()) throw StatusError(step.status());
+            return *step;
+          },
+          "Ends the current step (clock, recovery, progress, checkpoint); returns the next.")
+      .def("_report",
+           [](PySession& s, py::object loss, py::object accuracy, long long samples,
+              py::object metrics) {
+             ps::StepReport r;
+             r.loss = OptionalFloat(loss, "loss");
+             r.accuracy = OptionalFloat(accuracy, "accuracy");
+             r.samples = samples;
+             r.metrics = Metrics(metrics);
+             absl::Status st;
+             {
+               py::gil_scoped_release release;
+               st = s.session->Report(r);
+             }
+             if (!st.ok()) throw StatusError(st);
+           })
+      .def("_report_evaluation",
+           [](PySession& s, py::object loss, py::object accuracy, py::object metrics) {
+             const std::optional<double> l = OptionalFloat(loss, "loss");
+             const std::optional<double> a = OptionalFloat(accuracy, "accuracy");
+             const std::map<std::string, double> m = Metrics(metrics);
+             absl::Status st;
+             {
+               py::gil_scoped_release release;
+               st = s.session->ReportEvaluation(l, a, m);
+             }
+             if (!st.ok()) throw StatusError(st);
+           })
+      .def(
+          "request_checkpoint",
+          [](PySession& s) {
+            absl::Status st;
+            {
+              py::gil_scoped_release release;
+              st = s.session->RequestCheckpoint();
+            }
+            if (!st.ok()) throw StatusError(st);
+          },
+          "Asks for a checkpoint of the job's tables (taken at the next step of rank 0).")
+      .def("__repr__", [](PySession& s) {
+        return "<paramserver.Session job='" + s.session->job_id() + "' worker " +
+               std::to_string(s.session->worker_id()) + " rank " +
+               std::to_string(s.session->rank()) + "/" + std::to_string(s.session->num_workers()) +
+               ">";
       });
 
   m.attr("__name__") = module_name;

@@ -82,6 +82,24 @@ beta2 0.999, epsilon 1e-8 (Adagrad: 1e-10), Adagrad's initial accumulator 0.1, F
 l1 = l2 = 0 and beta 1, weight decay 0.
 )doc";
 
+inline constexpr char kSessionDoc[] = R"(The link of a program job's program to its worker daemon.
+
+The worker daemon runs the program of a program job (psctl submit) with PS_AGENT and the
+other PS_ variables set; Session.from_env() reads them, gets the job's tables, servers and
+shard map from the daemon and makes the client::
+
+    session = paramserver.Session.from_env()
+    emb = session.table("emb")                      # a table the job file declares
+    for step in session.steps(total_steps):         # resumes at the right step
+        ...  pull, compute, push through session.client (or paramserver.torch) ...
+        session.report(loss=loss, samples=batch_size, auc=auc)
+    session.report_evaluation(accuracy=test_acc)    # the job's result
+
+When a server dies, requests fail without effect until the loop's next step: steps() then
+waits for the scheduler's new shard map, carries out its restore order and goes on from the
+step to run next (the same one again, or the last checkpoint's when a sync job rolls back).
+)";
+
 }  // namespace paramserver_py
 
 #endif  // PS_WORKER_PYTHON_DOCSTRINGS_H_

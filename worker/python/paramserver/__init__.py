@@ -58,6 +58,7 @@ from paramserver._core import (  # noqa: F401
     PermissionDeniedError,
     Request,
     ResourceExhaustedError,
+    Session,
     Table,
     UnauthenticatedError,
     UnavailableError,
@@ -85,6 +86,7 @@ __all__ = [
     "PermissionDeniedError",
     "Request",
     "ResourceExhaustedError",
+    "Session",
     "Table",
     "UnauthenticatedError",
     "UnavailableError",
@@ -99,3 +101,32 @@ for _name in ("Client", "Initializer", "Optimizer", "Request", "Table"):
     except (AttributeError, TypeError):
         pass
 del _name
+
+
+def _session_steps(self, total_steps, steps_per_epoch=0):
+    """The training loop helper: yields the steps to run, from where this worker resumes (0, or
+    the step after a restart or a rollback) to total_steps - 1. After each step it advances the
+    clock if the step did not (push_pull does), recovers from a lost server, reports progress
+    and lets the worker of rank 0 take a checkpoint."""
+    step = self.begin(total_steps, steps_per_epoch)
+    while step < total_steps:
+        yield step
+        step = self.next()
+
+
+def _session_report(self, loss=None, accuracy=None, samples=0, **metrics):
+    """Adds a step's figures to the progress reported at its end: loss and accuracy (running
+    means are shown), samples (for samples/s) and any other named numbers (e.g. auc=0.81; at most
+    16 names are kept). A NaN or infinite loss raises InvalidArgumentError and fails the job."""
+    self._report(loss, accuracy, int(samples), metrics)
+
+
+def _session_report_evaluation(self, loss=None, accuracy=None, **metrics):
+    """An evaluation's result (held-out loss, accuracy and other metrics such as auc), reported
+    at once: the job's result when made after the last step."""
+    self._report_evaluation(loss, accuracy, metrics)
+
+
+Session.steps = _session_steps
+Session.report = _session_report
+Session.report_evaluation = _session_report_evaluation

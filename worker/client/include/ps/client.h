@@ -250,6 +250,7 @@ class Client {
   class Impl;  // the library's own
 
  private:
+  friend struct ClientInternals;
   explicit Client(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

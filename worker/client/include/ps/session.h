@@ -1,0 +1,113 @@
+// ps::Session: a program run by a worker daemon as a program job (docs/jobs.md).
+//
+//   auto session = ps::Session::FromEnv();           // absl::StatusOr<unique_ptr<Session>>
+//   ps::Client& client = (*session)->client();       // the job's servers, managed by the session
+//   auto emb = (*session)->table("emb");             // a table the job file declares
+//   auto step = (*session)->Begin(total_steps);      // where to start (a restart resumes)
+//   while (*step < total_steps) {
+//     ... pull, compute, push (client.PushPull advances the clock; else Next() does) ...
+//     (*session)->Report({.loss = loss, .samples = batch});
+//     step = (*session)->Next();                     // the next step to run
+//   }
+//
+// The worker daemon starts the program with PS_AGENT (its local endpoint), PS_JOB_ID,
+// PS_WORKER_ID, PS_RANK and PS_NUM_WORKERS in the environment. The session gets the job's
+// tables, servers and shard map from the daemon, reports progress through it (psctl status,
+// the worker's /metrics) and recovers on its own when a server dies: a request that fails
+// because of it returns OK without effect (a pull's buffer is then undefined), the rest of the
+// step is skipped, and Next() waits for the new shard map, carries out the scheduler's restore
+// order and returns the step to run next: the same one again, or an earlier one when a sync job
+// rolls back to its last checkpoint. Nothing else is needed in the program.
+#ifndef PS_SESSION_H_
+#define PS_SESSION_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "ps/client.h"
+
+namespace ps {
+
+struct SessionOptions {
+  // The daemon's endpoint ("unix:/path"); empty: $PS_AGENT.
+  std::string agent;
+  // How long Next() waits for a new shard map after a server failed before it gives up.
+  absl::Duration recovery_wait = absl::Seconds(90);
+  // Deadline of one data-plane request.
+  absl::Duration rpc_timeout = absl::Seconds(120);
+  // Lines about recoveries go to standard error; false: silent.
+  bool log_to_stderr = true;
+};
+
+// What a step (or an evaluation) reports; unset fields keep their last value.
+struct StepReport {
+  std::optional<double> loss;             // this step's training loss (a running mean is reported)
+  std::optional<double> accuracy;         // this step's training accuracy
+  int64_t samples = 0;                    // examples in this step (for samples/s)
+  std::map<std::string, double> metrics;  // any other figures (at most 16 names are kept)
+};
+
+class Session {
+ public:
+  // FAILED_PRECONDITION if the program was not started by a worker daemon (no PS_AGENT).
+  static absl::StatusOr<std::unique_ptr<Session>> FromEnv(SessionOptions options = {});
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  const std::string& job_id() const;
+  uint32_t worker_id() const;
+  // This worker's index among the job's live workers, and their number (change when workers
+  // die or join: read them at every step to pick the step's data).
+  uint32_t rank() const;
+  uint32_t num_workers() const;
+  Consistency consistency() const;
+  int staleness() const;
+
+  // The client of the job's servers. Its CreateTable returns a declared table (an undeclared
+  // name is INVALID_ARGUMENT; the job file's initializer and optimizer apply), OpenTable finds
+  // declared tables only. Valid as long as the session.
+  Client& client();
+  std::shared_ptr<Client> shared_client();
+  // A table the job file declares; NOT_FOUND naming the declared ones otherwise.
+  absl::StatusOr<Table> table(const std::string& name) const;
+  std::vector<Table> tables() const;
+
+  // The loop helper. Begin() says how many steps the program runs (steps_per_epoch: for the
+  // epoch shown in psctl status; 0: one epoch) and returns the step to start at (0, or where a
+  // restarted program or a job started from a checkpoint resumes). Next() ends the current
+  // step: advances the clock if the step did not (Client::PushPull does), recovers from a
+  // server failure, reports progress (a checkpoint may be taken then, on the worker of rank
+  // 0) and returns the step to run next (total_steps: done).
+  absl::StatusOr<int64_t> Begin(int64_t total_steps, int64_t steps_per_epoch = 0);
+  absl::StatusOr<int64_t> Next();
+  // Adds the step's figures to the progress reported at Next(). A non-finite loss is
+  // INVALID_ARGUMENT, and the daemon fails the job with it.
+  absl::Status Report(const StepReport& report);
+  // An evaluation's result (held-out loss and accuracy, and metrics such as "auc"), reported
+  // at once; the job's final result when made after the last step.
+  absl::Status ReportEvaluation(std::optional<double> test_loss,
+                                std::optional<double> test_accuracy,
+                                const std::map<std::string, double>& metrics = {});
+  // Asks for a checkpoint of the job's tables (taken by the worker of rank 0 at its next step).
+  absl::Status RequestCheckpoint();
+  // Server losses recovered from so far.
+  int recoveries() const;
+
+  class Impl;  // the library's own
+
+ private:
+  explicit Session(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ps
+
+#endif  // PS_SESSION_H_

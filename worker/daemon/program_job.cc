@@ -1,0 +1,398 @@
+// The worker daemon's side of a program job: the program as a child process (ProgramProcess),
+// the WorkerAgent service it reaches on a Unix socket (its Session), progress and log tails for
+// the heartbeats, membership orders and checkpoints through a data-plane client of the daemon.
+#include <glog/logging.h>
+#include <grpcpp/server_builder.h>
+#include <sys/stat.h>
+
+#include <cmath>
+#include <filesystem>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "common/grpc_status.h"
+#include "common/status_macros.h"
+#include "ps/v1/agent.grpc.pb.h"
+#include "worker/daemon/job_checkpointer.h"
+#include "worker/daemon/program_process.h"
+#include "worker/daemon/worker_daemon.h"
+
+namespace ps {
+namespace {
+
+constexpr absl::Duration kPollEvery = absl::Milliseconds(100);
+// A heartbeat carries the program's log tail when it changed, and at least this often (a
+// restarted scheduler learns it again).
+constexpr absl::Duration kLogResendEvery = absl::Seconds(10);
+constexpr size_t kLogLines = 100;
+constexpr size_t kReasonLines = 10;
+// sockaddr_un's path holds 108 bytes.
+constexpr size_t kMaxSocketPath = 100;
+
+}  // namespace
+
+// One program job run by this worker (valid while RunProgramJob runs; guarded by the daemon's
+// mu_ unless said otherwise).
+struct WorkerDaemon::ProgramRun {
+  std::string key;  // "job/worker id"
+  std::string dir;
+  std::string log_path;
+  int starts = 0;
+  ProgramProcess* process = nullptr;
+  v1::WorkerProgress progress;  // the program's last report
+  absl::Time last_report;
+  std::string fatal;      // a report that ends the job (a non-finite loss)
+  bool ending = false;    // the agent's waits return
+  uint64_t log_sent = 0;  // lines_read() of the last tail sent
+  absl::Time log_sent_at = absl::InfinitePast();
+  std::vector<std::string> last_tail;  // of a program that ended
+
+  // The daemon's own data-plane client for the latest shard map (membership orders, the
+  // checkpoints' snapshots) and the checkpointer over it. Replaced under checkpoint_mu and mu_.
+  absl::Mutex checkpoint_mu;
+  std::unique_ptr<RpcClient> client;
+  uint64_t client_epoch = 0;
+  std::unique_ptr<JobCheckpointer> checkpointer;  // used under checkpoint_mu
+  uint64_t checkpoint_requests_done = 0;
+};
+
+class WorkerDaemon::Agent final : public v1::WorkerAgent::Service {
+ public:
+  Agent(WorkerDaemon* daemon, ProgramRun* run) : daemon_(daemon), run_(run) {}
+
+  grpc::Status GetAssignment(grpc::ServerContext* ctx, const v1::GetAssignmentRequest* req,
+                             v1::WorkerAssignment* resp) override {
+    WorkerDaemon& d = *daemon_;
+    const absl::Duration wait =
+        std::min(absl::Milliseconds(std::max<int64_t>(0, req->wait_ms())), absl::Seconds(60));
+    absl::MutexLock l(&d.mu_);
+    auto ready = [&]() ABSL_SHARED_LOCKS_REQUIRED(d.mu_) {
+      return d.stopping_ || run_->ending || ctx->IsCancelled() || !Ours() ||
+             d.assignment_->shard_epoch() > req->min_shard_epoch();
+    };
+    if (wait > absl::ZeroDuration()) d.mu_.AwaitWithTimeout(absl::Condition(&ready), wait);
+    if (!Ours()) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          "this worker no longer runs the job (cancelled or reassigned)");
+    }
+    *resp = *d.assignment_;
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Report(grpc::ServerContext*, const v1::ReportRequest* req,
+                      v1::ReportResponse* resp) override {
+    WorkerDaemon& d = *daemon_;
+    const v1::WorkerProgress& p = req->progress();
+    bool checkpoint = false;
+    {
+      absl::MutexLock l(&d.mu_);
+      if (!Ours()) {
+        return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                            "this worker no longer runs the job (cancelled or reassigned)");
+      }
+      if (!std::isfinite(p.loss())) {
+        run_->fatal = absl::StrCat("the program reported a non-finite loss (", p.loss(),
+                                   ") at step ", p.clock() + 1);
+        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, run_->fatal);
+      }
+      const v1::WorkerProgress before = run_->progress;
+      run_->progress = p;
+      run_->progress.clear_log();
+      run_->progress.clear_finished();
+      run_->progress.clear_error();
+      if (p.test_accuracy() < 0 && before.test_accuracy() >= 0) {
+        run_->progress.set_test_accuracy(before.test_accuracy());
+        run_->progress.set_test_loss(before.test_loss());
+      }
+      run_->last_report = absl::Now();
+      const v1::WorkerAssignment& a = *d.assignment_;
+      resp->set_membership_epoch(a.membership_epoch());
+      resp->set_rank(a.rank());
+      resp->set_num_workers(static_cast<uint32_t>(a.worker_ids_size()));
+      resp->set_shard_epoch(a.shard_epoch());
+      resp->set_checkpoint_requests(a.checkpoint_requests());
+      checkpoint = a.rank() == 0;
+    }
+    if (checkpoint) {
+      // Between two steps of the worker of rank 0: the snapshot is the model after p.clock()
+      // steps (sync: nobody applies the next clock before this worker pushes it).
+      absl::MutexLock l(&run_->checkpoint_mu);
+      if (run_->checkpointer != nullptr && run_->client_epoch == p.shard_epoch()) {
+        run_->checkpointer->MaybeCheckpoint(p.clock());
+      }
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status RequestCheckpoint(grpc::ServerContext*, const v1::RequestCheckpointRequest* req,
+                                 v1::RequestCheckpointResponse* resp) override {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    v1::RequestCheckpointRequest forward;
+    {
+      absl::MutexLock l(&daemon_->mu_);
+      if (!Ours()) return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "no job");
+      forward.set_job_id(daemon_->assignment_->job_id());
+    }
+    return daemon_->scheduler_->RequestCheckpoint(&ctx, forward, resp);
+  }
+
+  grpc::Status ReportRestoreFailure(grpc::ServerContext*,
+                                    const v1::ReportRestoreFailureRequest* req,
+                                    v1::ReportResponse*) override {
+    v1::WorkerAssignment a;
+    {
+      absl::MutexLock l(&daemon_->mu_);
+      if (!Ours()) return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "no job");
+      a = *daemon_->assignment_;
+    }
+    if (a.shard_epoch() != req->shard_epoch()) return grpc::Status::OK;  // an older order
+    daemon_->ReportRestoreFailure(
+        a, absl::Status(static_cast<absl::StatusCode>(req->code()), req->error()));
+    return grpc::Status::OK;
+  }
+
+ private:
+  bool Ours() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(daemon_->mu_) {
+    return daemon_->assignment_.has_value() && KeyOf(*daemon_->assignment_) == run_->key;
+  }
+
+  WorkerDaemon* const daemon_;
+  ProgramRun* const run_;
+};
+
+void WorkerDaemon::FillProgramProgress(v1::WorkerProgress* p) {
+  ProgramRun& run = *program_;
+  *p = run.progress;
+  p->set_job_id(assignment_->job_id());
+  p->set_membership_epoch(running_epoch_);
+  p->set_finished(false);
+  if (run.process == nullptr) return;
+  const uint64_t lines = run.process->lines_read();
+  const absl::Time now = absl::Now();
+  if (lines != run.log_sent || now - run.log_sent_at > kLogResendEvery) {
+    v1::ProgramLog* log = p->mutable_log();
+    for (std::string& line : run.process->Tail(kLogLines)) log->add_lines(std::move(line));
+    log->set_path(run.log_path);
+    log->set_hostname(options_.hostname);
+    log->set_starts(run.starts);
+    run.log_sent = lines;
+    run.log_sent_at = now;
+  }
+}
+
+void WorkerDaemon::RefreshProgramClient(ProgramRun* run) {
+  v1::WorkerAssignment a;
+  {
+    absl::MutexLock l(&mu_);
+    if (!assignment_.has_value() || KeyOf(*assignment_) != run->key ||
+        assignment_->shard_epoch() <= run->client_epoch) {
+      return;
+    }
+    a = *assignment_;
+  }
+  RpcClientOptions co;
+  co.servers.assign(a.servers().begin(), a.servers().end());
+  co.slot_owners.assign(a.slot_owners().begin(), a.slot_owners().end());
+  co.shard_epoch = std::max<uint64_t>(1, a.shard_epoch());
+  co.job_id = a.job_id();
+  co.worker_id = a.worker_id();
+  co.rpc_timeout = options_.rpc_timeout;
+  auto client = RpcClient::Connect(co);
+  if (!client.ok()) {
+    LOG(WARNING) << run->key << ": no client for shard epoch " << a.shard_epoch() << ": "
+                 << client.status();
+    return;
+  }
+  absl::MutexLock cl(&run->checkpoint_mu);
+  if (run->checkpointer != nullptr) {
+    run->checkpoint_requests_done = run->checkpointer->requests_done();
+    run->checkpointer.reset();  // reports a write in flight; it uses the old client
+  }
+  {
+    absl::MutexLock l(&mu_);
+    mu_.Await(absl::Condition(
+        +[](bool* applying) { return !*applying; }, &applying_));  // ApplyMembership uses it
+    run->client = std::move(*client);
+    run->client_epoch = a.shard_epoch();
+    client_ = run->client.get();
+    running_shard_epoch_ = a.shard_epoch();
+  }
+  if (scheduler_ != nullptr) {
+    run->checkpointer = std::make_unique<JobCheckpointer>(
+        scheduler_.get(), run->client.get(), a.job_id(), a.spec().checkpoint(), a.shard_epoch(),
+        [this]() -> uint64_t {
+          absl::MutexLock l(&mu_);
+          return assignment_.has_value() ? assignment_->checkpoint_requests() : 0;
+        },
+        run->checkpoint_requests_done);
+  }
+}
+
+absl::Status WorkerDaemon::RunProgramJob(const v1::WorkerAssignment& a) {
+  const v1::ProgramSpec& p = a.spec().program();
+  ProgramRun run;
+  run.key = KeyOf(a);
+  run.dir = absl::StrCat(options_.work_dir, "/", a.job_id(), "/worker-", a.worker_id());
+  run.log_path = run.dir + "/program.log";
+  const std::string socket = run.dir + "/agent.sock";
+  if (socket.size() > kMaxSocketPath) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the worker's --work_dir is too long for a Unix socket path (", socket, ": ",
+                     socket.size(), " bytes; at most ", kMaxSocketPath, ")"));
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(run.dir, ec);
+  if (ec) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot make the job's folder ", run.dir, ": ", ec.message()));
+  }
+  chmod(run.dir.c_str(), 0700);  // the agent socket is this user's only
+  std::filesystem::remove(socket, ec);
+  Agent agent(this, &run);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("unix:" + socket, grpc::InsecureServerCredentials());
+  builder.RegisterService(&agent);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat("cannot serve the agent on ", socket));
+  }
+  {
+    absl::MutexLock l(&mu_);
+    done_report_ = v1::WorkerProgress();
+    program_ = &run;
+    running_key_ = run.key;
+    running_epoch_ = a.membership_epoch();
+    consistency_ = a.spec().consistency();
+    client_ = nullptr;
+  }
+  RefreshProgramClient(&run);
+
+  ProgramProcessOptions po;
+  po.argv.assign(p.argv().begin(), p.argv().end());
+  po.env.insert(p.env().begin(), p.env().end());
+  po.env["PS_AGENT"] = "unix:" + socket;
+  po.env["PS_JOB_ID"] = a.job_id();
+  po.env["PS_WORKER_ID"] = absl::StrCat(a.worker_id());
+  po.env["PS_RANK"] = absl::StrCat(a.rank());
+  po.env["PS_NUM_WORKERS"] = absl::StrCat(a.worker_ids_size());
+  po.env["PS_WORK_DIR"] = run.dir;
+  if (po.env.count("PYTHONUNBUFFERED") == 0) po.env["PYTHONUNBUFFERED"] = "1";
+  po.working_dir = p.working_dir().empty() ? run.dir : p.working_dir();
+  po.log_path = run.log_path;
+  po.max_log_bytes = options_.max_log_bytes;
+  const absl::Duration grace = absl::Seconds(std::max<int64_t>(1, p.stop_grace_seconds()));
+  const absl::Duration progress_timeout = p.progress_timeout_seconds() > 0
+                                              ? absl::Seconds(p.progress_timeout_seconds())
+                                              : absl::InfiniteDuration();
+  absl::Status result;
+  for (int start = 1;; ++start) {
+    auto process = ProgramProcess::Start(po);
+    if (!process.ok()) {
+      result = process.status();
+      break;
+    }
+    {
+      absl::MutexLock l(&mu_);
+      run.starts = start;
+      run.process = process->get();
+      run.last_report = absl::Now();
+      run.log_sent = 0;
+      run.log_sent_at = absl::InfinitePast();
+    }
+    LOG(INFO) << run.key << ": started program " << p.argv(0) << " (pid " << (*process)->pid()
+              << ", start " << start << " of at most " << 1 + p.max_restarts()
+              << "); its log: " << run.log_path;
+    std::string failure;  // a failure that may be retried
+    bool done = false;
+    while (!done) {
+      absl::SleepFor(kPollEvery);
+      RefreshProgramClient(&run);
+      const std::optional<int> status = (*process)->Poll();
+      bool withdrawn, stopping;
+      std::string fatal;
+      absl::Time last_report;
+      {
+        absl::MutexLock l(&mu_);
+        stopping = stopping_;
+        withdrawn = !assignment_.has_value() || KeyOf(*assignment_) != run.key;
+        fatal = run.fatal;
+        last_report = run.last_report;
+      }
+      if (stopping || withdrawn) {
+        LOG(INFO) << run.key << ": stopping the program ("
+                  << (stopping ? "daemon stopping" : "job withdrawn") << ")";
+        (*process)->Stop(grace);
+        result = absl::CancelledError("the assignment was withdrawn");
+        done = true;
+      } else if (!fatal.empty()) {
+        (*process)->Stop(grace);
+        result = absl::FailedPreconditionError(fatal);
+        done = true;
+      } else if (status.has_value()) {
+        if (ProgramProcess::Succeeded(*status)) {
+          result = absl::OkStatus();
+          done = true;
+        } else {
+          failure = absl::StrCat("the program ", ProgramProcess::DescribeExit(*status));
+          break;
+        }
+      } else if (absl::Now() - last_report > progress_timeout) {
+        (*process)->Stop(grace);
+        failure = absl::StrCat("the program reported no progress for ",
+                               absl::FormatDuration(progress_timeout),
+                               " (program.progress_timeout_seconds); it was stopped");
+        break;
+      }
+    }
+    std::vector<std::string> stderr_tail = (*process)->StderrTail(kReasonLines);
+    {
+      absl::MutexLock l(&mu_);
+      run.last_tail = (*process)->Tail(kLogLines);
+      run.process = nullptr;
+    }
+    process->reset();
+    if (done) break;
+    LOG(WARNING) << run.key << ": " << failure;
+    if (start <= p.max_restarts()) {
+      LOG(INFO) << run.key << ": starting the program again (program.max_restarts "
+                << p.max_restarts() << ")";
+      continue;
+    }
+    result = absl::FailedPreconditionError(absl::StrCat(
+        failure, start > 1 ? absl::StrCat(" (start ", start, ")") : "",
+        stderr_tail.empty()
+            ? "; it wrote nothing to stderr"
+            : absl::StrCat("; the last lines of its stderr: ", absl::StrJoin(stderr_tail, " | "))));
+    break;
+  }
+  {
+    absl::MutexLock l(&mu_);
+    run.ending = true;
+  }
+  server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+  server->Wait();
+  {
+    absl::MutexLock cl(&run.checkpoint_mu);
+    run.checkpointer.reset();
+  }
+  absl::MutexLock l(&mu_);
+  mu_.Await(absl::Condition(
+      +[](bool* applying) { return !*applying; }, &applying_));  // ApplyMembership uses client_
+  done_report_ = run.progress;
+  done_report_.clear_error();
+  v1::ProgramLog* log = done_report_.mutable_log();
+  for (const std::string& line : run.last_tail) log->add_lines(line);
+  log->set_path(run.log_path);
+  log->set_hostname(options_.hostname);
+  log->set_starts(run.starts);
+  program_ = nullptr;
+  client_ = nullptr;
+  running_key_.clear();
+  std::filesystem::remove(socket, ec);
+  return result;
+}
+
+}  // namespace ps
