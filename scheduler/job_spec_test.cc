@@ -239,5 +239,86 @@ TEST_F(JobSpecTest, RejectsEachBadFieldByName) {
                  mlp);
 }
 
+v1::JobSpec Program() {
+  v1::JobSpec spec;
+  spec.set_num_workers(2);
+  spec.mutable_program()->add_argv("/usr/bin/python3");
+  spec.mutable_program()->add_argv("train.py");
+  v1::TableSpec* emb = spec.add_tables();
+  emb->set_name("emb");
+  emb->set_kind(v1::SPARSE);
+  emb->set_dim(16);
+  v1::TableSpec* w = spec.add_tables();
+  w->set_name("w");
+  w->set_kind(v1::DENSE);
+  w->set_dim(10);
+  w->set_num_rows(100);
+  w->mutable_optimizer()->set_kind(v1::OptimizerSpec::ADAM);
+  return spec;
+}
+
+TEST_F(JobSpecTest, ProgramJobGetsDefaultsAndTableIds) {
+  v1::JobSpec spec = Program();
+  ASSERT_TRUE(NormalizeJobSpec(&spec, limits_).ok());
+  EXPECT_EQ(spec.program().progress_timeout_seconds(), kDefaultProgressTimeoutSeconds);
+  EXPECT_EQ(spec.program().stop_grace_seconds(), kDefaultStopGraceSeconds);
+  EXPECT_TRUE(spec.data_dir().empty());  // a program's data are its own business
+  // 100 x 10 floats, Adam (two more per parameter); the sparse table is not counted.
+  EXPECT_EQ(ModelBytes(spec), 100u * 10 * 4 * 3);
+  AssignTableIds("job-7", 7001, &spec);
+  EXPECT_EQ(spec.tables(0).table_id(), 7001u);
+  EXPECT_EQ(spec.tables(1).table_id(), 7002u);
+  EXPECT_EQ(spec.tables(1).job_id(), "job-7");
+  // A bare name is looked up in the worker's PATH.
+  spec = Program();
+  spec.mutable_program()->set_argv(0, "python3");
+  EXPECT_TRUE(NormalizeJobSpec(&spec, limits_).ok());
+}
+
+TEST_F(JobSpecTest, RejectsBadProgramJobsByName) {
+  ExpectRejected(
+      [](v1::JobSpec* s) {
+        s->clear_program();
+        s->clear_tables();
+      },
+      "neither model nor program", Program());
+  ExpectRejected([](v1::JobSpec* s) { s->set_model(kFashionMlp); }, "not both", Program());
+  ExpectRejected([](v1::JobSpec* s) { s->clear_tables(); }, "declares its tables", Program());
+  ExpectRejected([](v1::JobSpec* s) { s->mutable_program()->clear_argv(); },
+                 "program.argv is empty", Program());
+  ExpectRejected([](v1::JobSpec* s) { s->mutable_program()->set_argv(0, "bin/train"); },
+                 "must be an absolute path or a name", Program());
+  ExpectRejected([](v1::JobSpec* s) { s->mutable_tables(1)->set_name("emb"); },
+                 "another table has the name", Program());
+  ExpectRejected([](v1::JobSpec* s) { s->mutable_tables(0)->set_dim(0); }, "dim = 0", Program());
+  ExpectRejected([](v1::JobSpec* s) { s->mutable_tables(1)->set_num_rows(0); }, "needs num_rows",
+                 Program());
+  ExpectRejected([](v1::JobSpec* s) { s->mutable_tables(0)->set_num_rows(5); },
+                 "num_rows is for DENSE", Program());
+  ExpectRejected([](v1::JobSpec* s) { s->mutable_tables(0)->set_kind(v1::TABLE_KIND_UNSPECIFIED); },
+                 "kind must be DENSE or SPARSE", Program());
+  ExpectRejected([](v1::JobSpec* s) { s->mutable_tables(0)->set_table_id(5); },
+                 "assigned by the scheduler", Program());
+  ExpectRejected([](v1::JobSpec* s) { s->mutable_tables(0)->set_name("a b"); }, "tables[0].name",
+                 Program());
+  ExpectRejected([](v1::JobSpec* s) { (*s->mutable_program()->mutable_env())["PS_AGENT"] = "x"; },
+                 "starts with PS_", Program());
+  ExpectRejected([](v1::JobSpec* s) { (*s->mutable_program()->mutable_env())["1X"] = "x"; },
+                 "program.env name", Program());
+  ExpectRejected([](v1::JobSpec* s) { s->mutable_program()->set_working_dir("rel"); },
+                 "working_dir", Program());
+  ExpectRejected([](v1::JobSpec* s) { s->mutable_program()->set_max_restarts(-1); }, "max_restarts",
+                 Program());
+  ExpectRejected([](v1::JobSpec* s) { s->add_layers(784); }, "zoo models' settings", Program());
+  ExpectRejected([](v1::JobSpec* s) { *s->add_tables() = s->tables(0); }, "another table",
+                 Program());
+}
+
+TEST_F(JobSpecTest, ProgramJobOverTheModelCapIsResourceExhausted) {
+  v1::JobSpec spec = Program();
+  spec.mutable_tables(1)->set_num_rows(uint64_t{1} << 30);  // x 10 floats x 3: 120 GiB
+  EXPECT_EQ(NormalizeJobSpec(&spec, limits_).code(), absl::StatusCode::kResourceExhausted);
+}
+
 }  // namespace
 }  // namespace ps

@@ -12,7 +12,10 @@
 #  5. the PyTorch Fashion-MNIST program (examples/python/fashion_torch.py, 5 epochs) via psctl submit
 #     reaches 85% test accuracy; psctl status --watch shows its progress, psctl logs its output;
 #  6. the same job with one of its servers SIGKILLed mid-way: it succeeds without anyone
-#     touching it, within 1 point of run 5.
+#     touching it, within 1 point of run 5;
+#  7. examples/cpp/train_logreg.cc built against the installed client library, run as a
+#     program job (ps::Session) by 2 workers: it succeeds (its held-out accuracy within 0.05
+#     of the teacher's, else it exits 1).
 # Usage: program_jobs_test.sh BUILD_DIR
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -199,4 +202,18 @@ python3 -c "import sys; sys.exit(0 if abs($acc2 - $acc1) <= 1 else 1)" ||
   fail "$job2: test accuracy $acc2% is not within 1 point of $acc1%"
 grep -h "recovered under" "$dir"/w/"$job2"/worker-*/program.log
 echo "ok: $job2 test accuracy $acc2% (undisturbed $acc1%)"
+
+echo "== 7. the C++ example (installed library, ps::Session) as a program job"
+cmake --install "$build" --prefix "$dir/prefix" --component client >"$dir/install.log" 2>&1 ||
+  fail "cmake --install failed: $(tail -5 "$dir/install.log")"
+cmake -S "$repo/examples/cpp" -B "$dir/example" -DCMAKE_PREFIX_PATH="$dir/prefix" \
+  >"$dir/example.log" 2>&1 && cmake --build "$dir/example" -j2 >>"$dir/example.log" 2>&1 ||
+  fail "examples/cpp does not build: $(tail -5 "$dir/example.log")"
+sed -e "s#/opt/paramserver/example/train_logreg#$dir/example/train_logreg#" \
+  "$repo/deploy/jobs/train_logreg.textproto" >"$dir/logreg.textproto"
+job=$(psctl submit "$dir/logreg.textproto")
+[ "$(wait_done "$job")" = SUCCEEDED ] || fail "$job: $(reason_of "$job")"
+psctl status "$job" | grep -E "^(state|progress|result)" || true
+psctl logs "$job" --worker=0 --lines=2
+echo "ok: $job (C++) SUCCEEDED, test accuracy $(accuracy_of "$job")%"
 echo "PASS"

@@ -9,17 +9,24 @@
 //
 //   train_logreg --servers=127.0.0.1:7100,127.0.0.1:7101 [--job=logreg] [--worker=0]
 //                [--workers=1] [--steps=400] [--batch=256] [--consistency=async|sync|ssp]
+//   train_logreg --session [--steps=400] [--batch=256]
+// With --session it is a program job's program (deploy/jobs/train_logreg.textproto): the
+// worker daemon that runs it names the job, the worker, the servers and the tables
+// (ps::Session), the loop resumes where a restart or a recovery says, and its progress and
+// result go to psctl status.
 // Exits 0 when training went well (held-out accuracy within 0.05 of the teacher's), 1 if not,
 // 2 on a usage or server error.
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "ps/client.h"
+#include "ps/session.h"
 
 namespace {
 
@@ -68,6 +75,7 @@ struct Flags {
   int steps = 400;
   int batch = 256;
   ps::Consistency consistency = ps::Consistency::kAsync;
+  bool session = false;  // a program job's program: ps::Session::FromEnv()
 };
 
 bool ParseFlags(int argc, char** argv, Flags* f) {
@@ -77,7 +85,9 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
       const size_t n = std::strlen(name);
       return a.compare(0, n, name) == 0 ? a.c_str() + n : nullptr;
     };
-    if (const char* v = value("--servers=")) {
+    if (a == "--session") {
+      f->session = true;
+    } else if (const char* v = value("--servers=")) {
       std::string list = v;
       for (size_t start = 0; start <= list.size();) {
         size_t comma = list.find(',', start);
@@ -110,10 +120,11 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
       return false;
     }
   }
-  if (f->servers.empty() || f->steps < 1 || f->batch < 1) {
+  if ((f->servers.empty() && !f->session) || f->steps < 1 || f->batch < 1) {
     std::fprintf(stderr,
                  "usage: train_logreg --servers=host:port[,host:port...] [--job=NAME] "
-                 "[--worker=N --workers=N] [--steps=N] [--batch=N] [--consistency=MODE]\n");
+                 "[--worker=N --workers=N] [--steps=N] [--batch=N] [--consistency=MODE]\n"
+                 "       train_logreg --session [--steps=N] [--batch=N]   (a program job)\n");
     return false;
   }
   return true;
@@ -132,16 +143,28 @@ int main(int argc, char** argv) {
   Flags flags;
   if (!ParseFlags(argc, argv, &flags)) return 2;
 
-  ps::ClientOptions options;
-  options.servers = flags.servers;
-  options.job_id = flags.job;
-  options.worker_id = flags.worker;
-  options.num_workers = flags.workers;
-  options.consistency = flags.consistency;
-  options.staleness = 2;
-  auto connected = ps::Client::Connect(options);
-  if (!connected.ok()) return Fail("connect", connected.status());
-  ps::Client& client = **connected;
+  // A program job: the session knows the job, this worker and the servers, and the job file
+  // declares the tables (CreateTable returns them). Otherwise: the servers named.
+  std::unique_ptr<ps::Session> session;
+  std::unique_ptr<ps::Client> own_client;
+  if (flags.session) {
+    auto made = ps::Session::FromEnv();
+    if (!made.ok()) return Fail("session", made.status());
+    session = std::move(*made);
+    flags.worker = session->worker_id();
+  } else {
+    ps::ClientOptions options;
+    options.servers = flags.servers;
+    options.job_id = flags.job;
+    options.worker_id = flags.worker;
+    options.num_workers = flags.workers;
+    options.consistency = flags.consistency;
+    options.staleness = 2;
+    auto connected = ps::Client::Connect(options);
+    if (!connected.ok()) return Fail("connect", connected.status());
+    own_client = std::move(*connected);
+  }
+  ps::Client& client = session != nullptr ? session->client() : *own_client;
 
   ps::TableConfig weights_config;
   weights_config.name = "weights";
@@ -186,7 +209,13 @@ int main(int argc, char** argv) {
   ps::Pending in_flight = pull(cur_keys, cur_w, &cur_b);
   double loss_sum = 0;
   int loss_count = 0;
-  for (int step = 0; step < flags.steps; ++step) {
+  int64_t step = 0;
+  if (session != nullptr) {
+    auto first = session->Begin(flags.steps);  // 0, or where a restarted program resumes
+    if (!first.ok()) return Fail("session", first.status());
+    step = *first;
+  }
+  while (step < flags.steps) {
     if (absl::Status s = in_flight.Wait(); !s.ok()) return Fail("pull", s);
     // Start the next batch's pull now: it travels while this batch's gradients are computed.
     fill(next, next_keys);
@@ -208,11 +237,26 @@ int main(int argc, char** argv) {
     absl::Status pushed = client.Push(*weights, cur_keys, grads);
     if (pushed.ok()) pushed = client.Push(*bias, bias_key, absl::MakeConstSpan(&bias_grad, 1));
     if (!pushed.ok()) return Fail("push", pushed);
-    if (absl::Status s = client.Clock(); !s.ok()) return Fail("clock", s);
-
-    if ((step + 1) % 100 == 0 || step + 1 == flags.steps) {
-      std::printf("step %d/%d  loss %.4f\n", step + 1, flags.steps, loss_sum / loss_count);
+    const int64_t done = step + 1;
+    if (done % 100 == 0 || done == flags.steps) {
+      std::printf("step %lld/%d  loss %.4f\n", static_cast<long long>(done), flags.steps,
+                  loss_sum / loss_count);
       std::fflush(stdout);
+    }
+    if (session != nullptr) {
+      ps::StepReport report;
+      report.loss = loss_sum / loss_count;
+      report.samples = batch;
+      if (absl::Status s = session->Report(report); !s.ok()) return Fail("report", s);
+      // Advances the clock, recovers from a lost server, reports: the step to run next.
+      auto next_step = session->Next();
+      if (!next_step.ok()) return Fail("next step", next_step.status());
+      step = *next_step;
+    } else {
+      if (absl::Status s = client.Clock(); !s.ok()) return Fail("clock", s);
+      step = done;
+    }
+    if (done % 100 == 0) {
       loss_sum = 0;
       loss_count = 0;
     }
@@ -241,5 +285,10 @@ int main(int argc, char** argv) {
   const double accuracy = static_cast<double>(right) / test.size();
   const double best = static_cast<double>(teacher_right) / test.size();
   std::printf("held-out accuracy %.4f (the teacher's: %.4f)\n", accuracy, best);
+  if (session != nullptr) {
+    absl::Status s =
+        session->ReportEvaluation(std::nullopt, accuracy, {{"teacher_accuracy", best}});
+    if (!s.ok()) return Fail("report", s);
+  }
   return accuracy >= best - 0.05 ? 0 : 1;
 }

@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
+#include "common/printable.h"
 #include "common/status_macros.h"
 #include "ps/v1/agent.grpc.pb.h"
 #include "worker/daemon/job_checkpointer.h"
@@ -56,6 +57,7 @@ struct WorkerDaemon::ProgramRun {
   uint64_t client_epoch = 0;
   std::unique_ptr<JobCheckpointer> checkpointer;  // used under checkpoint_mu
   uint64_t checkpoint_requests_done = 0;
+  std::shared_ptr<WorkerMetrics::Job> metrics;  // null: no metrics
 };
 
 class WorkerDaemon::Agent final : public v1::WorkerAgent::Service {
@@ -107,6 +109,24 @@ class WorkerDaemon::Agent final : public v1::WorkerAgent::Service {
         run_->progress.set_test_loss(before.test_loss());
       }
       run_->last_report = absl::Now();
+      if (run_->metrics != nullptr) {
+        JobProgress jp;
+        jp.clock = p.clock();
+        jp.total_clocks = p.total_clocks();
+        jp.epoch = p.epoch();
+        jp.loss = p.loss();
+        jp.accuracy = p.accuracy();
+        jp.samples_per_second = p.samples_per_second();
+        jp.test_loss = run_->progress.test_loss();
+        jp.test_accuracy = run_->progress.test_accuracy();
+        run_->metrics->SetProgress(jp);
+        // Names as the scheduler keeps them (name characters, bounded); the first 16.
+        std::map<std::string, double> metrics;
+        for (const auto& [name, value] : p.metrics()) {
+          if (name.size() <= 64 && CheckName("metric", name, 1).ok()) metrics[name] = value;
+        }
+        run_->metrics->SetProgramMetrics(metrics);
+      }
       const v1::WorkerAssignment& a = *d.assignment_;
       resp->set_membership_epoch(a.membership_epoch());
       resp->set_rank(a.rank());
@@ -235,6 +255,7 @@ absl::Status WorkerDaemon::RunProgramJob(const v1::WorkerAssignment& a) {
   const v1::ProgramSpec& p = a.spec().program();
   ProgramRun run;
   run.key = KeyOf(a);
+  if (metrics_ != nullptr) run.metrics = metrics_->ForJob(a.job_id());
   run.dir = absl::StrCat(options_.work_dir, "/", a.job_id(), "/worker-", a.worker_id());
   run.log_path = run.dir + "/program.log";
   const std::string socket = run.dir + "/agent.sock";

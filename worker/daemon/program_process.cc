@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -156,17 +157,17 @@ ProgramProcess::~ProgramProcess() {
 }
 
 void ProgramProcess::WriteLog(const char* data, size_t size) {
-  if (log_fd_ < 0) return;
-  if (log_bytes_ + size > options_.max_log_bytes && log_bytes_ > 0) {
-    // Capped: the full log becomes .1 (replacing the older one) and a new one begins.
-    close(log_fd_);
-    std::rename(options_.log_path.c_str(), (options_.log_path + ".1").c_str());
-    log_fd_ = open(options_.log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
-    log_bytes_ = 0;
-    if (log_fd_ < 0) return;
-  }
-  while (size > 0) {
-    const ssize_t n = write(log_fd_, data, size);
+  while (size > 0 && log_fd_ >= 0) {
+    if (log_bytes_ >= options_.max_log_bytes) {
+      // Capped: the full log becomes .1 (replacing the older one) and a new one begins.
+      close(log_fd_);
+      std::rename(options_.log_path.c_str(), (options_.log_path + ".1").c_str());
+      log_fd_ = open(options_.log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+      log_bytes_ = 0;
+      if (log_fd_ < 0) return;
+    }
+    const size_t room = std::min<uint64_t>(size, options_.max_log_bytes - log_bytes_);
+    const ssize_t n = write(log_fd_, data, room);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return;  // a full disk: the tail in memory goes on
     data += n;

@@ -45,6 +45,11 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& registry)
                          .Name("ps_worker_test_accuracy")
                          .Help("Held-out accuracy (0..1) of the last evaluation (rank 0 only)")
                          .Register(registry)),
+      program_metric_(BuildGauge()
+                          .Name("ps_worker_program_metric")
+                          .Help("A program job's own figure, as its program last reported it "
+                                "(label name: the program's name for it; at most 16 per job)")
+                          .Register(registry)),
       compute_seconds_(BuildCounter()
                            .Name("ps_worker_compute_seconds_total")
                            .Help("Time of training steps spent outside push/pull RPCs (the "
@@ -142,6 +147,21 @@ WorkerMetrics::Job::~Job() {
   m->staleness_.Remove(&staleness_);
   absl::MutexLock l(&mu_);
   if (test_accuracy_ != nullptr) m->test_accuracy_.Remove(test_accuracy_);
+  for (auto& [name, gauge] : program_metrics_) m->program_metric_.Remove(gauge);
+}
+
+void WorkerMetrics::Job::SetProgramMetrics(const std::map<std::string, double>& metrics) {
+  absl::MutexLock l(&mu_);
+  for (const auto& [name, value] : metrics) {
+    auto it = program_metrics_.find(name);
+    if (it == program_metrics_.end()) {
+      if (program_metrics_.size() >= kMaxProgramMetrics) continue;
+      it = program_metrics_
+               .emplace(name, &metrics_->program_metric_.Add({{"job", job_id_}, {"name", name}}))
+               .first;
+    }
+    it->second->Set(value);
+  }
 }
 
 void WorkerMetrics::Job::RecordStep(int64_t examples, absl::Duration compute,

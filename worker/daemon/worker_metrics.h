@@ -60,6 +60,9 @@ class WorkerMetrics {
     // The runner's progress values (clock, loss, accuracy, samples/s; test accuracy once
     // evaluated).
     void SetProgress(const JobProgress& progress);
+    // A program job's own metrics (ps_worker_program_metric{job, name}); at most
+    // kMaxProgramMetrics names, the first ones seen.
+    void SetProgramMetrics(const std::map<std::string, double>& metrics);
 
    private:
     friend class WorkerMetrics;
@@ -84,7 +87,9 @@ class WorkerMetrics {
     absl::Mutex mu_;
     // Created at the first evaluation: no series before there is a value.
     prometheus::Gauge* test_accuracy_ ABSL_GUARDED_BY(mu_) = nullptr;
+    std::map<std::string, prometheus::Gauge*> program_metrics_ ABSL_GUARDED_BY(mu_);
   };
+  static constexpr size_t kMaxProgramMetrics = 16;
 
   // Registers the families in `registry`, which must outlive this. A name clash in the registry
   // is a programmer error (prometheus-cpp throws).
@@ -102,6 +107,7 @@ class WorkerMetrics {
   prometheus::Family<prometheus::Gauge>& loss_;
   prometheus::Family<prometheus::Gauge>& accuracy_;
   prometheus::Family<prometheus::Gauge>& test_accuracy_;
+  prometheus::Family<prometheus::Gauge>& program_metric_;
   prometheus::Family<prometheus::Counter>& compute_seconds_;
   prometheus::Family<prometheus::Counter>& communication_seconds_;
   prometheus::Family<prometheus::Counter>& hidden_communication_seconds_;
