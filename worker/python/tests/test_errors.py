@@ -259,3 +259,16 @@ def test_server_that_went_away(fresh_cluster, job_id):
         assert time.monotonic() - start < 15
     finally:
         c.close()
+
+
+def test_session_outside_a_program_job(monkeypatch):
+    # Session.from_env belongs to a program that a worker daemon runs (it sets PS_AGENT).
+    monkeypatch.delenv("PS_AGENT", raising=False)
+    with pytest.raises(ps.FailedPreconditionError, match="PS_AGENT is not set"):
+        ps.Session.from_env()
+
+
+def test_session_with_no_daemon_behind_it(monkeypatch, tmp_path):
+    monkeypatch.setenv("PS_AGENT", f"unix:{tmp_path}/agent.sock")
+    with pytest.raises(ps.Error, match="the worker daemon"):
+        ps.Session.from_env(rpc_timeout=2.0)
