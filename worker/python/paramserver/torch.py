@@ -29,14 +29,38 @@ A training loop with both::
         dense.push_pull()        # pushes the dense gradients, advances the clock, pulls
 """
 
+import contextlib
 import math
+import time
 
 import numpy as np
 import torch
 
 import paramserver as _ps
 
-__all__ = ["Embedding", "DenseParameters", "glorot_uniform"]
+__all__ = ["Embedding", "DenseParameters", "glorot_uniform", "communication"]
+
+# What the helpers of this module spent waiting on the servers, process-wide.
+_comm = {"seconds": 0.0, "keys_pulled": 0, "keys_pushed": 0}
+
+
+def communication():
+    """{"seconds", "keys_pulled", "keys_pushed"}: the time this process's Embedding and
+    DenseParameters calls waited on the servers (pulls, pushes, push_pull, waits for a
+    background push) and the keys they moved, since the process started. The difference of two
+    readings gives a step's (or an epoch's) share of communication."""
+    return dict(_comm)
+
+
+@contextlib.contextmanager
+def _waiting(pulled=0, pushed=0):
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        _comm["seconds"] += time.perf_counter() - start
+        _comm["keys_pulled"] += pulled
+        _comm["keys_pushed"] += pushed
 
 
 def glorot_uniform(rows, dim, seed=0):
@@ -138,7 +162,8 @@ class Embedding(torch.nn.Module):
         """Waits for a background push (async_push=True); raises its error, if any."""
         pending, self._pending = self._pending, None
         if pending is not None:
-            pending.wait()
+            with _waiting():
+                pending.wait()
 
     def _push(self, keys, grad_rows):
         if self.grad_scale != 1.0:
@@ -146,9 +171,11 @@ class Embedding(torch.nn.Module):
         grads = grad_rows.numpy()
         if self.async_push:
             self.flush()
+            _comm["keys_pushed"] += len(keys)
             self._pending = self.table.push_async(keys, grads)
         else:
-            self.table.push(keys, grads)
+            with _waiting(pushed=len(keys)):
+                self.table.push(keys, grads)
 
     def forward(self, ids):
         ids = torch.as_tensor(ids)
@@ -161,7 +188,8 @@ class Embedding(torch.nn.Module):
             return torch.zeros(*ids.shape, dim)
         unique, inverse = torch.unique(flat, sorted=True, return_inverse=True)
         keys = unique.contiguous().numpy()  # int64, checked non-negative by the pull
-        rows = torch.from_numpy(self.table.pull(keys))
+        with _waiting(pulled=len(keys)):
+            rows = torch.from_numpy(self.table.pull(keys))
         if torch.is_grad_enabled():
             out = _Lookup.apply(self._anchor, rows, inverse, keys, self)
         else:
@@ -262,18 +290,23 @@ class DenseParameters:
 
     def pull(self):
         """Copies the tables' current values into the module's parameters (in place)."""
-        self.client.pull_many(self._pull_ops())
+        ops = self._pull_ops()
+        with _waiting(pulled=sum(len(op[1]) for op in ops)):
+            self.client.pull_many(ops)
 
     def push(self):
         """Pushes each parameter's .grad (parameters without one are skipped)."""
         ops = self._push_ops()
         if ops:
-            self.client.push_many(ops)
+            with _waiting(pushed=sum(len(op[1]) for op in ops)):
+                self.client.push_many(ops)
 
     def push_pull(self, zero_grad=False):
         """One training step's round trip: pushes the gradients, advances the clock, pulls the
         new values into the parameters. zero_grad: then set the gradients to None."""
-        self.client.push_pull(push=self._push_ops(), pull=self._pull_ops())
+        push, pull = self._push_ops(), self._pull_ops()
+        with _waiting(pulled=sum(len(op[1]) for op in pull), pushed=sum(len(op[1]) for op in push)):
+            self.client.push_pull(push=push, pull=pull)
         if zero_grad:
             self.module.zero_grad(set_to_none=True)
 
