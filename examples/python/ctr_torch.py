@@ -35,9 +35,10 @@ import ctr_data  # noqa: E402
 
 
 # Adagrad for the sparse tables. The loss is a batch mean, so a row's gradient is about
-# 1/batch of an example's: the server's default initial accumulator (0.1) would dwarf the
-# squared gradients and shrink every step for a long while; a tiny one lets Adagrad scale each
-# row's steps by its own gradients from the first update.
+# 1/batch of an example's: against the server's default initial accumulator (0.1) the squared
+# gradients of most rows would stay negligible all run, leaving plain SGD steps of
+# lr * g / sqrt(0.1), far too small; a tiny accumulator lets Adagrad scale each row's steps
+# by that row's own gradients from its first update.
 SPARSE_OPTIMIZER = ps.Optimizer.adagrad(0.1, initial_accumulator=1e-5)
 DENSE_OPTIMIZER = ps.Optimizer.adam(0.002)
 
@@ -94,9 +95,11 @@ def train(model, dense_params, data, worker, steps, batch, log_every):
 def evaluate(model, data, examples):
     """(model's AUC, teacher's AUC) on the held-out set of `examples` examples."""
     ids, dense, labels = test = data.test_set(examples)
+    scores = []
     with torch.no_grad():
-        scores = [model(ctr_data.keys_of(ids[i:i + 4096]), torch.from_numpy(dense[i:i + 4096]))
-                  .numpy() for i in range(0, len(ids), 4096)]
+        for i in range(0, len(ids), 4096):
+            scores.append(model(ctr_data.keys_of(ids[i:i + 4096]),
+                                torch.from_numpy(dense[i:i + 4096])).numpy())
     return ctr_data.auc(labels, np.concatenate(scores)), data.teacher_auc(test)
 
 
