@@ -14,6 +14,13 @@ teacher's (the best any model can reach on this data).
 
     ctr_torch.py --servers=host:port,host:port [--worker=0 --workers=1]
                  [--consistency=sync|ssp|async] [--steps=400] [--batch=1024]
+    ctr_torch.py --session [--steps=400] [--batch=1024]
+
+With --session it is a program job's program (deploy/jobs/ctr_torch.textproto): the worker
+daemon names the job, the worker and the servers, the job file declares the tables (with the
+optimizers above), the loop is paramserver.Session.steps() (it resumes by itself after a
+server is lost), and the progress (loss, samples/s, keys pulled per second, the share of the
+step time spent waiting on the servers) and the result (auc, teacher_auc) go to psctl status.
 
 Prints progress lines ("step 100/400 loss 0.44 ...") and, on worker 0, a last line
 "auc 0.8812 teacher_auc 0.8990". Exits 0 on success, 1 on an error.
@@ -69,27 +76,59 @@ class WideAndDeep(torch.nn.Module):
         return wide + self.mlp(torch.cat([emb.flatten(1), dots, dense], dim=1))[:, 0]
 
 
+def train_step(model, dense_params, data, stream, step, batch, loss_fn):
+    """One step of stream `stream`'s batch `step`: forward, backward (the embeddings' backward
+    pushes their rows' gradients), then the MLP's push_pull (push its gradients, advance the
+    clock, pull it). Returns the batch's loss."""
+    ids, dense, labels = data.batch(stream, step, batch)
+    keys = ctr_data.keys_of(ids)
+    logits = model(keys, torch.from_numpy(dense))
+    loss = loss_fn(logits, torch.from_numpy(labels))
+    model.mlp.zero_grad(set_to_none=True)
+    loss.backward()
+    dense_params.push_pull()
+    return float(loss)
+
+
 def train(model, dense_params, data, worker, steps, batch, log_every):
     """The training loop: `steps` batches of worker `worker`'s stream, one clock tick each."""
     loss_fn = torch.nn.BCEWithLogitsLoss()
     start = time.monotonic()
-    running, keys_pulled = 0.0, 0
+    running = 0.0
+    comm0 = pst.communication()
     for step in range(steps):
-        ids, dense, labels = data.batch(worker, step, batch)
-        keys = ctr_data.keys_of(ids)
-        logits = model(keys, torch.from_numpy(dense))
-        loss = loss_fn(logits, torch.from_numpy(labels))
-        model.mlp.zero_grad(set_to_none=True)
-        loss.backward()           # the embeddings' backward pushes their rows' gradients
-        dense_params.push_pull()  # push the MLP's gradients, advance the clock, pull it
-        running += float(loss)
-        keys_pulled += 2 * len(np.unique(keys))
+        running += train_step(model, dense_params, data, worker, step, batch, loss_fn)
         if (step + 1) % log_every == 0 or step + 1 == steps:
             elapsed = time.monotonic() - start
+            comm = pst.communication()
             print(f"step {step + 1}/{steps} loss {running / (step % log_every + 1):.4f} "
                   f"samples/s {(step + 1) * batch / elapsed:.0f} "
-                  f"keys/s {keys_pulled / elapsed:.0f}", flush=True)
+                  f"keys/s {(comm['keys_pulled'] - comm0['keys_pulled']) / elapsed:.0f} "
+                  f"communication {100 * (comm['seconds'] - comm0['seconds']) / elapsed:.0f}%",
+                  flush=True)
             running = 0.0
+
+
+def train_session(session, model, dense_params, data, steps, batch, log_every):
+    """The same loop as a program job's: Session.steps() gives the steps (it resumes after a
+    restart or a lost server by itself), and each step's figures go to psctl status."""
+    loss_fn = torch.nn.BCEWithLogitsLoss()
+    start, comm0, last = time.monotonic(), pst.communication(), (time.monotonic(), 0.0)
+    for step in session.steps(steps):
+        # Each worker's stream is its rank's: a worker that joins in a dead one's place goes on
+        # with that stream, and a redone step (after a rollback) reads the same batch again.
+        loss = train_step(model, dense_params, data, session.rank, step, batch, loss_fn)
+        now, comm = time.monotonic(), pst.communication()
+        elapsed = now - start
+        session.report(loss=loss, samples=batch,
+                       keys_pulled_per_s=(comm["keys_pulled"] - comm0["keys_pulled"]) / elapsed,
+                       communication_share=(comm["seconds"] - comm0["seconds"]) / elapsed)
+        if (step + 1) % log_every == 0 or step + 1 == steps:
+            print(f"step {step + 1}/{steps} loss {loss:.4f} "
+                  f"samples/s {(step + 1) * batch / elapsed:.0f} "
+                  f"keys/s {(comm['keys_pulled'] - comm0['keys_pulled']) / elapsed:.0f} "
+                  f"communication {100 * (comm['seconds'] - comm0['seconds']) / elapsed:.0f}%",
+                  flush=True)
 
 
 def evaluate(model, data, examples):
@@ -105,7 +144,9 @@ def evaluate(model, data, examples):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--servers", required=True, help="host:port,... in shard-map order")
+    p.add_argument("--servers", help="host:port,... in shard-map order")
+    p.add_argument("--session", action="store_true",
+                   help="a program job's program: the worker daemon names everything else")
     p.add_argument("--job_id", default="ctr")
     p.add_argument("--worker", type=int, default=0)
     p.add_argument("--workers", type=int, default=1)
@@ -117,20 +158,31 @@ def main():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--log_every", type=int, default=100)
     a = p.parse_args()
+    if not a.session and not a.servers:
+        p.error("give --servers (standalone) or --session (a program job)")
     torch.manual_seed(a.seed)
     torch.set_num_threads(1)
 
     data = ctr_data.CtrData(a.seed)
-    client = ps.Client(a.servers.split(","), job_id=a.job_id, worker_id=a.worker,
-                       num_workers=a.workers, consistency=a.consistency, staleness=a.staleness)
+    session = ps.Session.from_env() if a.session else None
+    client = session.client if session else ps.Client(
+        a.servers.split(","), job_id=a.job_id, worker_id=a.worker, num_workers=a.workers,
+        consistency=a.consistency, staleness=a.staleness)
     model = WideAndDeep(client)
     dense_params = pst.DenseParameters(client, model.mlp, optimizer=DENSE_OPTIMIZER,
                                        prefix="ctr_mlp/", seed=a.seed)
-    train(model, dense_params, data, a.worker, a.steps, a.batch, a.log_every)
-    if a.worker == 0:
+    if session:
+        train_session(session, model, dense_params, data, a.steps, a.batch, a.log_every)
+        dense_params.pull()
+    else:
+        train(model, dense_params, data, a.worker, a.steps, a.batch, a.log_every)
+    if session or a.worker == 0:
         auc, teacher_auc = evaluate(model, data, a.test_examples)
         print(f"auc {auc:.4f} teacher_auc {teacher_auc:.4f}", flush=True)
-    client.close()
+        if session:
+            session.report_evaluation(auc=auc, teacher_auc=teacher_auc)
+    if not session:
+        client.close()
     return 0
 
 

@@ -110,7 +110,8 @@ std::string ProgressSummary(const JobInfo& job) {
   if (p.total_clocks() > 0) {
     absl::StrAppendFormat(&s, " (%.1f%%)", 100.0 * p.clock() / p.total_clocks());
   }
-  absl::StrAppendFormat(&s, ", loss %.4f, accuracy %s", p.loss(), Percent(p.accuracy()));
+  absl::StrAppendFormat(&s, ", loss %.4f", p.loss());
+  if (p.accuracy() >= 0) absl::StrAppend(&s, ", accuracy ", Percent(p.accuracy()));
   if (!p.metrics().empty()) absl::StrAppend(&s, ",", MetricsText(p));
   return s;
 }
@@ -130,9 +131,11 @@ std::string WatchLine(const JobInfo& job, double step_rate) {
     if (!job.reason().empty()) absl::StrAppend(&line, ": ", job.reason());
     return line;
   }
-  absl::StrAppendFormat(&line, " %s %5.1f%% epoch %s clock %d/%d loss %.4f acc %.1f%%",
-                        ProgressBar(job, 20), 100.0 * p.clock() / p.total_clocks(), EpochOf(job),
-                        p.clock(), p.total_clocks(), p.loss(), 100 * p.accuracy());
+  absl::StrAppendFormat(&line, " %s %5.1f%% epoch %s clock %d/%d loss %.4f", ProgressBar(job, 20),
+                        100.0 * p.clock() / p.total_clocks(), EpochOf(job), p.clock(),
+                        p.total_clocks(), p.loss());
+  // A program that reports no training accuracy sends -1.
+  if (p.accuracy() >= 0) absl::StrAppendFormat(&line, " acc %.1f%%", 100 * p.accuracy());
   if (p.test_accuracy() > 0) absl::StrAppendFormat(&line, " test %.1f%%", 100 * p.test_accuracy());
   absl::StrAppend(&line, MetricsText(p));
   absl::StrAppendFormat(&line, " %.0f samples/s ETA %s", p.samples_per_second(),
@@ -157,7 +160,8 @@ std::string FinalLine(const JobInfo& job) {
     } else {
       absl::StrAppend(&line, ": no test accuracy (evaluate is off)");
     }
-    absl::StrAppendFormat(&line, ", train loss %.4f accuracy %s", p.loss(), Percent(p.accuracy()));
+    absl::StrAppendFormat(&line, ", train loss %.4f", p.loss());
+    if (p.accuracy() >= 0) absl::StrAppend(&line, " accuracy ", Percent(p.accuracy()));
     if (!p.metrics().empty()) absl::StrAppend(&line, ";", MetricsText(p));
   } else if (!job.reason().empty()) {
     absl::StrAppend(&line, ": ", job.reason());

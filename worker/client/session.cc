@@ -160,7 +160,6 @@ class Session::Impl {
     total_ = total;
     per_epoch_ = per_epoch;
     step_clock_ = client_->clock();
-    epoch_start_ = absl::Now();
     PS_RETURN_IF_ERROR(SendReport(/*evaluation=*/false));
     return std::min(step_clock_, total_);
   }
@@ -172,7 +171,6 @@ class Session::Impl {
     if (state_->interrupted() || NewerMap()) {
       PS_RETURN_IF_ERROR(Recover());
     } else {
-      pending_.clear_loss();
       PS_RETURN_IF_ERROR(SendReport(false));
     }
     step_clock_ = client_->clock();
@@ -387,7 +385,7 @@ class Session::Impl {
     for (double v : losses_) loss += v;
     for (double v : accuracies_) acc += v;
     p->set_loss(losses_.empty() ? 0 : loss / losses_.size());
-    p->set_accuracy(accuracies_.empty() ? 0 : acc / accuracies_.size());
+    p->set_accuracy(accuracies_.empty() ? -1 : acc / accuracies_.size());  // -1: none reported
     p->set_test_loss(test_loss_);
     p->set_test_accuracy(test_accuracy_);
     int64_t samples = 0;
@@ -430,12 +428,10 @@ class Session::Impl {
   int64_t total_ = 0;
   int64_t per_epoch_ = 0;
   int64_t step_clock_ = 0;  // the clock at the start of the current step
-  absl::Time epoch_start_;
   std::deque<double> losses_, accuracies_;
   std::deque<std::pair<absl::Time, int64_t>> samples_;
   std::map<std::string, double> metrics_;
   double test_loss_ = -1, test_accuracy_ = -1;
-  v1::WorkerProgress pending_;
   std::atomic<int> recoveries_{0};
 };
 
