@@ -6,7 +6,10 @@
 # them (psctl status: auc, teacher_auc); samples/s, keys pulled per second and the
 # communication share are printed.
 # Usage: ctr_program_test.sh BUILD_DIR
+# The benchmark size (docs/benchmarks.md), about 2.4 million rows per sparse table:
+#   CTR_STEPS=1000 CTR_BATCH=4096 CTR_MODES=sync tests/ctr_program_test.sh build
 set -euo pipefail
+steps=${CTR_STEPS:-400} batch=${CTR_BATCH:-1024} modes=${CTR_MODES:-sync async}
 repo=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "$1" && pwd)
 sched_bin=$build/scheduler/ps_scheduler server_bin=$build/server/ps_server
@@ -32,9 +35,11 @@ source "$(dirname "$0")/lib/jobs.sh"  # wait_nodes, json, wait_done, ...
 wait_nodes 4
 sed -e "s#working_dir: \".\"#working_dir: \"$repo\"#" \
   -e "s#value: \"build/python\"#value: \"$build/python\"#" \
+  -e "s#\"--steps=400\"#\"--steps=$steps\"#" -e "s#\"--batch=1024\"#\"--batch=$batch\"#" \
   "$repo/deploy/jobs/ctr_torch.textproto" >"$dir/ctr.textproto"
+grep -q -- "--steps=$steps" "$dir/ctr.textproto" || fail "the job file's argv changed: update this test"
 
-for mode in sync async; do
+for mode in $modes; do
   echo "== $mode"
   start=$(date +%s)
   job=$(psctl submit "$dir/ctr.textproto" --consistency="$mode")
@@ -42,10 +47,12 @@ for mode in sync async; do
   [ "$state" = SUCCEEDED ] || fail "$job ($mode): $state: $(json status "$job" "d.get('reason','')")"
   metric() { json status "$job" "d['progress']['metrics']['$1']"; }
   auc=$(metric auc) teacher=$(metric teacher_auc)
-  echo "$job ($mode) in $(($(date +%s) - start)) s: auc $auc teacher_auc $teacher;" \
-    "$(json status "$job" "round(d['progress']['samplesPerSecond'])") samples/s per worker," \
-    "$(metric keys_pulled_per_s) keys pulled/s per worker," \
-    "communication $(metric communication_share) of the step time (rank 0)"
+  echo "$job ($mode, $steps steps x $batch) in $(($(date +%s) - start)) s: auc $auc teacher_auc" \
+    "$teacher; rank 0: $(json status "$job" "round(d['progress']['samplesPerSecond'])")" \
+    "samples/s, $(json status "$job" "round(d['progress']['metrics']['keys_pulled_per_s'])")" \
+    "keys pulled/s, $(json status "$job" \
+      "round(100 * d['progress']['metrics']['communication_share'])")% of its time waiting" \
+    "on the servers"
   bound=0.02
   [ "$mode" = async ] && bound=0.03
   python3 -c "import sys; sys.exit(0 if $teacher - $auc <= $bound else 1)" ||
