@@ -310,6 +310,9 @@ absl::Status WorkerDaemon::RunProgramJob(const v1::WorkerAssignment& a) {
                                               : absl::InfiniteDuration();
   absl::Status result;
   for (int start = 1;; ++start) {
+    // A first start begins a new log (a scheduler started afresh reuses job ids); restarts add
+    // to it.
+    po.truncate_log = start == 1;
     auto process = ProgramProcess::Start(po);
     if (!process.ok()) {
       result = process.status();

@@ -27,6 +27,7 @@ struct ProgramProcessOptions {
   std::map<std::string, std::string> env;  // added to (or replacing in) the daemon's environment
   std::string working_dir;                 // must exist
   std::string log_path;                    // stdout and stderr, appended
+  bool truncate_log = false;               // start the log afresh (a job's first start)
   // When the log reaches this size it is moved to log_path + ".1" (replacing an older one) and
   // a new one begins: at most twice this on disk.
   uint64_t max_log_bytes = uint64_t{64} << 20;
