@@ -237,7 +237,9 @@ int Commands::List() {
     }
     table.AddRow({job.job_id(), job.spec().name().empty() ? "-" : job.spec().name(),
                   v1::JobState_Name(job.state()),
-                  job.spec().model().empty() ? "-" : job.spec().model(),
+                  job.spec().has_program()
+                      ? "program"
+                      : (job.spec().model().empty() ? "-" : job.spec().model()),
                   absl::StrCat(job.worker_nodes_size(), "/", job.spec().num_workers()), progress,
                   Age(job.submit_time_unix_ms(), now), job.reason()});
   }
