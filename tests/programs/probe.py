@@ -11,6 +11,7 @@ It trains nothing useful: each step pulls and pushes rows of the job's declared 
   undeclared  after --at steps uses a table the job file does not declare
   flood       writes --flood_mb MiB to stderr, then runs like ok
   slow        like ok, sleeping --sleep seconds per step (cancel and kill tests)
+--checkpoint_at=N asks for a checkpoint at step N (on the worker of rank 0).
 Every mode prints "probe pid N" first (tests find the process by it).
 """
 import argparse
@@ -31,6 +32,8 @@ def main():
     p.add_argument("--at", type=int, default=5)
     p.add_argument("--flood_mb", type=int, default=0)
     p.add_argument("--sleep", type=float, default=0.0)
+    p.add_argument("--checkpoint_at", type=int, default=-1,
+                   help="at this step, ask for a checkpoint (session.request_checkpoint)")
     a = p.parse_args()
     print(f"probe pid {os.getpid()} mode {a.mode}", flush=True)
     if a.mode == "flood":
@@ -42,6 +45,8 @@ def main():
     w = session.table("w")
     keys = np.arange(w.rows, dtype=np.uint64)
     for step in session.steps(a.steps):
+        if step == a.checkpoint_at and session.rank == 0:
+            session.request_checkpoint()
         if step == a.at:
             if a.mode == "crash":
                 os.kill(os.getpid(), signal.SIGSEGV)
