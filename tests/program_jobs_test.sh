@@ -3,12 +3,12 @@
 #  1. bad job files are refused at submit with a clear message (no model and no program,
 #     duplicate table names, dim 0, a relative argv[0]);
 #  2. bad programs end in FAILED with a reason that says why, and no daemon dies: a program
-#     that does not exist, is not executable, exits 3 (restarted once first), is killed by
+#     that does not exist, is not executable, exits at once, exits 3 (restarted once first), is killed by
 #     SIGSEGV, hangs without reporting (progress_timeout), reports a NaN loss, or uses a table
 #     its job did not declare; one that floods stderr succeeds with its log capped;
 #  3. psctl cancel stops a job's programs (SIGTERM, then SIGKILL after the grace);
 #  4. a worker daemon SIGKILLed takes its program with it; the job goes on on the spare worker
-#     and succeeds;
+#     and succeeds (and the checkpoint its program asked for is complete);
 #  5. the PyTorch Fashion-MNIST program (examples/python/fashion_torch.py, 5 epochs) via psctl submit
 #     reaches 85% test accuracy; psctl status --watch shows its progress, psctl logs its output;
 #  6. the same job with one of its servers SIGKILLed mid-way: it succeeds without anyone
@@ -103,6 +103,7 @@ submit_probe missing "does not exist" '["/nonexistent/train"]'
 submit_probe not_executable "is not executable" "[\"$dir/not_executable.py\"]"
 submit_probe exit3 "exited with status 3 \\(start 2\\).*giving up with status 3" \
   "$(probe_argv --mode=exit3)" "max_restarts: 1"
+submit_probe exits_at_once "exited with status 1; it wrote nothing to stderr" '["/bin/false"]'
 submit_probe crash "killed by signal 11" "$(probe_argv --mode=crash)"
 submit_probe hang "reported no progress" "$(probe_argv --mode=hang)" \
   "progress_timeout_seconds: 3"
@@ -158,7 +159,8 @@ gone "$p0" 5 && gone "$p1" 5 || fail "programs $p0 $p1 still run after cancel"
 echo "ok: cancel stopped programs $p0 and $p1 ($(wait_done "$job"))"
 
 echo "== 4. a worker daemon SIGKILLed takes its program with it; the job goes on"
-probe_spec "$dir/slow2.textproto" 2 "$(probe_argv --mode=slow --steps=150 --sleep=0.05)"
+probe_spec "$dir/slow2.textproto" 2 \
+  "$(probe_argv --mode=slow --steps=150 --sleep=0.05 --checkpoint_at=3)"
 job=$(psctl submit "$dir/slow2.textproto")
 wait_clock "$job" 10
 node=$(json status "$job" "d['workerNodes'][1]")
@@ -169,6 +171,9 @@ for i in 0 1 2; do [ "${worker_pids[$i]}" = "$wpid" ] && worker_pids[$i]=dead; d
 gone "$prog" 3 || fail "program $prog outlived its worker daemon $wpid"
 [ "$(wait_done "$job")" = SUCCEEDED ] || fail "$job after a worker kill: $(reason_of "$job")"
 echo "ok: worker daemon $wpid killed, its program $prog ended with it; $job SUCCEEDED"
+[ "$(json checkpoints "$job" "[c['state'] for c in d.get('checkpoints', [])]")" = "['CHECKPOINT_COMPLETE']" ] ||
+  fail "$job: the checkpoint its program asked for: $(psctl checkpoints "$job")"
+echo "ok: the checkpoint the program asked for (session.request_checkpoint) is COMPLETE"
 psctl events "$job" | grep -E "dead|joined" | head -3
 "$worker_bin" --scheduler="$sched" --work_dir="$dir/w" >"$dir/worker3.log" 2>&1 &
 pids+=($!)
