@@ -66,30 +66,30 @@ class WorkerDaemon::Agent final : public v1::WorkerAgent::Service {
 
   grpc::Status GetAssignment(grpc::ServerContext* ctx, const v1::GetAssignmentRequest* req,
                              v1::WorkerAssignment* resp) override {
-    WorkerDaemon& d = *daemon_;
     const absl::Duration wait =
         std::min(absl::Milliseconds(std::max<int64_t>(0, req->wait_ms())), absl::Seconds(60));
-    absl::MutexLock l(&d.mu_);
-    auto ready = [&]() ABSL_SHARED_LOCKS_REQUIRED(d.mu_) {
-      return d.stopping_ || run_->ending || ctx->IsCancelled() || !Ours() ||
-             d.assignment_->shard_epoch() > req->min_shard_epoch();
+    absl::MutexLock l(&daemon_->mu_);
+    auto ready = [&]() ABSL_SHARED_LOCKS_REQUIRED(daemon_->mu_) {
+      return daemon_->stopping_ || run_->ending || ctx->IsCancelled() || !Ours() ||
+             daemon_->assignment_->shard_epoch() > req->min_shard_epoch();
     };
-    if (wait > absl::ZeroDuration()) d.mu_.AwaitWithTimeout(absl::Condition(&ready), wait);
+    if (wait > absl::ZeroDuration()) {
+      daemon_->mu_.AwaitWithTimeout(absl::Condition(&ready), wait);
+    }
     if (!Ours()) {
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                           "this worker no longer runs the job (cancelled or reassigned)");
     }
-    *resp = *d.assignment_;
+    *resp = *daemon_->assignment_;
     return grpc::Status::OK;
   }
 
   grpc::Status Report(grpc::ServerContext*, const v1::ReportRequest* req,
                       v1::ReportResponse* resp) override {
-    WorkerDaemon& d = *daemon_;
     const v1::WorkerProgress& p = req->progress();
     bool checkpoint = false;
     {
-      absl::MutexLock l(&d.mu_);
+      absl::MutexLock l(&daemon_->mu_);
       if (!Ours()) {
         return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                             "this worker no longer runs the job (cancelled or reassigned)");
@@ -127,7 +127,7 @@ class WorkerDaemon::Agent final : public v1::WorkerAgent::Service {
         }
         run_->metrics->SetProgramMetrics(metrics);
       }
-      const v1::WorkerAssignment& a = *d.assignment_;
+      const v1::WorkerAssignment& a = *daemon_->assignment_;
       resp->set_membership_epoch(a.membership_epoch());
       resp->set_rank(a.rank());
       resp->set_num_workers(static_cast<uint32_t>(a.worker_ids_size()));
@@ -175,7 +175,7 @@ class WorkerDaemon::Agent final : public v1::WorkerAgent::Service {
   }
 
  private:
-  bool Ours() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(daemon_->mu_) {
+  bool Ours() const ABSL_SHARED_LOCKS_REQUIRED(daemon_->mu_) {
     return daemon_->assignment_.has_value() && KeyOf(*daemon_->assignment_) == run_->key;
   }
 
