@@ -7,7 +7,8 @@
 # written (a daemon that dies of a report can go unnoticed by a test that tolerates deaths).
 #   address: ASan (leaks included) + UBSan: every gtest suite and the multi-process tests but
 #            chaos, recovery_e2e and client_install (docs/testing.md says why).
-#   thread:  TSan: the server, client (worker/client) and scheduler gtest suites.
+#   thread:  TSan: the server, client (worker/client) and scheduler gtest suites, and the
+#            check of its Abseil shim (tsan_shim_selftest).
 # Usage: tests/sanitizers/run.sh address|thread [extra ctest arguments]
 # Environment: BUILD_DIR (build-asan / build-tsan).
 set -euo pipefail
@@ -61,7 +62,8 @@ echo "sanitizers: $mode: built in $((built - start)) s"
 logs=$(cd "$build" && pwd)/sanitizer-reports
 rm -rf "$logs"
 mkdir -p "$logs"
-# One log_path for all: the runtimes share it (the last one parsed wins). Reports: report.<pid>.
+# One log_path for all: ASan and TSan also read UBSAN_OPTIONS, and the last one read wins.
+# Reports: report.<pid>.
 export ASAN_OPTIONS="log_path=$logs/report:detect_leaks=1:abort_on_error=0:allocator_may_return_null=0:check_initialization_order=1"
 export LSAN_OPTIONS="suppressions=$root/tests/sanitizers/lsan.supp:print_suppressions=0"
 export UBSAN_OPTIONS="log_path=$logs/report:print_stacktrace=1:halt_on_error=1"
