@@ -94,9 +94,10 @@ TEST(SchedulerServerTest, ShutdownIsBoundedWithCallsHeldOpen) {
   EXPECT_LT(took, absl::Seconds(5)) << "Shutdown took " << took;
 
   for (auto& context : contexts) context->TryCancel();
+  // Finish writes each status when its tag comes out of cq below: they outlive the loop.
+  std::vector<grpc::Status> statuses(kCalls);
   for (int i = 0; i < kCalls; ++i) {
-    grpc::Status status;
-    calls[i]->Finish(&status, reinterpret_cast<void*>(static_cast<intptr_t>(100 + i)));
+    calls[i]->Finish(&statuses[i], reinterpret_cast<void*>(static_cast<intptr_t>(100 + i)));
   }
   cq.Shutdown();
   void* tag = nullptr;

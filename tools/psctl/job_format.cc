@@ -208,7 +208,9 @@ std::string FormatBytes(uint64_t bytes) {
     value /= 1024;
     ++unit;
   }
-  return absl::StrFormat(unit < 2 ? "%.1f %s" : "%.2f %s", value, kUnits[unit]);
+  // (Two calls: clang checks a StrFormat format only when it is a constant.)
+  if (unit < 2) return absl::StrFormat("%.1f %s", value, kUnits[unit]);
+  return absl::StrFormat("%.2f %s", value, kUnits[unit]);
 }
 
 std::string CheckpointStateName(v1::CheckpointState state) {

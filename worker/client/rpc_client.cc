@@ -534,7 +534,10 @@ absl::Status RpcClient::ResolveDims(const std::vector<TableOp>& ops, std::vector
 namespace {
 RpcHandle FailedHandle(const absl::Status& s) {
   auto state = std::make_shared<RpcHandle::State>();
-  state->pending = 1;
+  {
+    absl::MutexLock l(&state->mu);  // not shared yet, but pending is guarded by mu
+    state->pending = 1;
+  }
   state->Finish(s, 0, absl::ZeroDuration());
   return RpcHandle(std::move(state));
 }
