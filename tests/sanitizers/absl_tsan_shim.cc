@@ -41,10 +41,10 @@ void* Real(const char* name) {
 }
 
 // The function pointer of `name` with type T (a type's name), looked up once.
-#define PS_REAL(T, name)                                 \
-  ([]() -> T {                                           \
-    static T f = reinterpret_cast<T>(Real(name));        \
-    return f;                                            \
+#define PS_REAL(T, name)                          \
+  ([]() -> T {                                    \
+    static T f = reinterpret_cast<T>(Real(name)); \
+    return f;                                     \
   }())
 
 constexpr intptr_t kMuWriter = 0x0008;  // mutex.cc: the mutex is held by a writer
@@ -168,9 +168,8 @@ void Mutex::ReaderUnlock() {
 }
 
 void Mutex::LockWhen(const Condition& cond) {
-  Locking(this, 0, false, [&] {
-    return PS_REAL(WhenFn, M("8LockWhenERKNS0_9ConditionE"))(this, cond), true;
-  });
+  Locking(this, 0, false,
+          [&] { return PS_REAL(WhenFn, M("8LockWhenERKNS0_9ConditionE"))(this, cond), true; });
 }
 
 void Mutex::ReaderLockWhen(const Condition& cond) {
@@ -193,8 +192,8 @@ bool Mutex::LockWhenWithTimeout(const Condition& cond, Duration timeout) {
 bool Mutex::LockWhenWithDeadline(const Condition& cond, Time deadline) {
   bool r = false;
   Locking(this, 0, false, [&] {
-    r = PS_REAL(WhenDeadlineFn, M("20LockWhenWithDeadlineERKNS0_9ConditionENS0_4TimeE"))(
-        this, cond, deadline);
+    r = PS_REAL(WhenDeadlineFn, M("20LockWhenWithDeadlineERKNS0_9ConditionENS0_4TimeE"))(this, cond,
+                                                                                         deadline);
     return true;
   });
   return r;
@@ -203,9 +202,8 @@ bool Mutex::LockWhenWithDeadline(const Condition& cond, Time deadline) {
 bool Mutex::ReaderLockWhenWithTimeout(const Condition& cond, Duration timeout) {
   bool r = false;
   Locking(this, __tsan_mutex_read_lock, false, [&] {
-    r = PS_REAL(WhenTimeoutFn,
-                M("25ReaderLockWhenWithTimeoutERKNS0_9ConditionENS0_8DurationE"))(this, cond,
-                                                                                   timeout);
+    r = PS_REAL(WhenTimeoutFn, M("25ReaderLockWhenWithTimeoutERKNS0_9ConditionENS0_8DurationE"))(
+        this, cond, timeout);
     return true;
   });
   return r;
@@ -214,9 +212,8 @@ bool Mutex::ReaderLockWhenWithTimeout(const Condition& cond, Duration timeout) {
 bool Mutex::ReaderLockWhenWithDeadline(const Condition& cond, Time deadline) {
   bool r = false;
   Locking(this, __tsan_mutex_read_lock, false, [&] {
-    r = PS_REAL(WhenDeadlineFn,
-                M("26ReaderLockWhenWithDeadlineERKNS0_9ConditionENS0_4TimeE"))(this, cond,
-                                                                                deadline);
+    r = PS_REAL(WhenDeadlineFn, M("26ReaderLockWhenWithDeadlineERKNS0_9ConditionENS0_4TimeE"))(
+        this, cond, deadline);
     return true;
   });
   return r;
@@ -238,8 +235,8 @@ bool Mutex::AwaitWithTimeout(const Condition& cond, Duration timeout) {
 
 bool Mutex::AwaitWithDeadline(const Condition& cond, Time deadline) {
   return Rewait(this, [&] {
-    return PS_REAL(WhenDeadlineFn, M("17AwaitWithDeadlineERKNS0_9ConditionENS0_4TimeE"))(
-        this, cond, deadline);
+    return PS_REAL(WhenDeadlineFn, M("17AwaitWithDeadlineERKNS0_9ConditionENS0_4TimeE"))(this, cond,
+                                                                                         deadline);
   });
 }
 
@@ -252,15 +249,15 @@ void CondVar::Wait(Mutex* mu) {
 
 bool CondVar::WaitWithTimeout(Mutex* mu, Duration timeout) {
   return Rewait(mu, [&] {
-    return PS_REAL(CvTimeoutFn,
-                   CV("15WaitWithTimeoutEPNS0_5MutexENS0_8DurationE"))(this, mu, timeout);
+    return PS_REAL(CvTimeoutFn, CV("15WaitWithTimeoutEPNS0_5MutexENS0_8DurationE"))(this, mu,
+                                                                                    timeout);
   });
 }
 
 bool CondVar::WaitWithDeadline(Mutex* mu, Time deadline) {
   return Rewait(mu, [&] {
-    return PS_REAL(CvDeadlineFn,
-                   CV("16WaitWithDeadlineEPNS0_5MutexENS0_4TimeE"))(this, mu, deadline);
+    return PS_REAL(CvDeadlineFn, CV("16WaitWithDeadlineEPNS0_5MutexENS0_4TimeE"))(this, mu,
+                                                                                  deadline);
   });
 }
 
@@ -280,16 +277,14 @@ void Notification::WaitForNotification() const {
 
 bool Notification::WaitForNotificationWithTimeout(Duration timeout) const {
   Nesting nesting;
-  bool r = PS_REAL(NTimeoutFn,
-                   N("30WaitForNotificationWithTimeoutENS0_8DurationE"))(this, timeout);
+  bool r = PS_REAL(NTimeoutFn, N("30WaitForNotificationWithTimeoutENS0_8DurationE"))(this, timeout);
   if (r) __tsan_acquire(NotifiedFlag(this));
   return r;
 }
 
 bool Notification::WaitForNotificationWithDeadline(Time deadline) const {
   Nesting nesting;
-  bool r = PS_REAL(NDeadlineFn,
-                   N("31WaitForNotificationWithDeadlineENS0_4TimeE"))(this, deadline);
+  bool r = PS_REAL(NDeadlineFn, N("31WaitForNotificationWithDeadlineENS0_4TimeE"))(this, deadline);
   if (r) __tsan_acquire(NotifiedFlag(this));
   return r;
 }
@@ -299,8 +294,7 @@ bool Notification::WaitForNotificationWithDeadline(Time deadline) const {
 bool BlockingCounter::DecrementCount() {
   Nesting nesting;
   __tsan_release(this);
-  return PS_REAL(CountFn,
-                 "_ZN4absl7debian315BlockingCounter14DecrementCountEv")(this);
+  return PS_REAL(CountFn, "_ZN4absl7debian315BlockingCounter14DecrementCountEv")(this);
 }
 
 void BlockingCounter::Wait() {

@@ -40,7 +40,8 @@ int main(int argc, char** argv) {
   const int value = handed_over;
   {
     absl::MutexLock l(&mu);
-    mu.Await(absl::Condition(+[](int* g) { return *g == 2000; }, &guarded));
+    mu.Await(absl::Condition(
+        +[](int* g) { return *g == 2000; }, &guarded));
   }
   a.join();
   b.join();

@@ -142,9 +142,9 @@ absl::StatusOr<std::unique_ptr<ProgramProcess>> ProgramProcess::Start(
 
 ProgramProcess::ProgramProcess(pid_t pid, int out_fd, int err_fd, ProgramProcessOptions options)
     : pid_(pid), options_(std::move(options)), out_fd_(out_fd), err_fd_(err_fd) {
-  log_fd_ = open(options_.log_path.c_str(),
-                 O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (options_.truncate_log ? O_TRUNC : 0),
-                 0640);
+  log_fd_ =
+      open(options_.log_path.c_str(),
+           O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (options_.truncate_log ? O_TRUNC : 0), 0640);
   if (log_fd_ >= 0) {
     struct stat st;
     if (fstat(log_fd_, &st) == 0) log_bytes_ = static_cast<uint64_t>(st.st_size);
