@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets (clang, -DPS_FUZZ=ON, in a build folder of their own) and runs
+# Builds the libFuzzer targets (clang with its sanitizer runtimes, -DPS_FUZZ=ON, in a build folder of their own) and runs
 # each for FUZZ_SECONDS on a copy of its seed corpus. Exits non-zero if any target crashes,
 # reports undefined behaviour, leaks, runs out of memory or times out; the input that did it is
 # left in the work folder (printed). See docs/testing.md.
@@ -14,7 +14,7 @@ build=${BUILD_DIR:-build-fuzz}
 
 deploy/install-deps.sh
 missing=()
-for p in clang libfuzzer-14-dev; do
+for p in clang libfuzzer-14-dev libclang-rt-14-dev; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
