@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (clang with its sanitizer runtimes, -DPS_FUZZ=ON, in a build
-# folder of their own) and runs each for FUZZ_SECONDS on a copy of its seed corpus. Exits non-zero if any target crashes,
-# reports undefined behaviour, leaks, runs out of memory or times out; the input that did it is
+# folder of their own) and runs each for FUZZ_SECONDS on a copy of its seed corpus. Exits
+# non-zero if any target crashes, reports undefined behaviour, leaks, runs out of memory or
+# times out; the input that did it is
 # left in the work folder (printed). See docs/testing.md.
 # Usage: tests/fuzz/run.sh [target...]   (default: every target)
 # Environment: FUZZ_SECONDS (30), BUILD_DIR (build-fuzz), FUZZ_WORK (a new temp folder).
