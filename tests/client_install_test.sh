@@ -24,8 +24,11 @@ echo "== configuring and building examples/cpp against the prefix"
 cmake -S "$src/examples/cpp" -B "$dir/example" -DCMAKE_PREFIX_PATH="$dir/prefix" \
   >"$dir/configure.log" 2>&1 || fail "examples/cpp does not configure against the install"
 cmake --build "$dir/example" -j2 >"$dir/build.log" 2>&1 || fail "examples/cpp does not build"
-ldd "$dir/example/train_logreg" | grep -q "$dir/prefix/lib.*/libparamserver_client.so" ||
-  fail "train_logreg is not linked to the installed library: $(ldd "$dir/example/train_logreg")"
+# ldd's whole output first: `ldd | grep -q` under pipefail fails when grep exits before ldd has
+# written everything (SIGPIPE), which happened in CI.
+linked=$(ldd "$dir/example/train_logreg")
+grep -q "$dir/prefix/lib.*/libparamserver_client.so" <<<"$linked" ||
+  fail "train_logreg is not linked to the installed library: $linked"
 
 echo "== 2 ps_server processes"
 servers=()
