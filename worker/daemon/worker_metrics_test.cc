@@ -158,7 +158,9 @@ TEST_F(WorkerMetricsTest, RunnerWithoutMetricsRecordsNoSeriesAndStillSplitsTime)
   EXPECT_EQ(Job("ps_worker_steps_total"), -1);
   const JobProgress p = runner.progress();
   EXPECT_GT(p.compute_seconds, 0);  // the model's 1 ms per step
-  EXPECT_GT(p.communication_seconds, 0);
+  // Not > 0: the in-process server may answer every request before the step waits on it
+  // (then nothing was blocked; seen under ASan in CI).
+  EXPECT_GE(p.communication_seconds, 0);
   EXPECT_EQ(p.hidden_communication_seconds, 0);  // it waits for every request
 }
 
