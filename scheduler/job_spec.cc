@@ -325,6 +325,20 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec, const JobLimits& limits) {
     return Invalid(
         absl::StrCat("consistency.staleness = ", consistency.staleness(), " must be >= 0"));
   }
+  if (!v1::DataAssignment_IsValid(spec->data_assignment())) {
+    return Invalid(
+        absl::StrCat("data_assignment = ", spec->data_assignment(), " is not a data assignment"));
+  }
+  const bool sync = consistency.mode() == v1::ConsistencySpec::SYNC;
+  if (spec->data_assignment() == v1::DATA_ASSIGNMENT_DEFAULT) {
+    spec->set_data_assignment(sync ? v1::STATIC : v1::DYNAMIC);
+  }
+  if (spec->data_assignment() == v1::DYNAMIC && sync) {
+    return Invalid(
+        "data_assignment = DYNAMIC needs consistency ssp or async: a sync job waits for every "
+        "worker at every clock, so a faster worker has nothing more to take (use STATIC)");
+  }
+  spec->mutable_consistency()->set_data_clocks(spec->data_assignment() == v1::DYNAMIC);
   if (program) {
     if (spec->layers_size() > 0 || spec->hash_bits() != 0) {
       return Invalid("layers and hash_bits are zoo models' settings; a program job has tables");

@@ -320,5 +320,28 @@ TEST_F(JobSpecTest, ProgramJobOverTheModelCapIsResourceExhausted) {
   EXPECT_EQ(NormalizeJobSpec(&spec, limits_).code(), absl::StatusCode::kResourceExhausted);
 }
 
+TEST_F(JobSpecTest, DataAssignmentIsDynamicForSspAndAsyncAndRefusedForSync) {
+  for (auto mode :
+       {v1::ConsistencySpec::SYNC, v1::ConsistencySpec::SSP, v1::ConsistencySpec::ASYNC}) {
+    v1::JobSpec spec = Mlp();
+    spec.mutable_consistency()->set_mode(mode);
+    ASSERT_TRUE(NormalizeJobSpec(&spec, limits_).ok());
+    const bool sync = mode == v1::ConsistencySpec::SYNC;
+    EXPECT_EQ(spec.data_assignment(), sync ? v1::STATIC : v1::DYNAMIC);
+    EXPECT_EQ(spec.consistency().data_clocks(), !sync);
+  }
+  v1::JobSpec fixed = Mlp();
+  fixed.mutable_consistency()->set_mode(v1::ConsistencySpec::ASYNC);
+  fixed.set_data_assignment(v1::STATIC);
+  fixed.mutable_consistency()->set_data_clocks(true);  // the scheduler's to set
+  ASSERT_TRUE(NormalizeJobSpec(&fixed, limits_).ok());
+  EXPECT_EQ(fixed.data_assignment(), v1::STATIC);
+  EXPECT_FALSE(fixed.consistency().data_clocks());
+  ExpectRejected([](v1::JobSpec* s) { s->set_data_assignment(v1::DYNAMIC); },
+                 "data_assignment = DYNAMIC needs consistency ssp or async", Mlp());
+  ExpectRejected([](v1::JobSpec* s) { s->set_data_assignment(static_cast<v1::DataAssignment>(9)); },
+                 "data_assignment = 9", Mlp());
+}
+
 }  // namespace
 }  // namespace ps

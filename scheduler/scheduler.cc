@@ -16,6 +16,7 @@
 #include "common/printable.h"
 #include "common/shard_map.h"
 #include "common/status_macros.h"
+#include "scheduler/data_ledger.h"
 #include "scheduler/job_spec.h"
 
 namespace ps {
@@ -346,6 +347,15 @@ void Scheduler::HandleProgress(v1::NodeInfo* node, const v1::WorkerProgress& pro
     *job->info.mutable_progress() = progress;
     job->info.mutable_progress()->clear_log();  // kept apart, in memory
     SanitizeMetrics(job->info.mutable_progress());
+    if (job->info.has_data() && job->info.data().total_ranges() > 0) {
+      // Dynamic data: the job's place is the data read by all of its workers, not rank 0's.
+      const v1::DataLedger& data = job->info.data();
+      v1::WorkerProgress& p = *job->info.mutable_progress();
+      p.set_total_clocks(TotalClocks(data));
+      p.set_clock(std::min<int64_t>(p.total_clocks(),
+                                    static_cast<int64_t>(data.done() / data.clock_workers())));
+      if (!p.finished()) p.set_epoch(std::min(data.epochs(), EpochsDone(data) + 1));
+    }
     // Stored and printed: a worker's error text is clipped and escaped.
     job->info.mutable_progress()->set_error(Printable(progress.error(), kMaxReportBytes));
     changes->jobs.insert(job->number);
@@ -599,6 +609,7 @@ void Scheduler::RemoveWorker(Job* job, uint64_t node_id, const std::string& why,
     info.mutable_finished_worker_ids()->erase(info.finished_worker_ids().begin() + finished);
   }
   info.set_membership_epoch(info.membership_epoch() + 1);
+  ReturnDataOf(job, worker_id, now, changes);
   if (metrics_ != nullptr) metrics_->MembershipChanged();
   changes->jobs.insert(job->number);
   changes->sync = true;

@@ -77,6 +77,11 @@ class Scheduler {
   // and the job falls back to the previous complete one (or its initial values), under a new
   // shard epoch; an incompatible checkpoint fails the job.
   absl::StatusOr<v1::JobInfo> ReportRestoreFailure(const v1::ReportRestoreFailureRequest& req);
+  // Dynamic data assignment (scheduler_data.cc): records the ranges a worker of a DYNAMIC job
+  // finished and hands it the next one. The first call cuts the job's data (its shape is the
+  // worker's; later calls must agree). FAILED_PRECONDITION when the caller is not a live worker
+  // of the running job.
+  absl::StatusOr<v1::LeaseDataResponse> LeaseData(const v1::LeaseDataRequest& req);
 
  private:
   struct Job {
@@ -162,6 +167,9 @@ class Scheduler {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RemoveWorker(Job* job, uint64_t node_id, const std::string& why, absl::Time now,
                     Changes* changes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The data ranges a lost worker held are handed out again.
+  void ReturnDataOf(Job* job, uint32_t worker_id, absl::Time now, Changes* changes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HandleProgress(v1::NodeInfo* node, const v1::WorkerProgress& progress, absl::Time now,
                       Changes* changes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // SUCCEEDED once every live worker reported finished.

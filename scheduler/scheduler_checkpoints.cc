@@ -11,6 +11,7 @@
 #include "common/printable.h"
 #include "common/shard_map.h"
 #include "common/status_macros.h"
+#include "scheduler/data_ledger.h"
 #include "scheduler/scheduler.h"
 
 namespace ps {
@@ -201,6 +202,10 @@ void Scheduler::OrderRestore(Job* job, const v1::CheckpointInfo* checkpoint, boo
     order.set_checkpoint_id(checkpoint->checkpoint_id());
     order.set_clock(checkpoint->clock());
     *order.mutable_shards() = checkpoint->shards();
+  }
+  // A rollback takes the data back too: ranges after the checkpoint's clock are read again.
+  if (rollback && info.has_data()) {
+    ResetLedger(checkpoint == nullptr ? 0 : checkpoint->clock(), info.mutable_data());
   }
   changes->jobs.insert(job->number);
   changes->sync = true;

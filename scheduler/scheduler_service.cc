@@ -79,6 +79,11 @@ grpc::Status SchedulerService::RestoreJob(grpc::ServerContext*, const v1::Restor
   return Answer(scheduler_->RestoreJob(req->job_id(), req->checkpoint_id()), resp);
 }
 
+grpc::Status SchedulerService::LeaseData(grpc::ServerContext*, const v1::LeaseDataRequest* req,
+                                         v1::LeaseDataResponse* resp) {
+  return Answer(scheduler_->LeaseData(*req), resp);
+}
+
 grpc::Status SchedulerService::BeginCheckpoint(grpc::ServerContext*,
                                                const v1::BeginCheckpointRequest* req,
                                                v1::CheckpointInfo* resp) {

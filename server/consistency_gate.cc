@@ -75,6 +75,10 @@ absl::Status ConsistencyGate::Configure(const std::string& job_id, const Consist
     return absl::InvalidArgumentError(
         absl::StrCat("consistency.mode ", spec.mode(), " is unknown"));
   }
+  if (spec.data_clocks() && spec.mode() == ConsistencySpec::SYNC) {
+    return absl::InvalidArgumentError(
+        "consistency.data_clocks needs mode ssp or async (sync clocks are steps of every worker)");
+  }
   std::map<uint32_t, int64_t> wanted;
   for (uint32_t w : worker_ids) {
     if (!wanted.emplace(w, 0).second) {
@@ -92,7 +96,8 @@ absl::Status ConsistencyGate::Configure(const std::string& job_id, const Consist
     absl::MutexLock l(&job->mu);
     const bool fresh = job->membership_epoch == 0 && job->clocks.empty();
     if (!fresh) {
-      if (job->spec.mode() != spec.mode() || job->spec.staleness() != spec.staleness()) {
+      if (job->spec.mode() != spec.mode() || job->spec.staleness() != spec.staleness() ||
+          job->spec.data_clocks() != spec.data_clocks()) {
         return absl::FailedPreconditionError(
             absl::StrCat("job ", job_id, " is already configured with another consistency mode"));
       }
@@ -173,7 +178,9 @@ absl::Status ConsistencyGate::CheckPush(const std::string& job_id, uint32_t work
     return absl::FailedPreconditionError(
         absl::StrCat("worker ", worker_id, " is not a live worker of job ", job_id));
   }
-  if (clock > it->second) {
+  // Data clocks: the clock of the range a worker reads may be ahead of its last one (the
+  // PushPull that carries it moves the worker there).
+  if (clock > it->second && !job->spec.data_clocks()) {
     return Rejected(RejectReason::kBadClock,
                     absl::FailedPreconditionError(
                         absl::StrCat("push for clock ", clock, " is ahead of worker ", worker_id,
@@ -214,7 +221,7 @@ absl::StatusOr<int64_t> ConsistencyGate::AdvanceClock(const std::string& job_id,
       return absl::FailedPreconditionError(
           absl::StrCat("worker ", worker_id, " is not a live worker of job ", job_id));
     }
-    if (new_clock > it->second + 1) {
+    if (new_clock > it->second + 1 && !job->spec.data_clocks()) {
       return Rejected(RejectReason::kBadClock,
                       absl::FailedPreconditionError(
                           absl::StrCat("clock ", new_clock, " is more than one ahead of worker ",

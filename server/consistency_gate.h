@@ -29,6 +29,9 @@ namespace ps {
 //         exactly once, in order) and pulls at c+1 are released.
 //   ssp(s): a pull at clock c waits until the slowest live worker is at clock >= c - s.
 //   async: pulls never wait.
+//   data clocks (ssp/async with dynamic data assignment): a worker's clock follows the data it
+//         reads, so it may jump ahead by more than one, and its pushes may carry a clock ahead
+//         of (the PushPull moves it there) or behind its own.
 // Clocks are steps: 0 <= clock <= kMaxClock. Every clock a request carries (push, pull, Clock,
 // ConfigureJob's caller_clock, a rollback's clock) is checked against that range, so that no
 // clock arithmetic can overflow; the work of a request never depends on how far a clock moves.
@@ -59,7 +62,8 @@ class ConsistencyGate {
   absl::StatusOr<v1::ConsistencySpec::Mode> ModeOf(const std::string& job_id) const;
 
   // Checks that `worker_id` may push gradients for `clock` now: it must be a live worker, and
-  // the clock must not be ahead of its own (nor, in sync mode, behind it).
+  // the clock must not be ahead of its own (unless the job has data clocks; nor, in sync mode,
+  // behind it).
   // A request routed with a shard epoch older than the job's (SetShardEpoch) is refused too
   // (`shard_epoch` 0: not checked).
   absl::Status CheckPush(const std::string& job_id, uint32_t worker_id, int64_t clock,
@@ -72,7 +76,8 @@ class ConsistencyGate {
                                uint64_t shard_epoch, absl::FunctionRef<absl::Status()> then);
 
   // Moves the worker's clock to `new_clock`, which may be at most one ahead of its current clock
-  // (older clocks are a no-op). Returns the job's minimum clock afterwards.
+  // (any distance with data clocks; older clocks are a no-op). Returns the job's minimum clock
+  // afterwards.
   absl::StatusOr<int64_t> AdvanceClock(const std::string& job_id, uint32_t worker_id,
                                        int64_t new_clock, uint64_t shard_epoch = 0);
 

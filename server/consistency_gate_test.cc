@@ -198,6 +198,27 @@ TEST_F(ConsistencyGateTest, CheckPushRejectsUnknownWorkersAndPushesAheadOrLate) 
   EXPECT_EQ(gate_.CheckPush("ssp", 1, 2).code(), absl::StatusCode::kFailedPrecondition);
 }
 
+// Dynamic data assignment: a worker's clock follows the data it reads, so it may jump ahead and
+// push for any clock; sync has no data clocks.
+TEST_F(ConsistencyGateTest, DataClocksMayJumpAndPushAheadOrBehind) {
+  ConsistencySpec spec = Spec(ConsistencySpec::SSP, 1);
+  spec.set_data_clocks(true);
+  ASSERT_TRUE(gate_.Configure(kJob, spec, {1, 2}, 1).ok());
+  EXPECT_TRUE(gate_.CheckPush(kJob, 1, 5).ok());
+  auto jumped = gate_.AdvanceClock(kJob, 1, 6);
+  ASSERT_TRUE(jumped.ok()) << jumped.status();
+  EXPECT_EQ(*jumped, 0);  // worker 2 is still at 0
+  EXPECT_TRUE(gate_.CheckPush(kJob, 1, 3).ok());
+  EXPECT_EQ(gate_.Clocks(kJob).at(1), 6);
+  EXPECT_FALSE(gate_.CheckPush(kJob, 1, ConsistencyGate::kMaxClock + 1).ok());
+  // The same job configured without data clocks is another consistency.
+  EXPECT_EQ(gate_.Configure(kJob, Spec(ConsistencySpec::SSP, 1), {1, 2}, 2).code(),
+            absl::StatusCode::kFailedPrecondition);
+  ConsistencySpec sync = Spec(ConsistencySpec::SYNC);
+  sync.set_data_clocks(true);
+  EXPECT_EQ(gate_.Configure("sync", sync, {1}, 1).code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(ConsistencyGateTest, AdvanceClockMovesAtMostOneClock) {
   ASSERT_TRUE(gate_.Configure(kJob, Spec(ConsistencySpec::SSP, 1), {1, 2}, 1).ok());
   auto jump = gate_.AdvanceClock(kJob, 1, 2);

@@ -61,6 +61,7 @@ std::string SpecSummary(const JobSpec& spec) {
   const auto& c = spec.consistency();
   std::string mode = Lower(ps::v1::ConsistencySpec::Mode_Name(c.mode()));
   if (c.mode() == ps::v1::ConsistencySpec::SSP) absl::StrAppend(&mode, "(", c.staleness(), ")");
+  if (spec.data_assignment() == ps::v1::DYNAMIC) absl::StrAppend(&mode, " dynamic data");
   parts.push_back(mode);
   std::string opt = Lower(ps::v1::OptimizerSpec::Kind_Name(spec.optimizer().kind()));
   if (spec.optimizer().has_learning_rate()) {
@@ -474,6 +475,23 @@ std::string RestoreLine(const JobInfo& job) {
   if (!r.rollback()) {
     absl::StrAppend(&line, "; lost slots only (", Plural(CountBits(r.slots()), "slot", "slots"),
                     ")");
+  }
+  return line;
+}
+
+std::string DataLine(const JobInfo& job) {
+  if (job.spec().data_assignment() != ps::v1::DYNAMIC) {
+    return "static (the worker of rank r reads every n-th example)";
+  }
+  const auto& d = job.data();
+  if (d.total_ranges() == 0) return "dynamic: no range handed out yet";
+  const int epoch = static_cast<int>(
+      std::min<uint64_t>(d.epochs(), d.done() / std::max<uint64_t>(1, d.ranges_per_epoch()) + 1));
+  std::string line =
+      absl::StrCat("dynamic: ", d.done(), " of ", d.total_ranges(), " ranges of ", d.batch_size(),
+                   " read (epoch ", epoch, " of ", d.epochs(), "), ", d.leased_size(), " held");
+  if (d.reissued() > 0) {
+    absl::StrAppend(&line, ", ", d.reissued(), " handed out again after their worker was lost");
   }
   return line;
 }

@@ -109,6 +109,10 @@ bool RestoreInProgress(const JobInfo& job);
 // "... checkpoint 7 of job-2 ..."; RESTORE_LOST_SLOTS orders end with "; lost slots only (N)";
 // checkpoint 0: "restoring initial values (no complete checkpoint): ...".
 std::string RestoreLine(const JobInfo& job);
+// "dynamic: 1234 of 2808 ranges read (epoch 2 of 3), 3 handed out again after their worker was
+// lost" of a job with dynamic data assignment; "static" otherwise; "dynamic: no range handed out
+// yet" before the first.
+std::string DataLine(const JobInfo& job);
 // The status rows of checkpoints: "checkpoints:", "recovery:", "from:" (a job started from a
 // checkpoint) and "restore:" (RestoreInProgress).
 std::vector<std::pair<std::string, std::string>> CheckpointStatusRows(const JobInfo& job);

@@ -66,6 +66,9 @@ ABSL_FLAG(int, epochs, 0, "passes over the data set");
 ABSL_FLAG(int, batch_size, 0, "examples per step and worker");
 ABSL_FLAG(std::string, consistency, "", "sync | ssp | async");
 ABSL_FLAG(int, staleness, 0, "ssp: clocks a worker may run ahead of the slowest");
+ABSL_FLAG(std::string, data_assignment, "",
+          "static | dynamic: how workers split an epoch (default: dynamic for ssp and async, "
+          "static for sync)");
 ABSL_FLAG(std::string, optimizer, "", "sgd | momentum | adagrad | adam | ftrl");
 ABSL_FLAG(double, learning_rate, 0, "the optimizer's learning rate (ftrl: alpha)");
 ABSL_FLAG(int, hash_bits, 0, "spam_logreg: 2^hash_bits hashed features");
@@ -141,7 +144,7 @@ Exit codes:
 const char* const kSubmitFlags[] = {"name",        "model",       "layers",    "data_dir",
                                     "num_workers", "num_servers", "epochs",    "batch_size",
                                     "consistency", "staleness",   "optimizer", "learning_rate",
-                                    "hash_bits",   "seed",        "evaluate"};
+                                    "hash_bits",   "seed",        "evaluate",  "data_assignment"};
 // The submit flags of checkpoints and recovery.
 const char* const kCheckpointSubmitFlags[] = {"checkpoint_every_steps",
                                               "checkpoint_every_seconds",
@@ -330,6 +333,16 @@ absl::Status ApplySubmitFlags(const std::set<std::string>& given, JobSpec& spec)
     spec.mutable_consistency()->set_mode(mode);
   }
   if (has("staleness")) spec.mutable_consistency()->set_staleness(absl::GetFlag(FLAGS_staleness));
+  if (has("data_assignment")) {
+    ps::v1::DataAssignment assignment;
+    const std::string value = absl::GetFlag(FLAGS_data_assignment);
+    if (value.empty() || !ps::v1::DataAssignment_Parse(absl::AsciiStrToUpper(value), &assignment) ||
+        assignment == ps::v1::DATA_ASSIGNMENT_DEFAULT) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--data_assignment must be static or dynamic, not '", value, "'"));
+    }
+    spec.set_data_assignment(assignment);
+  }
   if (has("optimizer")) {
     ps::v1::OptimizerSpec::Kind kind;
     const std::string value = absl::GetFlag(FLAGS_optimizer);

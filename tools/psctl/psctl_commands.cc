@@ -136,6 +136,9 @@ void Commands::PrintJob(const JobInfo& job) const {
   if (job.end_time_unix_ms() > 0) {
     absl::StrAppend(&times, ", ended ", FormatTimestamp(job.end_time_unix_ms()));
   }
+  if (!job.spec().has_program() || job.data().total_ranges() > 0) {
+    t.AddRow({"data:", DataLine(job)});
+  }
   for (auto& [label, value] : CheckpointStatusRows(job)) t.AddRow({label, value});
   t.AddRow({"time:", times});
   t.Print(std::cout);

@@ -43,7 +43,8 @@ uint64_t JobCheckpointer::requests_done() const {
   return requests_done_;
 }
 
-void JobCheckpointer::MaybeCheckpoint(int64_t clock) {
+void JobCheckpointer::MaybeCheckpoint(int64_t clock, int64_t previous) {
+  if (previous < 0) previous = clock - 1;
   const uint64_t requested = requests_();
   uint64_t request_seq = 0;
   {
@@ -51,7 +52,8 @@ void JobCheckpointer::MaybeCheckpoint(int64_t clock) {
     if (writing_) return;  // the next step tries again
     if (requested > requests_done_) request_seq = requested;
   }
-  const bool by_steps = policy_.every_steps() > 0 && clock % policy_.every_steps() == 0;
+  const bool by_steps = policy_.every_steps() > 0 && clock > previous &&
+                        clock / policy_.every_steps() > previous / policy_.every_steps();
   const bool by_time = policy_.every_seconds() > 0 &&
                        absl::Now() - last_begin_ >= absl::Seconds(policy_.every_seconds());
   if (request_seq == 0 && !by_steps && !by_time) return;

@@ -38,8 +38,10 @@ class JobCheckpointer {
   // Waits for a background write to be reported.
   ~JobCheckpointer();
 
-  // After step `clock` (the clock just reached).
-  void MaybeCheckpoint(int64_t clock);
+  // After a step that moved the clock from `previous` (default clock - 1) to `clock`: every_steps
+  // takes one when the step crossed a multiple of it (a worker of a job with dynamic data
+  // assignment moves by the data it reads, so its clock may jump or stay).
+  void MaybeCheckpoint(int64_t clock, int64_t previous = -1);
   // Psctl requests answered so far (carried to the next run after a restart).
   uint64_t requests_done() const;
 

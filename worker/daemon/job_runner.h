@@ -11,8 +11,11 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "ps/v1/job.pb.h"
+#include "ps/v1/scheduler.pb.h"
 #include "ps/v1/types.pb.h"
 #include "worker/client/rpc_client.h"
 #include "worker/daemon/worker_metrics.h"
@@ -32,6 +35,13 @@ struct JobRunnerOptions {
   bool evaluate = false;
   // Multiplies the tables' learning rate step by step (pushes carry the factor).
   v1::LearningRateSchedule lr_schedule;
+  // Dynamic data assignment (the job's data_assignment is DYNAMIC; needs a DataLeaser): the
+  // worker reads the ranges the scheduler hands it, at their clocks, until every range of every
+  // epoch is done.
+  bool dynamic_data = false;
+  // Testing and benchmarks: a worker that runs this many times slower (each step is followed
+  // by a sleep of (slow_factor - 1) x the step's whole time, its requests included); 1: none.
+  double slow_factor = 1.0;
 
   absl::Status Validate() const;
 };
@@ -60,6 +70,27 @@ struct JobProgress {
   double communication_seconds = 0;
   double hidden_communication_seconds = 0;
   bool finished = false;
+  // Over the whole run (this process's part of the job): examples trained on, the seconds spent
+  // computing (steps minus the time blocked on requests; slow_factor's sleep included), blocked
+  // on requests, and waiting for a data range (dynamic assignment: others held the last ones).
+  int64_t examples_read = 0;
+  double run_compute_seconds = 0;
+  double run_blocked_seconds = 0;
+  double run_data_wait_seconds = 0;
+};
+
+// "12800 examples, compute 10.2s, blocked 3.1s, waiting for data 0.4s" of a run.
+std::string FormatRunTotals(const JobProgress& progress);
+
+// Dynamic data assignment: where a runner gets its ranges (the scheduler's LeaseData, through
+// the worker daemon). Lease() may block while it retries an unreachable scheduler; its error
+// ends the run.
+class DataLeaser {
+ public:
+  virtual ~DataLeaser() = default;
+  // `request` has the data's shape, the finished ranges, take and clock; the leaser adds the
+  // job, node and worker.
+  virtual absl::StatusOr<v1::LeaseDataResponse> Lease(v1::LeaseDataRequest request) = 0;
 };
 
 // "compute 1.20s, communication 3.40s (45% hidden)" of a progress's time split.
@@ -80,9 +111,13 @@ class JobRunner {
 
   // This worker reads examples i with i % num_ranks == rank, from the next step on.
   void SetShard(uint32_t rank, uint32_t num_ranks);
-  // Called by Run() after every step while this worker is rank 0, with the clock reached (the
-  // job's checkpoints are taken there). Set before Run().
-  void set_rank0_step_hook(std::function<void(int64_t clock)> hook) { hook_ = std::move(hook); }
+  // Called by Run() after every step while this worker is rank 0, with the clock reached and
+  // the one before the step (the job's checkpoints are taken there). Set before Run().
+  void set_rank0_step_hook(std::function<void(int64_t clock, int64_t previous)> hook) {
+    hook_ = std::move(hook);
+  }
+  // Dynamic data assignment: the source of ranges (must outlive Run()). Set before Run().
+  void set_data_leaser(DataLeaser* leaser) { leaser_ = leaser; }
   // Stops Run() (CANCELLED) at the next step; calls in flight are cancelled.
   void Cancel();
   JobProgress progress() const;
@@ -99,6 +134,24 @@ class JobRunner {
  private:
   absl::Status RunSteps(const std::function<void(const JobProgress&)>& on_epoch,
                         const std::function<void(const JobProgress&)>& on_step, int report_every);
+  // The same for dynamic data assignment: ranges from leaser_ until every one is done.
+  absl::Status RunLeasedSteps(const std::function<void(const JobProgress&)>& on_epoch,
+                              const std::function<void(const JobProgress&)>& on_step,
+                              int report_every);
+  // One step on `batch` at the client's clock, its time split and the slow factor's sleep;
+  // adds to the epoch's and the run's totals.
+  struct EpochTotals {
+    StepStats stats;
+    absl::Duration compute, communication, hidden;
+    absl::Time start = absl::Now();
+  };
+  absl::Status Step(const std::vector<int64_t>& batch, float grad_scale, int64_t clock,
+                    EpochTotals* epoch);
+  // Sets the progress after a step that reached `done` in `epoch` (1-based); returns it.
+  JobProgress UpdateProgress(int64_t done, int epoch, const EpochTotals& totals);
+  // Rank 0's evaluation (every worker's after the last step) into the progress; returns it.
+  absl::StatusOr<JobProgress> Evaluate();
+  bool rank0() const;
   // Fills `batch` with the next examples of the current shard (reshuffled every pass).
   void NextBatch(std::vector<int64_t>* batch);
 
@@ -137,11 +190,12 @@ class JobRunner {
   RpcClient* const client_;
   const JobRunnerOptions options_;
   const int64_t clocks_per_epoch_;
-  const int64_t total_clocks_;
+  int64_t total_clocks_;  // dynamic: the scheduler's (set by the first lease)
   const std::shared_ptr<WorkerMetrics::Job> metrics_;  // null: no metrics
   Observer observer_{metrics_.get()};
   std::atomic<bool> cancelled_{false};
-  std::function<void(int64_t)> hook_;
+  std::function<void(int64_t, int64_t)> hook_;
+  DataLeaser* leaser_ = nullptr;
 
   mutable absl::Mutex mu_;
   uint32_t rank_ ABSL_GUARDED_BY(mu_) = 0;
@@ -154,6 +208,9 @@ class JobRunner {
   size_t next_ = 0;
   uint64_t passes_ = 0;
   int64_t skip_examples_ = 0;  // examples of the shard read before the starting clock
+  // The run's totals (JobProgress's run_*).
+  int64_t examples_read_ = 0;
+  absl::Duration run_compute_, run_blocked_, run_data_wait_;
 };
 
 }  // namespace ps

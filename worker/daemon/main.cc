@@ -88,6 +88,9 @@ ABSL_FLAG(std::string, work_dir, "/tmp/ps_worker",
 ABSL_FLAG(uint64_t, max_log_bytes, uint64_t{64} << 20,
           "program jobs: a program's log moves to program.log.1 at this size (at most twice "
           "this on disk per program)");
+ABSL_FLAG(double, slow_factor, 1.0,
+          "testing and benchmarks: make this worker a straggler, this many times slower (each "
+          "training step is followed by a sleep of (factor - 1) x the step's time); 1: off");
 ABSL_FLAG(std::string, health_listen, "0.0.0.0:0",
           "daemon mode: host:port of the gRPC health service (grpc.health.v1; port 0: a free "
           "port; 'off': none)");
@@ -219,6 +222,7 @@ int RunStandalone(const ps::ComputeOptions& compute) {
                                    ")"));
   }
   ps::JobRunnerOptions ro = ps::RunnerOptionsOf(*spec);
+  ro.slow_factor = absl::GetFlag(FLAGS_slow_factor);
   if (absl::Status s = ro.Validate(); !s.ok()) return UsageError(std::string(s.message()));
 
   ps::RpcClientOptions co;
@@ -285,6 +289,10 @@ int RunDaemon(const ps::ComputeOptions& compute) {
   o.rpc_timeout = absl::GetFlag(FLAGS_rpc_timeout);
   o.recovery_wait = absl::GetFlag(FLAGS_recovery_wait);
   o.log_every_steps = absl::GetFlag(FLAGS_log_every_steps);
+  o.slow_factor = absl::GetFlag(FLAGS_slow_factor);
+  if (!(o.slow_factor >= 1 && o.slow_factor <= 1000)) {
+    return UsageError("--slow_factor must be in 1..1000");
+  }
   o.work_dir = absl::GetFlag(FLAGS_work_dir);
   if (o.work_dir.empty() || o.work_dir[0] != '/') {
     return UsageError("--work_dir must be an absolute path");

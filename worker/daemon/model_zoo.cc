@@ -48,6 +48,7 @@ JobRunnerOptions RunnerOptionsOf(const v1::JobSpec& spec) {
   o.seed = spec.seed();
   o.evaluate = !spec.has_evaluate() || spec.evaluate();
   o.lr_schedule = spec.lr_schedule();
+  o.dynamic_data = spec.data_assignment() == v1::DYNAMIC;
   return o;
 }
 

@@ -15,6 +15,7 @@
 #include "common/status_macros.h"
 #include "worker/client/job_admin.h"
 #include "worker/client/job_run.h"
+#include "worker/daemon/data_leaser.h"
 #include "worker/daemon/job_checkpointer.h"
 #include "worker/daemon/model_zoo.h"
 
@@ -162,6 +163,7 @@ void WorkerDaemon::Run() {
       });
   scheduler_ = v1::Scheduler::NewStub(
       grpc::CreateChannel(options_.scheduler, grpc::InsecureChannelCredentials()));
+  link_ = &link;
   link.Start();
   LOG(INFO) << "worker daemon: waiting for jobs from scheduler " << options_.scheduler;
   while (true) {
@@ -293,7 +295,8 @@ absl::Status WorkerDaemon::RunOnce(const v1::WorkerAssignment& assignment, Model
   }
   std::unique_ptr<RpcClient> client = std::move(started->client);
   const v1::WorkerAssignment a = std::move(started->assignment);
-  const JobRunnerOptions ro = RunnerOptionsOf(a.spec());
+  JobRunnerOptions ro = RunnerOptionsOf(a.spec());
+  ro.slow_factor = options_.slow_factor;
   *last_clock = client->clock();
   MembershipOrder membership;
   bool apply_now = false;
@@ -308,7 +311,21 @@ absl::Status WorkerDaemon::RunOnce(const v1::WorkerAssignment& assignment, Model
           return assignment_.has_value() ? assignment_->checkpoint_requests() : 0;
         },
         *requests_done);
-    runner.set_rank0_step_hook([&checkpointer](int64_t c) { checkpointer->MaybeCheckpoint(c); });
+    runner.set_rank0_step_hook([&checkpointer](int64_t clock, int64_t previous) {
+      checkpointer->MaybeCheckpoint(clock, previous);
+    });
+  }
+  std::unique_ptr<SchedulerDataLeaser> leaser;
+  if (ro.dynamic_data && scheduler_ != nullptr) {
+    leaser = std::make_unique<SchedulerDataLeaser>(
+        scheduler_.get(),
+        [this]() -> uint64_t {
+          SchedulerLink* link = link_.load();
+          return link == nullptr ? 0 : link->node_id();
+        },
+        a.job_id(), a.worker_id(), options_.recovery_wait,
+        [&runner]() { return runner.cancelled(); });
+    runner.set_data_leaser(leaser.get());
   }
   {
     absl::MutexLock l(&mu_);
@@ -340,6 +357,8 @@ absl::Status WorkerDaemon::RunOnce(const v1::WorkerAssignment& assignment, Model
                               [&](const JobProgress& p) { LOG(INFO) << ProgressLine(who, p); },
                               options_.log_every_steps);
   *last_clock = client->clock();
+  LOG(INFO) << who << ": " << (s.ok() ? "done" : "stopped") << ": "
+            << FormatRunTotals(runner.progress());
   if (checkpointer != nullptr) {
     *requests_done = checkpointer->requests_done();
     checkpointer.reset();  // reports a write in flight; it uses the client

@@ -2,6 +2,7 @@
 #ifndef PS_WORKER_DAEMON_WORKER_DAEMON_H_
 #define PS_WORKER_DAEMON_WORKER_DAEMON_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -21,6 +22,8 @@
 #include "worker/models/model.h"
 
 namespace ps {
+
+class SchedulerLink;
 
 struct WorkerDaemonOptions {
   std::string scheduler;  // host:port
@@ -42,6 +45,9 @@ struct WorkerDaemonOptions {
   std::string work_dir = "/tmp/ps_worker";
   // Program jobs: a log grows to this size, then moves to program.log.1 (at most 2x on disk).
   uint64_t max_log_bytes = uint64_t{64} << 20;
+  // Testing and benchmarks: every zoo step is followed by a sleep of (slow_factor - 1) x its
+  // time (a straggler); 1: none.
+  double slow_factor = 1.0;
 };
 
 // Registers with the scheduler and heartbeats (progress out, orders in); runs each assigned
@@ -105,7 +111,8 @@ class WorkerDaemon {
   static std::string KeyOf(const v1::WorkerAssignment& a);
 
   const WorkerDaemonOptions options_;
-  std::unique_ptr<v1::Scheduler::Stub> scheduler_;  // checkpoints and restore reports
+  std::unique_ptr<v1::Scheduler::Stub> scheduler_;  // checkpoints, restore reports, data leases
+  std::atomic<SchedulerLink*> link_{nullptr};       // set while Run() runs: this node's id
   WorkerMetrics* const metrics_;
   HealthServer* const health_;
   absl::Mutex mu_;

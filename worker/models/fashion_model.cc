@@ -159,6 +159,8 @@ class FashionMlp : public Model {
     return stats;
   }
 
+  int StepsInFlight() const override { return overlap_ ? 1 : 0; }
+
   absl::StatusOr<StepStats> Evaluate(RpcClient*) override {
     // The parameters of the last PushPull are current (after Flush): no pull needed.
     PS_RETURN_IF_ERROR(Flush());

@@ -54,6 +54,10 @@ class Model {
   // The runner calls it when it stops, on every path; the buffers those requests use stay valid
   // until then.
   virtual absl::Status Flush() { return absl::OkStatus(); }
+  // Steps whose push may still be in flight when TrainStep returns (1 for a model that
+  // overlaps): a step's gradients are only known applied once that many later steps returned,
+  // or after Flush().
+  virtual int StepsInFlight() const { return 0; }
 };
 
 }  // namespace ps
