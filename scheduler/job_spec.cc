@@ -331,7 +331,12 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec, const JobLimits& limits) {
   }
   const bool sync = consistency.mode() == v1::ConsistencySpec::SYNC;
   if (spec->data_assignment() == v1::DATA_ASSIGNMENT_DEFAULT) {
-    spec->set_data_assignment(sync ? v1::STATIC : v1::DYNAMIC);
+    spec->set_data_assignment(sync || program ? v1::STATIC : v1::DYNAMIC);
+  }
+  if (spec->data_assignment() == v1::DYNAMIC && program) {
+    return Invalid(
+        "data_assignment = DYNAMIC is for zoo models: a program job reads its data as its program "
+        "decides (use STATIC or leave it unset)");
   }
   if (spec->data_assignment() == v1::DYNAMIC && sync) {
     return Invalid(

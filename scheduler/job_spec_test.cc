@@ -339,6 +339,12 @@ TEST_F(JobSpecTest, DataAssignmentIsDynamicForSspAndAsyncAndRefusedForSync) {
   EXPECT_FALSE(fixed.consistency().data_clocks());
   ExpectRejected([](v1::JobSpec* s) { s->set_data_assignment(v1::DYNAMIC); },
                  "data_assignment = DYNAMIC needs consistency ssp or async", Mlp());
+  v1::JobSpec program = Program();
+  program.mutable_consistency()->set_mode(v1::ConsistencySpec::ASYNC);
+  ASSERT_TRUE(NormalizeJobSpec(&program, limits_).ok());
+  EXPECT_EQ(program.data_assignment(), v1::STATIC);
+  program.set_data_assignment(v1::DYNAMIC);
+  EXPECT_EQ(NormalizeJobSpec(&program, limits_).code(), absl::StatusCode::kInvalidArgument);
   ExpectRejected([](v1::JobSpec* s) { s->set_data_assignment(static_cast<v1::DataAssignment>(9)); },
                  "data_assignment = 9", Mlp());
 }

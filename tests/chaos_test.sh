@@ -24,9 +24,9 @@
 # The seed (default: the time) is printed first: --seed=S replays the same faults, modes and
 # moments (the cluster's own timing still varies). ctest runs 6 trials of the server and
 # scheduler faults; a soak: --trials=50.
-# Known gap (the worker faults): a worker lost without a replacement in time takes the rest of
-# its static share of the data with it (the survivors do not read it), so a job can end more
-# than a point below its undisturbed accuracy; dynamic data assignment is what closes it.
+# ssp and async jobs read their data by dynamic assignment (the scheduler hands out ranges): a
+# worker lost mid-job leaves no share unread, since its ranges are handed to the others. Each
+# such trial also checks the scheduler's ledger: every range of every epoch done.
 set -euo pipefail
 build=$(cd "$1" && pwd)
 shift
@@ -169,6 +169,13 @@ for trial in $(seq 1 "$trials"); do
   psctl events "$job" | grep -E "dead|died|restor|recovered|joined|checkpoint [0-9]+ failed|stands|succeeded|failed" |
     sed 's/^/    /' || true
   [ "$state" = SUCCEEDED ] || fail "trial $trial (seed $seed): $job ended $state after $fault ($mode)"
+  if [ "$mode" != sync ]; then
+    ranges=$(json status "$job" "f\"{d['data']['done']} {d['data']['totalRanges']} {d['data'].get('reissued', 0)}\"")
+    read -r done_ranges total_ranges reissued <<<"$ranges"
+    [ -n "$total_ranges" ] && [ "$done_ranges" = "$total_ranges" ] ||
+      fail "trial $trial (seed $seed): $job read $done_ranges of $total_ranges data ranges"
+    echo "data: $done_ranges of $total_ranges ranges read, $reissued handed out again"
+  fi
   acc=$(accuracy_of "$job")
   recovery=$(psctl events "$job" |
     sed -n 's/.*recovered: training again at clock [0-9]*, \([0-9.]*\) s after.*/\1/p' | tail -1)
