@@ -61,6 +61,7 @@ absl::StatusOr<v1::LeaseDataResponse> Scheduler::LeaseData(const v1::LeaseDataRe
   }
   v1::DataLedger& ledger = *info.mutable_data();
   const int32_t epochs_before = EpochsDone(ledger);
+  if (req.restart()) ReturnDataOf(job, req.worker_id(), clock_(), &changes);
   FinishRanges(req.worker_id(), req.finished(), &ledger);
   v1::LeaseDataResponse resp;
   if (req.take()) {

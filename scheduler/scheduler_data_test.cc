@@ -156,6 +156,32 @@ TEST_F(DataLeaseTest, ALostWorkersRangesAreReadByAnotherAcrossASchedulerRestart)
   EXPECT_TRUE(HasEvent(info, "data: 1 range of worker 1 handed out again"));
 }
 
+// A worker whose run starts again (after a server loss) gets back nothing of what it held: those
+// ranges are handed out again, so none stays held by a run that forgot it.
+TEST_F(DataLeaseTest, ARestartingRunGivesBackWhatItHeld) {
+  Register(v1::SERVER);
+  const uint64_t n0 = Register(v1::WORKER);
+  const std::string job = SubmitDynamic(1, 1);
+  Heartbeat(n0);
+  auto a = Lease(job, n0, 0, {});
+  auto b = Lease(job, n0, 0, {});
+  ASSERT_TRUE(a.ok() && b.ok());
+  v1::LeaseDataRequest again;
+  again.set_job_id(job);
+  again.set_node_id(n0);
+  again.set_examples_per_epoch(kExamples);
+  again.set_batch_size(kBatch);
+  again.set_take(true);
+  again.set_restart(true);
+  auto c = scheduler_->LeaseData(again);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->range().index(), a->range().index());
+  const v1::JobInfo info = Job(job);
+  ASSERT_EQ(info.data().leased_size(), 1);
+  EXPECT_EQ(info.data().returned_size(), 1);
+  EXPECT_EQ(info.data().reissued(), 1u);
+}
+
 TEST_F(DataLeaseTest, BadRequestsAreRefusedAndChangeNothing) {
   Register(v1::SERVER);
   const uint64_t n0 = Register(v1::WORKER);

@@ -307,7 +307,10 @@ absl::Status JobRunner::RunLeasedSteps(const std::function<void(const JobProgres
                       [leaser = leaser_, r = request]() { return leaser->Lease(r); });
   };
   absl::Time asked = absl::Now();
+  // What this worker held when an earlier run of it stopped is handed out again.
+  request.set_restart(true);
   absl::StatusOr<v1::LeaseDataResponse> lease = ask().get();
+  request.set_restart(false);
   while (true) {
     if (cancelled_) return absl::CancelledError("the job was cancelled");
     if (!lease.ok()) {
