@@ -202,6 +202,10 @@ TEST_F(DataLeaseTest, BadRequestsAreRefusedAndChangeNothing) {
   // Not the node's worker id; an unknown job; a finished range it never held.
   EXPECT_TRUE(absl::IsFailedPrecondition(Lease(job, n0, 7, {}).status()));
   EXPECT_TRUE(absl::IsNotFound(Lease("job-99", n0, 0, {}).status()));
+  // A report of more ranges than any worker holds is refused before anything is looked at.
+  auto flood = Lease(job, n0, 0, std::vector<uint64_t>(1025, 0));
+  EXPECT_TRUE(absl::IsInvalidArgument(flood.status())) << flood.status();
+  EXPECT_EQ(Job(job).data().leased_size(), 1);
   auto ignored = Lease(job, n0, 0, {12345}, /*take=*/false);
   ASSERT_TRUE(ignored.ok()) << ignored.status();
   EXPECT_EQ(ignored->done(), 0u);

@@ -112,6 +112,11 @@ printf 'model: "fashion_mlp"\nnum_workers: two\n' >"$dir/unparsable.textproto"
 expect 2 "unparsable job file" -- psctl submit "$dir/unparsable.textproto"
 contains "$err" "unparsable.textproto:2:14: " "the parse error has line:column"
 expect 2 "bad --consistency" -- psctl submit "$dir/good.textproto" --consistency=eventual
+expect 2 "bad --data_assignment" -- psctl submit "$dir/good.textproto" --data_assignment=default
+contains "$err" "--data_assignment must be static or dynamic" "the error names the flag's values"
+expect 1 "dynamic data in a sync job" -- psctl submit "$dir/good.textproto" --consistency=sync \
+  --data_assignment=dynamic
+contains "$err" "needs consistency ssp or async" "the scheduler says why"
 
 if [ "$failures" -gt 0 ]; then
   echo "$failures check(s) failed; scheduler log:"

@@ -75,7 +75,8 @@ ABSL_FLAG(int, hash_bits, 0, "spam_logreg: 2^hash_bits hashed features");
 ABSL_FLAG(uint64_t, seed, 0, "seed of the initial weights and of the data order");
 ABSL_FLAG(bool, evaluate, true, "evaluate on the held-out set every epoch");
 ABSL_FLAG(int64_t, checkpoint_every_steps, 0,
-          "checkpoint at every clock that is a multiple of this (0: off)");
+          "checkpoint at every clock that is a multiple of this (dynamic data assignment: the "
+          "first clock past each multiple; 0: off)");
 ABSL_FLAG(int64_t, checkpoint_every_seconds, 0,
           "checkpoint at the first clock this many seconds after the last (0: off)");
 ABSL_FLAG(int32_t, checkpoint_keep, 0, "complete checkpoints kept, older ones pruned (0: 3)");
