@@ -142,7 +142,7 @@ class DropJobTest : public ::testing::Test {
     return v;
   }
 
-  uint64_t request_id_ = 0;
+  std::atomic<uint64_t> request_id_{0};  // pushes come from several threads
   std::unique_ptr<ParameterServer> server_;
   std::unique_ptr<v1::ParameterServer::Stub> stub_;
 };

@@ -143,11 +143,14 @@ TEST_F(TableStoreDropTest, TheDroppedJobsRequestsTablesAndShardsAreRefused) {
 // A request that resolved its blocks before the drop holds the tables: it fails, and creates
 // no row nor pending gradient that would outlive them.
 TEST_F(TableStoreDropTest, ARequestHoldingADroppedTableFailsAndAddsNothing) {
+  // Views point into their blocks: the blocks live as long as the views.
+  const KeyBlock pull_block = Block(2, Keys(100, 4));
+  const KeyBlock push_block = Block(2, Keys(200, 4), std::vector<float>(8, 1));
+  const KeyBlock sync_block = Block(1, {0}, {1, 1});
   TableStore::BlockView pull, push, sync;
-  ASSERT_TRUE(store_.Resolve(kJob, Block(2, Keys(100, 4)), false, &pull).ok());
-  ASSERT_TRUE(
-      store_.Resolve(kJob, Block(2, Keys(200, 4), std::vector<float>(8, 1)), true, &push).ok());
-  ASSERT_TRUE(store_.Resolve(kJob, Block(1, {0}, {1, 1}), true, &sync).ok());
+  ASSERT_TRUE(store_.Resolve(kJob, pull_block, false, &pull).ok());
+  ASSERT_TRUE(store_.Resolve(kJob, push_block, true, &push).ok());
+  ASSERT_TRUE(store_.Resolve(kJob, sync_block, true, &sync).ok());
   store_.DropJob(kJob);
   std::string out = "stale";
   for (const absl::Status& s :
