@@ -82,8 +82,13 @@ v1::ProgramLog SanitizedLog(const v1::ProgramLog& log) {
 }  // namespace
 
 Scheduler::Scheduler(const SchedulerOptions& options, Clock clock,
-                     std::unique_ptr<StateStore> store, SchedulerMetrics* metrics)
-    : options_(options), clock_(std::move(clock)), store_(std::move(store)), metrics_(metrics) {
+                     std::unique_ptr<StateStore> store, SchedulerMetrics* metrics,
+                     JobDropper* dropper)
+    : options_(options),
+      clock_(std::move(clock)),
+      store_(std::move(store)),
+      metrics_(metrics),
+      dropper_(dropper) {
   std::error_code error;
   // Beside the state dir by default; "a/state/" normalizes to "a/state/", whose parent_path()
   // would be "a/state" itself: drop the trailing separator first.
@@ -102,11 +107,12 @@ Scheduler::Scheduler(const SchedulerOptions& options, Clock clock,
 }
 
 absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Open(const SchedulerOptions& options,
-                                                           Clock clock, SchedulerMetrics* metrics) {
+                                                           Clock clock, SchedulerMetrics* metrics,
+                                                           JobDropper* dropper) {
   PS_RETURN_IF_ERROR(options.Validate());
   PS_ASSIGN_OR_RETURN(std::unique_ptr<StateStore> store, StateStore::Open(options.state_dir));
   std::unique_ptr<Scheduler> scheduler(
-      new Scheduler(options, std::move(clock), std::move(store), metrics));
+      new Scheduler(options, std::move(clock), std::move(store), metrics, dropper));
   PS_RETURN_IF_ERROR(scheduler->Load());
   return scheduler;
 }
@@ -427,6 +433,7 @@ void Scheduler::EndJob(Job* job, v1::JobState state, const std::string& reason, 
   const std::string state_name = absl::AsciiStrToLower(v1::JobState_Name(state));
   AddEvent(job, absl::StrCat(state_name, ": ", reason), now, changes);
   LOG(INFO) << "job " << info.job_id() << " " << state_name << ": " << reason;
+  DropOnServers(*job);
 }
 
 absl::StatusOr<std::string> Scheduler::SubmitJob(v1::JobSpec spec) {

@@ -20,6 +20,7 @@
 #include "absl/time/time.h"
 #include "common/printable.h"  // CheckJobId: every request naming a job is checked first
 #include "ps/v1/scheduler.pb.h"
+#include "scheduler/job_dropper.h"
 #include "scheduler/job_spec.h"
 #include "scheduler/scheduler_metrics.h"
 #include "scheduler/scheduler_options.h"
@@ -41,10 +42,13 @@ class Scheduler {
 
   // Opens (or creates) options.state_dir and resumes from its contents: RUNNING jobs stay
   // RUNNING, and every ALIVE node gets a fresh grace period (last heartbeat = now).
-  // `clock` must be thread-safe. `metrics` (null: none) must outlive the scheduler.
+  // `clock` must be thread-safe. `metrics` (null: none) must outlive the scheduler. `dropper`
+  // (null: none; it must outlive the scheduler) is told of every job that ends, to free its
+  // memory on the job's servers still alive.
   static absl::StatusOr<std::unique_ptr<Scheduler>> Open(const SchedulerOptions& options,
                                                          Clock clock = absl::Now,
-                                                         SchedulerMetrics* metrics = nullptr);
+                                                         SchedulerMetrics* metrics = nullptr,
+                                                         JobDropper* dropper = nullptr);
 
   absl::StatusOr<v1::RegisterResponse> Register(const v1::RegisterRequest& req);
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& req);
@@ -112,7 +116,7 @@ class Scheduler {
   };
 
   Scheduler(const SchedulerOptions& options, Clock clock, std::unique_ptr<StateStore> store,
-            SchedulerMetrics* metrics);
+            SchedulerMetrics* metrics, JobDropper* dropper);
   absl::Status Load() ABSL_LOCKS_EXCLUDED(mu_);
 
   absl::Status Commit(Changes* changes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -169,6 +173,10 @@ class Scheduler {
   void EndJob(Job* job, v1::JobState state, const std::string& reason, absl::Time now,
               Changes* changes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // Bounds and cleanup (scheduler_resources.cc). A job that ended: its servers still alive are
+  // told to drop it (dropper_, in the background).
+  void DropOnServers(const Job& job) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+
   // Placement: Schedule() gives idle workers to RUNNING jobs short of workers, starts the
   // PENDING jobs it can (TryStart takes their workers from `idle`) and sets the reason of
   // the others.
@@ -188,6 +196,7 @@ class Scheduler {
   const Clock clock_;
   const std::unique_ptr<StateStore> store_;
   SchedulerMetrics* const metrics_;  // null: none
+  JobDropper* const dropper_;        // null: none
 
   mutable absl::Mutex mu_;
   std::map<uint64_t, v1::NodeInfo> nodes_ ABSL_GUARDED_BY(mu_);  // by node id
