@@ -257,6 +257,7 @@ absl::StatusOr<v1::RegisterResponse> Scheduler::Register(const v1::RegisterReque
   absl::MutexLock lock(&mu_);
   const absl::Time now = clock_();
   Changes changes;
+  PS_RETURN_IF_ERROR(MakeRoomForNode(req, &changes));
   changes.sync = true;
   changes.counters = true;
   const uint64_t id = next_node_id_++;
@@ -449,6 +450,7 @@ absl::StatusOr<std::string> Scheduler::SubmitJob(v1::JobSpec spec) {
 absl::StatusOr<std::string> Scheduler::SubmitLocked(v1::JobSpec spec, absl::Time now,
                                                     Changes* changes_ptr) {
   Changes& changes = *changes_ptr;
+  PS_RETURN_IF_ERROR(CheckPendingRoom());
   // Also for a job submitted again by RestoreJob: the limits may have changed since.
   PS_RETURN_IF_ERROR(NormalizeJobSpec(&spec, job_limits_));
   if (spec.has_from_checkpoint()) {

@@ -176,6 +176,13 @@ class Scheduler {
   // Bounds and cleanup (scheduler_resources.cc). A job that ended: its servers still alive are
   // told to drop it (dropper_, in the background).
   void DropOnServers(const Job& job) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Room for one more node under options_.max_nodes: forgets the oldest dead nodes that no
+  // pending or running job names; RESOURCE_EXHAUSTED if that is not enough (a server that
+  // replaces an alive one at its address is let in).
+  absl::Status MakeRoomForNode(const v1::RegisterRequest& req, Changes* changes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // RESOURCE_EXHAUSTED if options_.max_pending_jobs jobs are PENDING already.
+  absl::Status CheckPendingRoom() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   // Placement: Schedule() gives idle workers to RUNNING jobs short of workers, starts the
   // PENDING jobs it can (TryStart takes their workers from `idle`) and sets the reason of

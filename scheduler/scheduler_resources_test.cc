@@ -1,5 +1,5 @@
 // What the scheduler bounds and frees (scheduler_resources.cc): drop orders for the jobs that
-// end.
+// end, the cap on nodes (dead ones forgotten to make room) and the cap on pending jobs.
 #include <string>
 #include <utility>
 #include <vector>
@@ -108,6 +108,91 @@ TEST_F(SchedulerResourcesTest, NoOrderForAJobWithoutAliveServers) {
   KillNode(server, {worker});  // no server left to take its slots: the job fails
   ASSERT_EQ(Job(job_id).state(), v1::FAILED) << Job(job_id).reason();
   EXPECT_THAT(fake_.orders, IsEmpty());
+}
+
+TEST_F(SchedulerResourcesTest, RegisterBeyondTheNodeCapIsResourceExhausted) {
+  options_.max_nodes = 3;
+  Reopen();
+  const uint64_t w1 = Register(v1::WORKER);
+  Register(v1::WORKER);
+  const uint64_t s1 = Register(v1::SERVER);
+  auto refused = TryRegister(v1::WORKER);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("--max_nodes=3"));
+  EXPECT_EQ(scheduler_->ListNodes().size(), 3u);
+  // The nodes registered still work.
+  EXPECT_FALSE(Heartbeat(w1).reregister());
+  EXPECT_FALSE(Heartbeat(s1).reregister());
+  // A server restarted at its address replaces the alive one even at the cap.
+  auto restarted = TryRegister(v1::SERVER, Node(s1).address());
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  EXPECT_EQ(Node(s1).state(), v1::DEAD);
+}
+
+// Dead nodes do not count for ever: the oldest that no job needs are forgotten (for good: the
+// state dir too) to let a node in; a node told to re-register gets back in that way.
+TEST_F(SchedulerResourcesTest, DeadNodesAreForgottenToMakeRoom) {
+  options_.max_nodes = 2;
+  Reopen();
+  const uint64_t w1 = Register(v1::WORKER);
+  const uint64_t w2 = Register(v1::WORKER);
+  KillNode(w1, {w2});
+  EXPECT_TRUE(Heartbeat(w1).reregister());
+  auto back = TryRegister(v1::WORKER);  // w1 again, with a new id
+  ASSERT_TRUE(back.ok()) << back.status();
+  std::vector<uint64_t> ids;
+  for (const v1::NodeInfo& node : scheduler_->ListNodes()) ids.push_back(node.node_id());
+  EXPECT_THAT(ids, ElementsAre(w2, back->node_id()));
+  Reopen();  // the forgotten node is gone from the state dir as well
+  ids.clear();
+  for (const v1::NodeInfo& node : scheduler_->ListNodes()) ids.push_back(node.node_id());
+  EXPECT_THAT(ids, ElementsAre(w2, back->node_id()));
+  // Both alive: nothing to forget.
+  EXPECT_EQ(TryRegister(v1::WORKER).status().code(), absl::StatusCode::kResourceExhausted);
+}
+
+// Only dead nodes make room: the alive nodes of a running job stay, and the job runs on.
+TEST_F(SchedulerResourcesTest, AliveNodesAreNeverForgotten) {
+  options_.max_nodes = 3;
+  Reopen();
+  const uint64_t server = Register(v1::SERVER);
+  const uint64_t worker = Register(v1::WORKER);
+  const std::string job_id = Submit(1, 1);
+  ASSERT_EQ(Job(job_id).state(), v1::RUNNING);
+  const uint64_t spare = Register(v1::SERVER);
+  KillNode(spare, {server, worker});          // dead, in no job
+  EXPECT_TRUE(TryRegister(v1::WORKER).ok());  // the spare's entry goes
+  EXPECT_EQ(TryRegister(v1::WORKER).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(Job(job_id).state(), v1::RUNNING);
+}
+
+TEST_F(SchedulerResourcesTest, SubmitBeyondThePendingCapIsResourceExhausted) {
+  options_.max_pending_jobs = 2;
+  Reopen();
+  const std::string first = Submit(1, 1);  // no nodes: both stay pending
+  Submit(1, 1);
+  v1::JobSpec spec = Job(first).spec();
+  auto refused = scheduler_->SubmitJob(spec);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("--max_pending_jobs=2"));
+  EXPECT_EQ(scheduler_->ListJobs().size(), 2u);
+  ASSERT_TRUE(scheduler_->CancelJob(first).ok());
+  EXPECT_TRUE(scheduler_->SubmitJob(spec).ok());
+  // Jobs that start make room too.
+  Register(v1::SERVER);
+  Register(v1::WORKER);
+  EXPECT_TRUE(scheduler_->SubmitJob(spec).ok());
+}
+
+TEST(SchedulerOptionsTest, CapsMustBePositive) {
+  SchedulerOptions options;
+  options.state_dir = "/tmp/unused";
+  EXPECT_TRUE(options.Validate().ok());
+  options.max_nodes = 0;
+  EXPECT_EQ(options.Validate().code(), absl::StatusCode::kInvalidArgument);
+  options.max_nodes = 1;
+  options.max_pending_jobs = 0;
+  EXPECT_EQ(options.Validate().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
