@@ -212,8 +212,12 @@ TEST_F(SchedulerCheckpointsTest, AsyncJobSpreadsTheLostSlotsOverTheSurvivors) {
   int moved = 0;
   for (uint32_t s = 0; s < kNumSlots; ++s) {
     // Slots that were not lost stay where they were (s % 3: 0 -> index 0, 2 -> index 1).
-    if (s % 3 == 0) EXPECT_EQ(job.slot_owners(s), 0u);
-    if (s % 3 == 2) EXPECT_EQ(job.slot_owners(s), 1u);
+    if (s % 3 == 0) {
+      EXPECT_EQ(job.slot_owners(s), 0u);
+    }
+    if (s % 3 == 2) {
+      EXPECT_EQ(job.slot_owners(s), 1u);
+    }
     if (s % 3 == 1) ++moved;
   }
   const v1::RestoreOrder& order = job.restore();
@@ -269,7 +273,9 @@ TEST_P(TwoServerDeathsTest, RestoreTheSlotsOfBoth) {
     const bool lost = s % 4 == 1 || s % 4 == 2;
     ASSERT_EQ((*slots)[s], lost) << "slot " << s;
     ASSERT_LT(job.slot_owners(s), 2u) << "slot " << s;
-    if (!lost) ASSERT_EQ(job.slot_owners(s), s % 4 == 0 ? 0u : 1u) << "slot " << s;
+    if (!lost) {
+      ASSERT_EQ(job.slot_owners(s), s % 4 == 0 ? 0u : 1u) << "slot " << s;
+    }
   }
 }
 

@@ -352,7 +352,7 @@ class Session::Impl {
     // took over slots learn it), or from the checkpoint's clock when the job rolls back.
     EngineOf(*client_)->CancelInFlight();
     PS_ASSIGN_OR_RETURN(RunStart run, StartUnder(a, step_clock_));
-    state_->Resume();  // failures of the old engine's last requests
+    state_->Resume().IgnoreError();  // failures of the old engine's last requests
     SwapEngine(*client_, std::shared_ptr<RpcClient>(std::move(run.client)));
     {
       absl::MutexLock l(&mu_);
