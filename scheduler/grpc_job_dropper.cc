@@ -18,18 +18,19 @@ GrpcJobDropper::GrpcJobDropper(GrpcJobDropperOptions options) : options_(options
 }
 
 GrpcJobDropper::~GrpcJobDropper() {
+  size_t abandoned;
   {
     absl::MutexLock l(&mu_);
     stopping_ = true;
-    if (!queue_.empty()) {
-      LOG(INFO) << "job dropper stopping: " << queue_.size()
-                << " ended jobs not dropped on their servers";
-    }
+    abandoned = queue_.size();
     done_ += queue_.size();
     queue_.clear();
     changed_.SignalAll();
   }
   sender_.join();
+  if (abandoned > 0) {
+    LOG(INFO) << "job dropper stopped: " << abandoned << " ended jobs not dropped on their servers";
+  }
 }
 
 void GrpcJobDropper::Drop(DropOrder order) {
