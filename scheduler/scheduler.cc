@@ -175,6 +175,7 @@ absl::Status Scheduler::Commit(Changes* changes) {
   // and the caller gets the error.
   absl::Status s = store_->Write(changes->batch, changes->sync);
   if (!s.ok()) LOG(ERROR) << "cannot persist the scheduler state: " << s;
+  if (s.ok()) SendDrops(changes);
   // Every change of a node's or a job's state is a synced write.
   if (changes->sync) UpdateMetrics();
   return s;
@@ -434,7 +435,7 @@ void Scheduler::EndJob(Job* job, v1::JobState state, const std::string& reason, 
   const std::string state_name = absl::AsciiStrToLower(v1::JobState_Name(state));
   AddEvent(job, absl::StrCat(state_name, ": ", reason), now, changes);
   LOG(INFO) << "job " << info.job_id() << " " << state_name << ": " << reason;
-  DropOnServers(*job);
+  DropOnServers(*job, changes);
 }
 
 absl::StatusOr<std::string> Scheduler::SubmitJob(v1::JobSpec spec) {

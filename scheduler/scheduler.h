@@ -113,6 +113,8 @@ class Scheduler {
     bool counters = false;
     bool sync = false;
     StateStore::Batch batch;  // events
+    // Jobs that ended: handed to dropper_ once their end is written (SendDrops).
+    std::vector<DropOrder> drops;
   };
 
   Scheduler(const SchedulerOptions& options, Clock clock, std::unique_ptr<StateStore> store,
@@ -173,9 +175,12 @@ class Scheduler {
   void EndJob(Job* job, v1::JobState state, const std::string& reason, absl::Time now,
               Changes* changes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // Bounds and cleanup (scheduler_resources.cc). A job that ended: its servers still alive are
-  // told to drop it (dropper_, in the background).
-  void DropOnServers(const Job& job) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Bounds and cleanup (scheduler_resources.cc). A job that ended: its servers still alive will
+  // be told to drop it (a drop order in `changes`)...
+  void DropOnServers(const Job& job, Changes* changes) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // ... once Commit() wrote the end: a scheduler that stops before that resumes the job, whose
+  // servers must still hold it. Never blocks (dropper_ sends in the background).
+  void SendDrops(Changes* changes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Room for one more node under options_.max_nodes: forgets the oldest dead nodes that no
   // pending or running job names; RESOURCE_EXHAUSTED if that is not enough (a server that
   // replaces an alive one at its address is let in).

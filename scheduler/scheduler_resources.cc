@@ -11,7 +11,7 @@
 
 namespace ps {
 
-void Scheduler::DropOnServers(const Job& job) const {
+void Scheduler::DropOnServers(const Job& job, Changes* changes) const {
   if (dropper_ == nullptr) return;
   const v1::JobInfo& info = job.info;
   DropOrder order;
@@ -23,7 +23,13 @@ void Scheduler::DropOnServers(const Job& job) const {
     order.servers.push_back(info.server_addresses(i));
   }
   if (order.servers.empty()) return;  // never started, or no server left
-  dropper_->Drop(std::move(order));
+  changes->drops.push_back(std::move(order));
+}
+
+void Scheduler::SendDrops(Changes* changes) {
+  if (dropper_ == nullptr) return;
+  for (DropOrder& order : changes->drops) dropper_->Drop(std::move(order));
+  changes->drops.clear();
 }
 
 absl::Status Scheduler::MakeRoomForNode(const v1::RegisterRequest& req, Changes* changes) {
