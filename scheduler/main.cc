@@ -34,6 +34,13 @@ ABSL_FLAG(std::vector<std::string>, checkpoint_roots, {},
 ABSL_FLAG(uint64_t, max_model_bytes, uint64_t{4} << 30,
           "a job whose model needs more bytes on the servers (float32 parameters and optimizer "
           "state, e.g. x3 for adam) is refused at submit with RESOURCE_EXHAUSTED; default 4 GiB");
+ABSL_FLAG(int, max_nodes, 4096,
+          "most nodes the scheduler keeps, alive and dead; a node registering at the cap makes "
+          "room by forgetting the oldest dead nodes that no pending or running job names, and is "
+          "refused with RESOURCE_EXHAUSTED when every node is alive (or in use)");
+ABSL_FLAG(int, max_pending_jobs, 1024,
+          "most jobs waiting to start; a submit (or psctl restore of an ended job) beyond it is "
+          "refused with RESOURCE_EXHAUSTED");
 ABSL_FLAG(std::string, port_file, "", "if set, write the bound port here once serving");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1), "how often nodes heartbeat");
 ABSL_FLAG(absl::Duration, heartbeat_timeout, absl::Seconds(5),
@@ -74,6 +81,8 @@ int main(int argc, char** argv) {
   options.checkpoint_root = absl::GetFlag(FLAGS_checkpoint_root);
   options.checkpoint_roots = absl::GetFlag(FLAGS_checkpoint_roots);
   options.max_model_bytes = absl::GetFlag(FLAGS_max_model_bytes);
+  options.max_nodes = absl::GetFlag(FLAGS_max_nodes);
+  options.max_pending_jobs = absl::GetFlag(FLAGS_max_pending_jobs);
 
   // /metrics first: the scheduler reports its address (ListNodes) and exports from the start.
   // Declared before everything that registers in it: destroyed last.

@@ -83,8 +83,13 @@ v1::ProgramLog SanitizedLog(const v1::ProgramLog& log) {
 }  // namespace
 
 Scheduler::Scheduler(const SchedulerOptions& options, Clock clock,
-                     std::unique_ptr<StateStore> store, SchedulerMetrics* metrics)
-    : options_(options), clock_(std::move(clock)), store_(std::move(store)), metrics_(metrics) {
+                     std::unique_ptr<StateStore> store, SchedulerMetrics* metrics,
+                     JobDropper* dropper)
+    : options_(options),
+      clock_(std::move(clock)),
+      store_(std::move(store)),
+      metrics_(metrics),
+      dropper_(dropper) {
   std::error_code error;
   // Beside the state dir by default; "a/state/" normalizes to "a/state/", whose parent_path()
   // would be "a/state" itself: drop the trailing separator first.
@@ -103,11 +108,12 @@ Scheduler::Scheduler(const SchedulerOptions& options, Clock clock,
 }
 
 absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Open(const SchedulerOptions& options,
-                                                           Clock clock, SchedulerMetrics* metrics) {
+                                                           Clock clock, SchedulerMetrics* metrics,
+                                                           JobDropper* dropper) {
   PS_RETURN_IF_ERROR(options.Validate());
   PS_ASSIGN_OR_RETURN(std::unique_ptr<StateStore> store, StateStore::Open(options.state_dir));
   std::unique_ptr<Scheduler> scheduler(
-      new Scheduler(options, std::move(clock), std::move(store), metrics));
+      new Scheduler(options, std::move(clock), std::move(store), metrics, dropper));
   PS_RETURN_IF_ERROR(scheduler->Load());
   return scheduler;
 }
@@ -170,6 +176,7 @@ absl::Status Scheduler::Commit(Changes* changes) {
   // and the caller gets the error.
   absl::Status s = store_->Write(changes->batch, changes->sync);
   if (!s.ok()) LOG(ERROR) << "cannot persist the scheduler state: " << s;
+  if (s.ok()) SendDrops(changes);
   // Every change of a node's or a job's state is a synced write.
   if (changes->sync) UpdateMetrics();
   return s;
@@ -252,6 +259,7 @@ absl::StatusOr<v1::RegisterResponse> Scheduler::Register(const v1::RegisterReque
   absl::MutexLock lock(&mu_);
   const absl::Time now = clock_();
   Changes changes;
+  PS_RETURN_IF_ERROR(MakeRoomForNode(req, &changes));
   changes.sync = true;
   changes.counters = true;
   const uint64_t id = next_node_id_++;
@@ -437,6 +445,7 @@ void Scheduler::EndJob(Job* job, v1::JobState state, const std::string& reason, 
   const std::string state_name = absl::AsciiStrToLower(v1::JobState_Name(state));
   AddEvent(job, absl::StrCat(state_name, ": ", reason), now, changes);
   LOG(INFO) << "job " << info.job_id() << " " << state_name << ": " << reason;
+  DropOnServers(*job, changes);
 }
 
 absl::StatusOr<std::string> Scheduler::SubmitJob(v1::JobSpec spec) {
@@ -452,6 +461,7 @@ absl::StatusOr<std::string> Scheduler::SubmitJob(v1::JobSpec spec) {
 absl::StatusOr<std::string> Scheduler::SubmitLocked(v1::JobSpec spec, absl::Time now,
                                                     Changes* changes_ptr) {
   Changes& changes = *changes_ptr;
+  PS_RETURN_IF_ERROR(CheckPendingRoom());
   // Also for a job submitted again by RestoreJob: the limits may have changed since.
   PS_RETURN_IF_ERROR(NormalizeJobSpec(&spec, job_limits_));
   if (spec.has_from_checkpoint()) {

@@ -20,6 +20,7 @@
 #include "absl/time/time.h"
 #include "common/printable.h"  // CheckJobId: every request naming a job is checked first
 #include "ps/v1/scheduler.pb.h"
+#include "scheduler/job_dropper.h"
 #include "scheduler/job_spec.h"
 #include "scheduler/scheduler_metrics.h"
 #include "scheduler/scheduler_options.h"
@@ -41,10 +42,13 @@ class Scheduler {
 
   // Opens (or creates) options.state_dir and resumes from its contents: RUNNING jobs stay
   // RUNNING, and every ALIVE node gets a fresh grace period (last heartbeat = now).
-  // `clock` must be thread-safe. `metrics` (null: none) must outlive the scheduler.
+  // `clock` must be thread-safe. `metrics` (null: none) must outlive the scheduler. `dropper`
+  // (null: none; it must outlive the scheduler) is told of every job that ends, to free its
+  // memory on the job's servers still alive.
   static absl::StatusOr<std::unique_ptr<Scheduler>> Open(const SchedulerOptions& options,
                                                          Clock clock = absl::Now,
-                                                         SchedulerMetrics* metrics = nullptr);
+                                                         SchedulerMetrics* metrics = nullptr,
+                                                         JobDropper* dropper = nullptr);
 
   absl::StatusOr<v1::RegisterResponse> Register(const v1::RegisterRequest& req);
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& req);
@@ -114,10 +118,12 @@ class Scheduler {
     bool counters = false;
     bool sync = false;
     StateStore::Batch batch;  // events
+    // Jobs that ended: handed to dropper_ once their end is written (SendDrops).
+    std::vector<DropOrder> drops;
   };
 
   Scheduler(const SchedulerOptions& options, Clock clock, std::unique_ptr<StateStore> store,
-            SchedulerMetrics* metrics);
+            SchedulerMetrics* metrics, JobDropper* dropper);
   absl::Status Load() ABSL_LOCKS_EXCLUDED(mu_);
 
   absl::Status Commit(Changes* changes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -177,6 +183,20 @@ class Scheduler {
   void EndJob(Job* job, v1::JobState state, const std::string& reason, absl::Time now,
               Changes* changes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // Bounds and cleanup (scheduler_resources.cc). A job that ended: its servers still alive will
+  // be told to drop it (a drop order in `changes`)...
+  void DropOnServers(const Job& job, Changes* changes) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // ... once Commit() wrote the end: a scheduler that stops before that resumes the job, whose
+  // servers must still hold it. Never blocks (dropper_ sends in the background).
+  void SendDrops(Changes* changes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Room for one more node under options_.max_nodes: forgets the oldest dead nodes that no
+  // pending or running job names; RESOURCE_EXHAUSTED if that is not enough (a server that
+  // replaces an alive one at its address is let in).
+  absl::Status MakeRoomForNode(const v1::RegisterRequest& req, Changes* changes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // RESOURCE_EXHAUSTED if options_.max_pending_jobs jobs are PENDING already.
+  absl::Status CheckPendingRoom() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+
   // Placement: Schedule() gives idle workers to RUNNING jobs short of workers, starts the
   // PENDING jobs it can (TryStart takes their workers from `idle`) and sets the reason of
   // the others.
@@ -196,6 +216,7 @@ class Scheduler {
   const Clock clock_;
   const std::unique_ptr<StateStore> store_;
   SchedulerMetrics* const metrics_;  // null: none
+  JobDropper* const dropper_;        // null: none
 
   mutable absl::Mutex mu_;
   std::map<uint64_t, v1::NodeInfo> nodes_ ABSL_GUARDED_BY(mu_);  // by node id

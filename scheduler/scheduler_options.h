@@ -38,6 +38,13 @@ struct SchedulerOptions {
   uint64_t max_model_bytes = uint64_t{4} << 30;
   // Events kept per job; older ones are dropped.
   int max_events_per_job = 1000;
+  // Nodes the scheduler keeps, alive and dead (dead ones are history until room is needed): a
+  // Register at the cap forgets the oldest dead nodes no pending or running job names, and is
+  // RESOURCE_EXHAUSTED if none can go. Default 4096.
+  int max_nodes = 4096;
+  // Jobs waiting to start (PENDING); a SubmitJob (or RestoreJob of an ended job) beyond it is
+  // RESOURCE_EXHAUSTED. Default 1024.
+  int max_pending_jobs = 1024;
 
   absl::Status Validate() const {
     if (state_dir.empty()) return absl::InvalidArgumentError("--state_dir is required");
@@ -64,6 +71,10 @@ struct SchedulerOptions {
     }
     if (max_events_per_job < 1) {
       return absl::InvalidArgumentError("max_events_per_job must be at least 1");
+    }
+    if (max_nodes < 1) return absl::InvalidArgumentError("--max_nodes must be at least 1");
+    if (max_pending_jobs < 1) {
+      return absl::InvalidArgumentError("--max_pending_jobs must be at least 1");
     }
     return absl::OkStatus();
   }

@@ -17,7 +17,9 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
   PS_RETURN_IF_ERROR(options.Validate());
   if (options.listen.empty()) return absl::InvalidArgumentError("--listen is empty");
   std::unique_ptr<SchedulerServer> s(new SchedulerServer);
-  PS_ASSIGN_OR_RETURN(s->scheduler_, Scheduler::Open(options, std::move(clock), metrics));
+  s->dropper_ = std::make_unique<GrpcJobDropper>();
+  PS_ASSIGN_OR_RETURN(s->scheduler_,
+                      Scheduler::Open(options, std::move(clock), metrics, s->dropper_.get()));
   s->service_ = std::make_unique<SchedulerService>(s->scheduler_.get());
   // Both are process-wide switches read when a server is built.
   grpc::EnableDefaultHealthCheckService(true);

@@ -11,14 +11,16 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "scheduler/grpc_job_dropper.h"
 #include "scheduler/scheduler.h"
 #include "scheduler/scheduler_options.h"
 #include "scheduler/scheduler_service.h"
 
 namespace ps {
 
-// Owns the scheduler, the service, the gRPC server and a thread that calls Scheduler::Tick()
-// every options.tick_interval (of real time). The server also serves grpc.health.v1.Health
+// Owns the scheduler, the service, the gRPC server, a thread that calls Scheduler::Tick()
+// every options.tick_interval (of real time), and the GrpcJobDropper that tells servers to drop
+// the jobs that ended. The server also serves grpc.health.v1.Health
 // (SERVING from Start() until Drain()) and server reflection. Thread-safe after Start().
 class SchedulerServer {
  public:
@@ -40,6 +42,7 @@ class SchedulerServer {
   SchedulerServer() = default;
   void TickLoop(absl::Duration interval);
 
+  std::unique_ptr<GrpcJobDropper> dropper_;  // outlives scheduler_, which uses it
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<SchedulerService> service_;
   std::unique_ptr<grpc::Server> server_;

@@ -59,6 +59,10 @@ void StateStore::Batch::PutNode(const v1::NodeInfo& node) {
   ops_.emplace_back(absl::StrCat(kNodePrefix, node.node_id()), node.SerializeAsString());
 }
 
+void StateStore::Batch::DeleteNode(uint64_t node_id) {
+  ops_.emplace_back(absl::StrCat(kNodePrefix, node_id), std::nullopt);
+}
+
 void StateStore::Batch::PutJob(const v1::JobInfo& job) {
   v1::JobInfo copy = job;
   copy.clear_events();

@@ -43,6 +43,7 @@ class StateStore {
   class Batch {
    public:
     void PutNode(const v1::NodeInfo& node);
+    void DeleteNode(uint64_t node_id);
     void PutJob(const v1::JobInfo& job);  // any events in `job` are not stored
     void PutEvent(const std::string& job_id, uint64_t seq, const v1::JobEvent& event);
     void DeleteEvent(const std::string& job_id, uint64_t seq);

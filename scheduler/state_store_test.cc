@@ -23,6 +23,9 @@ TEST(StateStoreTest, WritesAndLoadsEverything) {
     node.set_node_id(7);
     node.set_role(v1::WORKER);
     batch.PutNode(node);
+    node.set_node_id(9);
+    batch.PutNode(node);
+    batch.DeleteNode(9);  // a dead node forgotten (Scheduler: --max_nodes)
     v1::JobInfo job;
     job.set_job_id("job-3");
     job.add_events()->set_message("not stored with the job");

@@ -82,7 +82,7 @@ void Train(TableStore& store, const std::vector<TableSpec>& specs, int rounds) {
       const v1::KeyBlock block = Block(spec.table_id(), keys, grads);
       TableStore::BlockView view;
       ASSERT_TRUE(store.Resolve(spec.job_id(), block, true, &view).ok());
-      store.Apply(view);
+      ASSERT_TRUE(store.Apply(view).ok());
     }
   }
 }

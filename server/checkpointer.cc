@@ -94,7 +94,7 @@ absl::StatusOr<v1::CheckpointResponse> Checkpointer::Begin(const v1::CheckpointR
   absl::MutexLock l(&mu_);
   changed_.SignalAll();
   if (!response.ok() || shutdown_) {
-    jobs_[req.job_id()].erase(req.checkpoint_id());
+    Erase(req.job_id(), req.checkpoint_id());
     if (response.ok()) return absl::UnavailableError("the server is shutting down");
     return response.status();
   }
@@ -122,6 +122,8 @@ absl::StatusOr<v1::CheckpointResponse> Checkpointer::Snapshot(const v1::Checkpoi
   }
   auto snapshot = std::make_unique<JobSnapshot>(store_->Snapshot(req.job_id()));
   if (snapshot->shard_epoch != req.shard_epoch()) return stale(snapshot->shard_epoch);
+  // DropJob marks the job before it erases any row: unmarked now, the copy was whole.
+  if (absl::Status s = store_->CheckNotDropped(req.job_id()); !s.ok()) return s;
   v1::CheckpointResponse response;
   response.set_rows(snapshot->num_rows);
   response.set_bytes(snapshot->bytes);
@@ -190,8 +192,49 @@ void Checkpointer::Write(Entry* entry, const v1::CheckpointShardMeta& meta) {
     entry->response.set_done(true);
     entry->response.set_write_seconds(stats->seconds);
   }
-  Forget(jobs_[meta.job_id()]);
+  if (dropped_.contains(meta.job_id())) {
+    KeepLate(meta.job_id(), meta.checkpoint_id());
+  } else {
+    Forget(jobs_[meta.job_id()]);
+  }
   changed_.SignalAll();
+}
+
+void Checkpointer::Erase(const std::string& job_id, uint64_t id) {
+  auto job = jobs_.find(job_id);
+  if (job == jobs_.end()) return;
+  job->second.erase(id);
+  if (!job->second.empty()) return;
+  jobs_.erase(job);
+  dropped_.erase(job_id);
+}
+
+void Checkpointer::KeepLate(const std::string& job_id, uint64_t id) {
+  late_.emplace_back(job_id, id);
+  while (late_.size() > kKeepLate) {
+    Erase(late_.front().first, late_.front().second);
+    late_.pop_front();
+  }
+}
+
+void Checkpointer::ForgetJob(const std::string& job_id) {
+  absl::MutexLock l(&mu_);
+  auto job = jobs_.find(job_id);
+  if (job == jobs_.end()) return;
+  JobEntries& entries = job->second;
+  for (auto it = entries.begin(); it != entries.end();) {
+    if (it->second->state == State::kDone) {
+      it = entries.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  if (entries.empty()) {
+    jobs_.erase(job);
+    dropped_.erase(job_id);
+  } else {
+    dropped_.insert(job_id);
+  }
 }
 
 absl::StatusOr<v1::CheckpointResponse> Checkpointer::Await(const std::string& job_id,

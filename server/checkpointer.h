@@ -14,6 +14,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -66,6 +67,10 @@ class Checkpointer {
                                                absl::Time deadline);
   // Idempotent. Later Begin()s are UNAVAILABLE; waiting Await()s return UNAVAILABLE.
   void Shutdown();
+  // The job was dropped: forgets its finished checkpoints (the files stay). Writes still
+  // running go on (their rows are copied); their outcomes are kept for Await(), the
+  // kKeepLate latest of them.
+  void ForgetJob(const std::string& job_id);
 
  private:
   enum class State { kSnapshotting, kQueued, kWriting, kDone };
@@ -84,6 +89,13 @@ class Checkpointer {
   void WriterLoop();
   void Write(Entry* entry, const v1::CheckpointShardMeta& meta);
   void Forget(JobEntries& entries) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Keeps the outcome of a write that finished after its job was dropped, forgetting the oldest
+  // such one beyond kKeepLate.
+  void KeepLate(const std::string& job_id, uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Erases one entry, and its job's once empty.
+  void Erase(const std::string& job_id, uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  static constexpr size_t kKeepLate = 16;
   int InFlight() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   TableStore* const store_;
@@ -97,6 +109,10 @@ class Checkpointer {
   absl::flat_hash_map<std::string, JobEntries> jobs_ ABSL_GUARDED_BY(mu_);
   // Entries to write, in order, with the job they belong to.
   std::deque<std::pair<std::string, uint64_t>> queue_ ABSL_GUARDED_BY(mu_);
+  // Dropped jobs with writes that were still running, and the outcomes of such writes kept,
+  // oldest first.
+  absl::flat_hash_set<std::string> dropped_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::pair<std::string, uint64_t>> late_ ABSL_GUARDED_BY(mu_);
   std::thread writer_;
   std::once_flag join_once_;
 };

@@ -30,6 +30,15 @@ struct ConsistencyGate::Job {
   int64_t applied_clock ABSL_GUARDED_BY(mu) = 0;
   // Requests of older shard epochs are refused (0: none yet).
   uint64_t shard_epoch ABSL_GUARDED_BY(mu) = 0;
+  // DropJob forgot the job: requests that still hold it fail.
+  bool dropped ABSL_GUARDED_BY(mu) = false;
+
+  absl::Status CheckNotDropped() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (!dropped) return absl::OkStatus();
+    return Rejected(RejectReason::kDroppedJob,
+                    absl::FailedPreconditionError(absl::StrCat(
+                        "job '", id, "' was dropped from this server while the request ran")));
+  }
 
   absl::Status CheckEpoch(uint64_t request_epoch) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     if (request_epoch == 0 || request_epoch >= shard_epoch) return absl::OkStatus();
@@ -85,15 +94,17 @@ absl::Status ConsistencyGate::Configure(const std::string& job_id, const Consist
       return absl::InvalidArgumentError(absl::StrCat("worker id ", w, " is listed twice"));
     }
   }
-  Job* job;
+  std::shared_ptr<Job> held;
   {
     absl::MutexLock l(&mu_);
     auto& slot = jobs_[job_id];
-    if (slot == nullptr) slot = std::make_unique<Job>(job_id);
-    job = slot.get();
+    if (slot == nullptr) slot = std::make_shared<Job>(job_id);
+    held = slot;
   }
+  Job* job = held.get();  // raw: what the lock annotations name
   {
     absl::MutexLock l(&job->mu);
+    PS_RETURN_IF_ERROR(job->CheckNotDropped());
     const bool fresh = job->membership_epoch == 0 && job->clocks.empty();
     if (!fresh) {
       if (job->spec.mode() != spec.mode() || job->spec.staleness() != spec.staleness() ||
@@ -137,7 +148,8 @@ absl::Status ConsistencyGate::Configure(const std::string& job_id, const Consist
   return absl::OkStatus();
 }
 
-absl::StatusOr<ConsistencyGate::Job*> ConsistencyGate::Find(const std::string& job_id) const {
+absl::StatusOr<std::shared_ptr<ConsistencyGate::Job>> ConsistencyGate::Find(
+    const std::string& job_id) const {
   absl::ReaderMutexLock l(&mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) {
@@ -146,7 +158,24 @@ absl::StatusOr<ConsistencyGate::Job*> ConsistencyGate::Find(const std::string& j
         absl::FailedPreconditionError(absl::StrCat(
             "job '", job_id, "' is not configured on this server (ConfigureJob first)")));
   }
-  return it->second.get();
+  return it->second;
+}
+
+void ConsistencyGate::DropJob(const std::string& job_id) {
+  std::shared_ptr<Job> held;
+  {
+    absl::MutexLock l(&mu_);
+    auto it = jobs_.find(job_id);
+    if (it == jobs_.end()) return;
+    held = std::move(it->second);
+    jobs_.erase(it);
+  }
+  Job* job = held.get();
+  // Pushes that passed their check hold apply_mu (shared) until they are applied.
+  absl::MutexLock hold_pushes_and_applies(&job->apply_mu);
+  absl::MutexLock l(&job->mu);
+  job->dropped = true;
+  job->cv.SignalAll();
 }
 
 bool ConsistencyGate::HasJob(const std::string& job_id) const { return Find(job_id).ok(); }
@@ -154,15 +183,17 @@ bool ConsistencyGate::HasJob(const std::string& job_id) const { return Find(job_
 std::map<uint32_t, int64_t> ConsistencyGate::Clocks(const std::string& job_id) const {
   auto job = Find(job_id);
   if (!job.ok()) return {};
-  absl::MutexLock l(&(*job)->mu);
-  return (*job)->clocks;
+  Job* j = job->get();
+  absl::MutexLock l(&j->mu);
+  return j->clocks;
 }
 
 absl::StatusOr<ConsistencySpec::Mode> ConsistencyGate::ModeOf(const std::string& job_id) const {
   auto job = Find(job_id);
   if (!job.ok()) return job.status();
-  absl::MutexLock l(&(*job)->mu);
-  return (*job)->spec.mode();
+  Job* j = job->get();
+  absl::MutexLock l(&j->mu);
+  return j->spec.mode();
 }
 
 absl::Status ConsistencyGate::CheckPush(const std::string& job_id, uint32_t worker_id,
@@ -170,8 +201,15 @@ absl::Status ConsistencyGate::CheckPush(const std::string& job_id, uint32_t work
   PS_RETURN_IF_ERROR(CheckClockRange("push clock", clock));
   auto found = Find(job_id);
   if (!found.ok()) return found.status();
-  Job* job = *found;
+  return CheckPushOf(found->get(), worker_id, clock, shard_epoch);
+}
+
+absl::Status ConsistencyGate::CheckPushOf(Job* job, uint32_t worker_id, int64_t clock,
+                                          uint64_t shard_epoch) const {
+  PS_RETURN_IF_ERROR(CheckClockRange("push clock", clock));
+  const std::string& job_id = job->id;
   absl::MutexLock l(&job->mu);
+  PS_RETURN_IF_ERROR(job->CheckNotDropped());
   PS_RETURN_IF_ERROR(job->CheckEpoch(shard_epoch));
   auto it = job->clocks.find(worker_id);
   if (it == job->clocks.end()) {
@@ -200,8 +238,8 @@ absl::Status ConsistencyGate::CheckPushAndRun(const std::string& job_id, uint32_
                                               absl::FunctionRef<absl::Status()> then) {
   auto found = Find(job_id);
   if (!found.ok()) return found.status();
-  absl::ReaderMutexLock hold_applies(&(*found)->apply_mu);
-  absl::Status s = CheckPush(job_id, worker_id, clock, shard_epoch);
+  absl::ReaderMutexLock hold_applies(&found->get()->apply_mu);
+  absl::Status s = CheckPushOf(found->get(), worker_id, clock, shard_epoch);
   if (!s.ok()) return s;
   return then();
 }
@@ -211,7 +249,7 @@ absl::StatusOr<int64_t> ConsistencyGate::AdvanceClock(const std::string& job_id,
   PS_RETURN_IF_ERROR(CheckClockRange("clock", new_clock));
   auto found = Find(job_id);
   if (!found.ok()) return found.status();
-  Job* job = *found;
+  Job* job = found->get();
   int64_t min_clock;
   {
     absl::MutexLock l(&job->mu);
@@ -241,8 +279,9 @@ absl::StatusOr<int64_t> ConsistencyGate::AdvanceClock(const std::string& job_id,
 void ConsistencyGate::SetShardEpoch(const std::string& job_id, uint64_t shard_epoch) {
   auto found = Find(job_id);
   if (!found.ok()) return;
-  absl::MutexLock l(&(*found)->mu);
-  (*found)->shard_epoch = std::max((*found)->shard_epoch, shard_epoch);
+  Job* job = found->get();
+  absl::MutexLock l(&job->mu);
+  job->shard_epoch = std::max(job->shard_epoch, shard_epoch);
 }
 
 absl::Status ConsistencyGate::RaiseClock(const std::string& job_id, uint32_t worker_id,
@@ -250,7 +289,7 @@ absl::Status ConsistencyGate::RaiseClock(const std::string& job_id, uint32_t wor
   PS_RETURN_IF_ERROR(CheckClockRange("caller_clock", clock));
   auto found = Find(job_id);
   if (!found.ok()) return found.status();
-  Job* job = *found;
+  Job* job = found->get();
   {
     absl::MutexLock l(&job->mu);
     auto it = job->clocks.find(worker_id);
@@ -269,8 +308,12 @@ absl::StatusOr<std::map<uint32_t, int64_t>> ConsistencyGate::ResetClocks(
   PS_RETURN_IF_ERROR(CheckClockRange("rollback clock", clock));
   auto found = Find(job_id);
   if (!found.ok()) return found.status();
-  Job* job = *found;
+  Job* job = found->get();
   absl::MutexLock hold_pushes_and_applies(&job->apply_mu);
+  {
+    absl::MutexLock l(&job->mu);
+    PS_RETURN_IF_ERROR(job->CheckNotDropped());  // nothing is loaded into a dropped job
+  }
   if (reset_state) {
     absl::Status s = reset_state();
     if (!s.ok()) return s;
@@ -287,7 +330,7 @@ absl::StatusOr<bool> ConsistencyGate::CountClockPart(const std::string& job_id, 
                                                      int64_t clock, uint32_t parts) {
   auto found = Find(job_id);
   if (!found.ok()) return found.status();
-  Job* job = *found;
+  Job* job = found->get();
   absl::MutexLock l(&job->mu);
   if (parts <= 1) return true;
   uint32_t& seen = job->parts[{worker_id, clock}];
@@ -309,7 +352,7 @@ void ConsistencyGate::ApplyFinishedClocks(Job* job) {
     int64_t from, to;
     {
       absl::MutexLock l(&job->mu);
-      if (job->spec.mode() != ConsistencySpec::SYNC) return;
+      if (job->spec.mode() != ConsistencySpec::SYNC || job->dropped) return;
       if (job->clocks.empty() || job->applied_clock >= job->MinClock()) return;
       from = job->applied_clock;
       to = job->MinClock();
@@ -323,12 +366,12 @@ void ConsistencyGate::ApplyFinishedClocks(Job* job) {
 
 void ConsistencyGate::Shutdown() {
   shutdown_.store(true);
-  std::vector<Job*> jobs;
+  std::vector<std::shared_ptr<Job>> jobs;
   {
     absl::ReaderMutexLock l(&mu_);
-    for (const auto& [id, job] : jobs_) jobs.push_back(job.get());
+    for (const auto& [id, job] : jobs_) jobs.push_back(job);
   }
-  for (Job* job : jobs) {
+  for (const std::shared_ptr<Job>& job : jobs) {
     absl::MutexLock l(&job->mu);
     job->cv.SignalAll();
   }
@@ -339,7 +382,7 @@ absl::StatusOr<ConsistencyGate::PullTicket> ConsistencyGate::WaitForPull(
   PS_RETURN_IF_ERROR(CheckClockRange("pull clock", clock));
   auto found = Find(job_id);
   if (!found.ok()) return found.status();
-  Job* job = *found;
+  Job* job = found->get();
   const absl::Time start = absl::Now();
   // Counts this pull in `waiting` while it blocks (pulls that pass at once are never counted).
   struct WaitingScope {
@@ -362,6 +405,7 @@ absl::StatusOr<ConsistencyGate::PullTicket> ConsistencyGate::WaitForPull(
         ready = true;
     }
     if (ready) break;
+    PS_RETURN_IF_ERROR(job->CheckNotDropped());
     if (shutdown_.load()) {
       return absl::UnavailableError(absl::StrCat("the server is shutting down; the pull at clock ",
                                                  clock, " of job ", job_id, " was waiting for ",

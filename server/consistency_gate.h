@@ -112,6 +112,12 @@ class ConsistencyGate {
   // down must not wait for pulls blocked on slow workers. Idempotent.
   void Shutdown();
 
+  // Forgets the job (its workers, clocks, counted parts): waits for its pushes and sync applies
+  // in flight (CheckPushAndRun, ResetClocks), then wakes its waiting pulls, which answer
+  // FAILED_PRECONDITION, as do its requests that already found it. The job is unknown
+  // afterwards (Configure would create it again: the caller refuses that). Idempotent.
+  void DropJob(const std::string& job_id);
+
   // Blocks until a pull by a worker at `clock` may be served, or until `deadline`
   // (DEADLINE_EXCEEDED naming the slowest worker), or Shutdown() (UNAVAILABLE). If `waiting` is
   // set, it counts the pull while it blocks.
@@ -120,14 +126,17 @@ class ConsistencyGate {
 
  private:
   struct Job;
-  absl::StatusOr<Job*> Find(const std::string& job_id) const;
+  // The job, held by the caller for as long as it uses it (DropJob may forget it meanwhile).
+  absl::StatusOr<std::shared_ptr<Job>> Find(const std::string& job_id) const;
+  // CheckPush of a job found.
+  absl::Status CheckPushOf(Job* job, uint32_t worker_id, int64_t clock, uint64_t shard_epoch) const;
   // Applies every finished sync clock. Called with no lock held.
   void ApplyFinishedClocks(Job* job);
 
   const ApplyClockFn apply_clock_;
   std::atomic<bool> shutdown_{false};
   mutable absl::Mutex mu_;
-  absl::flat_hash_map<std::string, std::unique_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace ps

@@ -505,3 +505,68 @@ TEST(ConsistencyGateClockBoundsTest, AHugeJumpIsOneApplyAndOutOfRangeClocksAreRe
 
 }  // namespace
 }  // namespace ps
+
+namespace ps {
+namespace {
+
+// DropJob wakes the job's waiting pulls with FAILED_PRECONDITION, and refuses what still holds
+// the job; another job's clocks and pulls go on.
+TEST(ConsistencyGateDropTest, WakesWaitingPullsAndLeavesOtherJobsAlone) {
+  ConsistencyGate gate([](const std::string&, int64_t, int64_t) {});
+  v1::ConsistencySpec sync;
+  sync.set_mode(v1::ConsistencySpec::SYNC);
+  ASSERT_TRUE(gate.Configure("j", sync, {1, 2}, 1).ok());
+  ASSERT_TRUE(gate.Configure("other", sync, {1}, 1).ok());
+  absl::StatusOr<ConsistencyGate::PullTicket> waited;
+  absl::Notification done;
+  std::thread puller([&] {
+    waited = gate.WaitForPull("j", 1, absl::Now() + absl::Seconds(60));
+    done.Notify();
+  });
+  EXPECT_FALSE(done.WaitForNotificationWithTimeout(absl::Milliseconds(50)));  // worker 2 is at 0
+  gate.DropJob("j");
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  puller.join();
+  EXPECT_EQ(waited.status().code(), absl::StatusCode::kFailedPrecondition) << waited.status();
+  EXPECT_TRUE(Contains(waited.status(), "job 'j' was dropped")) << waited.status();
+
+  EXPECT_FALSE(gate.HasJob("j"));
+  EXPECT_TRUE(gate.Clocks("j").empty());
+  EXPECT_EQ(gate.CheckPush("j", 1, 0).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(gate.AdvanceClock("j", 1, 1).status().code(), absl::StatusCode::kFailedPrecondition);
+  gate.DropJob("j");  // idempotent
+  ASSERT_TRUE(gate.AdvanceClock("other", 1, 1).ok());
+  EXPECT_TRUE(gate.WaitForPull("other", 1, absl::Now() + absl::Seconds(60)).ok());
+}
+
+// A push past its checks holds the job: DropJob waits for it, and a push of the job that comes
+// after the drop (holding the job found before) is refused without running.
+TEST(ConsistencyGateDropTest, WaitsForAPushInProgressAndRefusesLaterOnes) {
+  ConsistencyGate gate([](const std::string&, int64_t, int64_t) {});
+  v1::ConsistencySpec async;
+  async.set_mode(v1::ConsistencySpec::ASYNC);
+  ASSERT_TRUE(gate.Configure("j", async, {1}, 1).ok());
+  absl::Notification dropped;
+  std::thread dropper;
+  absl::Status s = gate.CheckPushAndRun("j", 1, 0, 0, [&] {
+    dropper = std::thread([&] {
+      gate.DropJob("j");
+      dropped.Notify();
+    });
+    EXPECT_FALSE(dropped.WaitForNotificationWithTimeout(absl::Milliseconds(100)));
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(s.ok()) << s;
+  dropper.join();
+  EXPECT_TRUE(dropped.HasBeenNotified());
+  bool ran = false;
+  s = gate.CheckPushAndRun("j", 1, 0, 0, [&] {
+    ran = true;
+    return absl::OkStatus();
+  });
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_FALSE(ran);
+}
+
+}  // namespace
+}  // namespace ps

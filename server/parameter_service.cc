@@ -1,5 +1,7 @@
 #include "server/parameter_service.h"
 
+#include <glog/logging.h>
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -41,6 +43,11 @@ absl::Time ParameterService::PullDeadline(const grpc::ServerContext* ctx) const 
   return std::min(limit, rpc);
 }
 
+absl::Status ParameterService::CheckJob(const std::string& job_id) const {
+  PS_RETURN_IF_ERROR(CheckJobId(job_id));
+  return store_->CheckNotDropped(job_id);
+}
+
 grpc::Status ParameterService::Finish(ServerMethod method, absl::Time start,
                                       const google::protobuf::Message& req,
                                       const google::protobuf::Message& resp,
@@ -55,6 +62,8 @@ grpc::Status ParameterService::Finish(ServerMethod method, absl::Time start,
 absl::Status ParameterService::DoConfigureJob(const v1::ConfigureJobRequest& req,
                                               v1::ConfigureJobResponse* resp) {
   PS_RETURN_IF_ERROR(CheckJobId(req.job_id()));
+  absl::ReaderMutexLock lifecycle(&lifecycle_mu_);
+  PS_RETURN_IF_ERROR(store_->CheckNotDropped(req.job_id()));
   // Checked before anything changes (-1: the caller does not know its clock).
   if (req.caller_clock() != -1) {
     PS_RETURN_IF_ERROR(ConsistencyGate::CheckClockRange("caller_clock", req.caller_clock()));
@@ -74,7 +83,7 @@ absl::Status ParameterService::DoConfigureJob(const v1::ConfigureJobRequest& req
     (*resp->mutable_worker_clocks())[worker] = clock;
   }
   if (metrics_ != nullptr) {
-    if (ServerMetrics::Job* job = metrics_->AddJob(req.job_id())) {
+    if (std::shared_ptr<ServerMetrics::Job> job = metrics_->AddJob(req.job_id())) {
       job->owned_slots->Set(store_->NumOwnedSlots(req.job_id()));
     }
   }
@@ -105,8 +114,9 @@ grpc::Status ParameterService::DescribeTable(grpc::ServerContext*,
 
 absl::Status ParameterService::DoPush(const v1::PushRequest& req, bool* duplicate) {
   *duplicate = false;
-  PS_RETURN_IF_ERROR(CheckJobId(req.job_id()));
-  ServerMetrics::Job* job = metrics_ == nullptr ? nullptr : metrics_->FindJob(req.job_id());
+  PS_RETURN_IF_ERROR(CheckJob(req.job_id()));
+  const std::shared_ptr<ServerMetrics::Job> job =
+      metrics_ == nullptr ? nullptr : metrics_->FindJob(req.job_id());
   // A retry of an applied push is acknowledged before the clock checks: its worker may have
   // advanced since (a PushPull whose answer was lost), which would make it look late.
   if (deduper_.Seen(req.job_id(), req.worker_id(), req.request_id())) {
@@ -116,7 +126,7 @@ absl::Status ParameterService::DoPush(const v1::PushRequest& req, bool* duplicat
   }
   PS_RETURN_IF_ERROR(store_->CheckShardEpoch(req.job_id(), req.shard_epoch()));
   return gate_.CheckPushAndRun(req.job_id(), req.worker_id(), req.clock(), req.shard_epoch(),
-                               [&] { return ApplyPush(req, job, duplicate); });
+                               [&] { return ApplyPush(req, job.get(), duplicate); });
 }
 
 absl::Status ParameterService::ApplyPush(const v1::PushRequest& req, ServerMetrics::Job* job,
@@ -141,11 +151,10 @@ absl::Status ParameterService::ApplyPush(const v1::PushRequest& req, ServerMetri
   PS_ASSIGN_OR_RETURN(auto mode, gate_.ModeOf(req.job_id()));
   size_t keys = 0;
   for (const auto& view : views) {
-    if (mode == v1::ConsistencySpec::SYNC) {
-      store_->Accumulate(view, req.clock(), lr_scale);
-    } else {
-      store_->Apply(view, lr_scale);
-    }
+    // Fails only for a job dropped meanwhile, whose rows are gone anyway.
+    PS_RETURN_IF_ERROR(mode == v1::ConsistencySpec::SYNC
+                           ? store_->Accumulate(view, req.clock(), lr_scale)
+                           : store_->Apply(view, lr_scale));
     keys += view.keys.size();
   }
   if (job != nullptr) job->pushed_keys->Increment(static_cast<double>(keys));
@@ -156,7 +165,8 @@ absl::Status ParameterService::DoPull(
     const std::string& job_id, int64_t clock,
     const google::protobuf::RepeatedPtrField<v1::KeyBlock>& blocks, absl::Time deadline,
     v1::PullResponse* resp) {
-  ServerMetrics::Job* job = metrics_ == nullptr ? nullptr : metrics_->FindJob(job_id);
+  const std::shared_ptr<ServerMetrics::Job> job =
+      metrics_ == nullptr ? nullptr : metrics_->FindJob(job_id);
   std::vector<TableStore::BlockView> views(blocks.size());
   for (int i = 0; i < blocks.size(); ++i) {
     PS_RETURN_IF_ERROR(store_->Resolve(job_id, blocks[i], /*with_values=*/false, &views[i]));
@@ -170,7 +180,7 @@ absl::Status ParameterService::DoPull(
   for (int i = 0; i < blocks.size(); ++i) {
     v1::KeyBlock* out = resp->add_blocks();
     out->set_table_id(blocks[i].table_id());
-    store_->Pull(views[i], out->mutable_values());
+    PS_RETURN_IF_ERROR(store_->Pull(views[i], out->mutable_values()));
     keys += views[i].keys.size();
   }
   resp->set_min_clock(ticket.min_clock);
@@ -185,7 +195,7 @@ absl::Status ParameterService::DoPull(
 grpc::Status ParameterService::Pull(grpc::ServerContext* ctx, const v1::PullRequest* req,
                                     v1::PullResponse* resp) {
   const absl::Time start = absl::Now();
-  absl::Status s = CheckJobId(req->job_id());
+  absl::Status s = CheckJob(req->job_id());
   if (s.ok()) s = store_->CheckShardEpoch(req->job_id(), req->shard_epoch());
   if (s.ok()) s = DoPull(req->job_id(), req->clock(), req->blocks(), PullDeadline(ctx), resp);
   return Finish(ServerMethod::kPull, start, *req, *resp, s);
@@ -203,7 +213,7 @@ grpc::Status ParameterService::Push(grpc::ServerContext*, const v1::PushRequest*
 absl::Status ParameterService::DoPushPull(const v1::PushPullRequest& req, absl::Time deadline,
                                           v1::PullResponse* resp) {
   const v1::PushRequest& push = req.push();
-  PS_RETURN_IF_ERROR(CheckJobId(push.job_id()));
+  PS_RETURN_IF_ERROR(CheckJob(push.job_id()));
   // Before anything else: a retried (duplicate) push skips the clock checks, and the pull's
   // clock is push.clock + 1.
   PS_RETURN_IF_ERROR(ConsistencyGate::CheckClockRange("push clock", push.clock()));
@@ -237,17 +247,17 @@ grpc::Status ParameterService::PushPull(grpc::ServerContext* ctx, const v1::Push
 grpc::Status ParameterService::Clock(grpc::ServerContext*, const v1::ClockRequest* req,
                                      v1::ClockResponse* resp) {
   const absl::Time start = absl::Now();
+  const absl::Status valid = CheckJob(req->job_id());
   absl::StatusOr<int64_t> min_clock =
-      CheckJobId(req->job_id()).ok()
-          ? gate_.AdvanceClock(req->job_id(), req->worker_id(), req->clock())
-          : absl::StatusOr<int64_t>(CheckJobId(req->job_id()));
+      valid.ok() ? gate_.AdvanceClock(req->job_id(), req->worker_id(), req->clock())
+                 : absl::StatusOr<int64_t>(valid);
   if (min_clock.ok()) resp->set_min_clock(*min_clock);
   return Finish(ServerMethod::kClock, start, *req, *resp, min_clock.status());
 }
 
 absl::Status ParameterService::DoCheckpoint(const v1::CheckpointRequest& req,
                                             v1::CheckpointResponse* resp) {
-  PS_RETURN_IF_ERROR(CheckJobId(req.job_id()));
+  PS_RETURN_IF_ERROR(CheckJob(req.job_id()));
   PS_RETURN_IF_ERROR(gate_.ModeOf(req.job_id()).status());  // a configured job
   PS_ASSIGN_OR_RETURN(*resp, checkpointer_.Begin(req));
   return absl::OkStatus();
@@ -274,7 +284,7 @@ grpc::Status ParameterService::AwaitCheckpoint(grpc::ServerContext* ctx,
 
 absl::Status ParameterService::DoRestore(const v1::RestoreRequest& req, absl::Time deadline,
                                          v1::RestoreResponse* resp) {
-  PS_RETURN_IF_ERROR(CheckJobId(req.job_id()));
+  PS_RETURN_IF_ERROR(CheckJob(req.job_id()));
   if (!req.order().source_job_id().empty()) {
     PS_RETURN_IF_ERROR(CheckName("restore order source_job_id", req.order().source_job_id(), 1));
   }
@@ -289,6 +299,33 @@ grpc::Status ParameterService::Restore(grpc::ServerContext* ctx, const v1::Resto
   const absl::Time start = absl::Now();
   return Finish(ServerMethod::kRestore, start, *req, *resp,
                 DoRestore(*req, absl::FromChrono(ctx->deadline()), resp));
+}
+
+absl::Status ParameterService::DoDropJob(const v1::DropJobRequest& req, v1::DropJobResponse* resp) {
+  PS_RETURN_IF_ERROR(CheckJobId(req.job_id()));
+  absl::MutexLock lifecycle(&lifecycle_mu_);
+  // The store first: from here on the job's requests are refused and its tables hold no row.
+  const TableStore::DroppedJob dropped = store_->DropJob(req.job_id());
+  gate_.DropJob(req.job_id());     // waits for the job's pushes past their checks
+  deduper_.DropJob(req.job_id());  // no push of the job can record a request id any more
+  checkpointer_.ForgetJob(req.job_id());
+  restorer_.ForgetJob(req.job_id());
+  if (metrics_ != nullptr && dropped.first) {
+    metrics_->DropJob(req.job_id(), dropped.tables, dropped.bytes);
+  }
+  resp->set_tables_dropped(dropped.tables);
+  resp->set_bytes_freed(dropped.bytes);
+  if (dropped.first) {
+    LOG(INFO) << "job " << req.job_id() << " dropped: " << dropped.tables << " tables, "
+              << dropped.bytes << " row bytes freed";
+  }
+  return absl::OkStatus();
+}
+
+grpc::Status ParameterService::DropJob(grpc::ServerContext*, const v1::DropJobRequest* req,
+                                       v1::DropJobResponse* resp) {
+  const absl::Time start = absl::Now();
+  return Finish(ServerMethod::kDropJob, start, *req, *resp, DoDropJob(*req, resp));
 }
 
 }  // namespace ps

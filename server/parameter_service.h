@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "ps/v1/parameter_server.grpc.pb.h"
 #include "server/checkpointer.h"
@@ -18,6 +19,8 @@
 namespace ps {
 
 // Thread-safe (gRPC calls handlers concurrently). Pulls may block on the consistency gate.
+// DropJob frees a job's state; the job's requests are refused from then on, and those still
+// running fail without touching anything (they hold what they use: tables, gate and metrics).
 class ParameterService final : public v1::ParameterServer::Service {
  public:
   // `store` and `metrics` (may be null: no metrics) must outlive this. `max_pull_wait` bounds
@@ -50,6 +53,8 @@ class ParameterService final : public v1::ParameterServer::Service {
                                v1::CheckpointResponse* resp) override;
   grpc::Status Restore(grpc::ServerContext* ctx, const v1::RestoreRequest* req,
                        v1::RestoreResponse* resp) override;
+  grpc::Status DropJob(grpc::ServerContext* ctx, const v1::DropJobRequest* req,
+                       v1::DropJobResponse* resp) override;
 
   // The library calls behind the handlers (usable without gRPC).
   absl::Status DoPush(const v1::PushRequest& req, bool* duplicate);
@@ -59,6 +64,8 @@ class ParameterService final : public v1::ParameterServer::Service {
 
  private:
   absl::Time PullDeadline(const grpc::ServerContext* ctx) const;
+  // A well-formed job id of a job not dropped.
+  absl::Status CheckJob(const std::string& job_id) const;
   // DoPush after the clock check, with the job's sync applies held off.
   absl::Status ApplyPush(const v1::PushRequest& req, ServerMetrics::Job* job, bool* duplicate);
   absl::Status DoConfigureJob(const v1::ConfigureJobRequest& req, v1::ConfigureJobResponse* resp);
@@ -67,6 +74,7 @@ class ParameterService final : public v1::ParameterServer::Service {
   absl::Status DoCheckpoint(const v1::CheckpointRequest& req, v1::CheckpointResponse* resp);
   absl::Status DoRestore(const v1::RestoreRequest& req, absl::Time deadline,
                          v1::RestoreResponse* resp);
+  absl::Status DoDropJob(const v1::DropJobRequest& req, v1::DropJobResponse* resp);
   // Counts the finished RPC (started at `start`) and converts its status.
   grpc::Status Finish(ServerMethod method, absl::Time start, const google::protobuf::Message& req,
                       const google::protobuf::Message& resp, const absl::Status& status) const;
@@ -74,6 +82,9 @@ class ParameterService final : public v1::ParameterServer::Service {
   TableStore* const store_;
   ServerMetrics* const metrics_;
   const absl::Duration max_pull_wait_;
+  // Held shared by ConfigureJob, exclusively by DropJob: a job's consistency state, shards and
+  // metrics are not created again while (or after) it is dropped.
+  absl::Mutex lifecycle_mu_;
   ConsistencyGate gate_;
   RequestDeduper deduper_;
   Restorer restorer_;          // uses gate_

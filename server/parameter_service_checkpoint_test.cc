@@ -609,6 +609,43 @@ TEST_F(CheckpointServiceTest, ShutdownWithADelayedWriteInFlightIsPromptAndLeaves
   EXPECT_FALSE(fs::exists(PathOf(1)));
 }
 
+// A job's checkpoints outlive the job: once it is dropped (it ended), a new job with the same
+// table ids restores them; a write still running when its job is dropped completes and can be
+// awaited.
+TEST_F(CheckpointServiceTest, ADroppedJobsCheckpointsCompleteAndRestoreIntoANewJob) {
+  server_->Shutdown();
+  StartServer(absl::Milliseconds(300));
+  ASSERT_TRUE(Configure(kJob, v1::ConsistencySpec::SYNC, /*shard_epoch=*/1).ok());
+  CreateTables(kJob);
+  Step(kJob, 0, 1.0f);
+  const RawRows saved = Raw();
+  v1::CheckpointResponse resp;
+  ASSERT_TRUE(Checkpoint(kJob, 1, 1, &resp).ok());  // copied; written 300 ms later
+  v1::DropJobRequest drop;
+  drop.set_job_id(kJob);
+  v1::DropJobResponse dropped;
+  {
+    Context c;
+    ASSERT_TRUE(stub_->DropJob(&c.ctx, drop, &dropped).ok());
+  }
+  EXPECT_EQ(dropped.tables_dropped(), 2u);
+  EXPECT_TRUE(Raw().empty());
+  grpc::Status s = Await(kJob, 1, &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_TRUE(resp.done());
+  ASSERT_TRUE(fs::exists(PathOf(1)));
+
+  ASSERT_TRUE(Configure("next", v1::ConsistencySpec::SYNC, 1).ok());
+  CreateTables("next");  // the dropped job's table ids and names
+  v1::RestoreOrder order = Order(1, 1, /*clock=*/1, /*rollback=*/true);
+  order.set_source_job_id(kJob);
+  v1::RestoreResponse restored;
+  s = Restore("next", order, &restored);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(Raw(), saved);
+  Step("next", 1, 0.5f);  // and it trains on
+}
+
 // One job's restore orders and shard epochs never reach another job's rows: a restore touches
 // only tables whose spec names the order's job (even when a checkpoint of the other job, with
 // tables of the same names, is the source), and epochs are kept per job.

@@ -24,6 +24,7 @@ enum class RejectReason : uint8_t {
   kBadClock,         // a clock ahead of / behind what the consistency rules allow
   kBadLrScale,       // lr_scale outside [0, 1000]
   kUnconfiguredJob,  // the job was never configured on this server
+  kDroppedJob,       // the job was dropped from this server (it ended): DropJob
   kOther,            // any other refused request (bad spec, epoch conflict, dead worker, ...)
 };
 inline constexpr int kNumRejectReasons = static_cast<int>(RejectReason::kOther) + 1;
@@ -41,6 +42,7 @@ inline absl::string_view RejectReasonName(RejectReason r) {
                                                                   "bad_clock",
                                                                   "bad_lr_scale",
                                                                   "unconfigured_job",
+                                                                  "dropped_job",
                                                                   "other"};
   return kNames[static_cast<int>(r)];
 }

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -24,12 +25,12 @@ class RequestDeduper {
   // True if (job, worker, request_id) was recorded by FirstTime (and is still in the window).
   // Never creates state: it runs before the request is validated.
   bool Seen(const std::string& job_id, uint32_t worker_id, uint64_t request_id) {
-    Window* w;
+    std::shared_ptr<Window> w;
     {
       absl::ReaderMutexLock l(&mu_);
       auto it = windows_.find(std::make_pair(job_id, worker_id));
       if (it == windows_.end()) return false;
-      w = it->second.get();
+      w = it->second;
     }
     absl::MutexLock l(&w->mu);
     return w->ids.contains(request_id);
@@ -37,7 +38,7 @@ class RequestDeduper {
 
   // True the first time (job, worker, request_id) is seen; false for a repeat.
   bool FirstTime(const std::string& job_id, uint32_t worker_id, uint64_t request_id) {
-    Window* w = WindowFor(job_id, worker_id);
+    const std::shared_ptr<Window> w = WindowFor(job_id, worker_id);
     absl::MutexLock l(&w->mu);
     if (!w->ids.insert(request_id).second) return false;
     w->order.push_back(request_id);
@@ -48,28 +49,44 @@ class RequestDeduper {
     return true;
   }
 
+  // Forgets the windows of `job_id`'s workers. The caller makes sure that no FirstTime() of the
+  // job runs any more (it would start a new window).
+  void DropJob(const std::string& job_id) {
+    std::vector<std::shared_ptr<Window>> dropped;  // freed without the lock
+    absl::MutexLock l(&mu_);
+    for (auto it = windows_.begin(); it != windows_.end();) {
+      if (it->first.first == job_id) {
+        dropped.push_back(std::move(it->second));
+        windows_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+  }
+
  private:
   struct Window {
     absl::Mutex mu;
     absl::flat_hash_set<uint64_t> ids ABSL_GUARDED_BY(mu);
     std::deque<uint64_t> order ABSL_GUARDED_BY(mu);
   };
-  Window* WindowFor(const std::string& job_id, uint32_t worker_id) {
+  std::shared_ptr<Window> WindowFor(const std::string& job_id, uint32_t worker_id) {
     const auto key = std::make_pair(job_id, worker_id);
     {
       absl::ReaderMutexLock l(&mu_);
       auto it = windows_.find(key);
-      if (it != windows_.end()) return it->second.get();
+      if (it != windows_.end()) return it->second;
     }
     absl::MutexLock l(&mu_);
     auto& w = windows_[key];
-    if (w == nullptr) w = std::make_unique<Window>();
-    return w.get();
+    if (w == nullptr) w = std::make_shared<Window>();
+    return w;
   }
 
   const size_t window_;
   absl::Mutex mu_;
-  absl::flat_hash_map<std::pair<std::string, uint32_t>, std::unique_ptr<Window>> windows_
+  // Held by callers while they use a window (DropJob may forget it meanwhile).
+  absl::flat_hash_map<std::pair<std::string, uint32_t>, std::shared_ptr<Window>> windows_
       ABSL_GUARDED_BY(mu_);
 };
 

@@ -88,13 +88,14 @@ absl::StatusOr<v1::RestoreResponse> Restorer::Restore(const v1::RestoreRequest& 
   std::vector<bool> slots;
   PS_RETURN_IF_ERROR(Check(req, &slots));
   const uint64_t epoch = req.order().shard_epoch();
-  Outcome* outcome;
+  std::shared_ptr<Outcome> outcome;
   {
     absl::MutexLock l(&mu_);
     auto& outcomes = outcomes_[req.job_id()];
     v1::RestoreOrder essentials = Essentials(req.order());
     if (auto it = outcomes.find(epoch); it != outcomes.end()) {
-      Outcome* first = it->second.get();  // outcomes are only forgotten once done
+      // Outcomes are only trimmed once done; ForgetJob leaves this one to its holders.
+      const std::shared_ptr<Outcome> first = it->second;
       if (!google::protobuf::util::MessageDifferencer::Equals(first->order, essentials)) {
         return absl::FailedPreconditionError(absl::StrCat(
             "job ", req.job_id(), " already had a restore order for shard epoch ", epoch, " (",
@@ -110,22 +111,28 @@ absl::StatusOr<v1::RestoreResponse> Restorer::Restore(const v1::RestoreRequest& 
       }
       return first->result;
     }
-    auto added = std::make_unique<Outcome>();
-    added->order = std::move(essentials);
-    outcome = added.get();
-    outcomes.emplace(epoch, std::move(added));
+    outcome = std::make_shared<Outcome>();
+    outcome->order = std::move(essentials);
+    outcomes.emplace(epoch, outcome);
   }
   absl::StatusOr<v1::RestoreResponse> result = Run(req, slots);
   absl::MutexLock l(&mu_);
   outcome->result = result;
   outcome->done = true;
-  auto& outcomes = outcomes_[req.job_id()];
+  done_.SignalAll();
+  auto job = outcomes_.find(req.job_id());
+  if (job == outcomes_.end()) return result;  // forgotten meanwhile (ForgetJob)
+  auto& outcomes = job->second;
   while (static_cast<int>(outcomes.size()) > kKeepPerJob && outcomes.begin()->second->done &&
          outcomes.begin()->first != epoch) {
     outcomes.erase(outcomes.begin());
   }
-  done_.SignalAll();
   return result;
+}
+
+void Restorer::ForgetJob(const std::string& job_id) {
+  absl::MutexLock l(&mu_);
+  outcomes_.erase(job_id);
 }
 
 absl::StatusOr<v1::RestoreResponse> Restorer::Run(const v1::RestoreRequest& req,
@@ -167,6 +174,10 @@ absl::StatusOr<v1::RestoreResponse> Restorer::Run(const v1::RestoreRequest& req,
     status = clocks.status();
   } else if (status.ok()) {
     status = store_->LoadSlots(job_id, load, rows.rows);
+  }
+  if (!status.ok()) {
+    // A job dropped meanwhile loses its tables: say so, not that the checkpoint is bad.
+    if (absl::Status dropped = store_->CheckNotDropped(job_id); !dropped.ok()) status = dropped;
   }
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
   if (metrics_ != nullptr) metrics_->RecordRestore(status, seconds);

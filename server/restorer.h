@@ -39,6 +39,8 @@ class Restorer {
   // answers UNAVAILABLE (call again); the first call runs to the end whatever its deadline.
   absl::StatusOr<v1::RestoreResponse> Restore(const v1::RestoreRequest& req,
                                               absl::Time deadline = absl::InfiniteFuture());
+  // The job was dropped: forgets its orders (a restore still running ends with an error).
+  void ForgetJob(const std::string& job_id);
 
  private:
   struct Outcome {
@@ -60,8 +62,8 @@ class Restorer {
   const CheckpointRoots roots_;
   absl::Mutex mu_;
   absl::CondVar done_;
-  // By job, then shard epoch.
-  absl::flat_hash_map<std::string, std::map<uint64_t, std::unique_ptr<Outcome>>> outcomes_
+  // By job, then shard epoch. Shared: callers waiting for an outcome hold it (ForgetJob).
+  absl::flat_hash_map<std::string, std::map<uint64_t, std::shared_ptr<Outcome>>> outcomes_
       ABSL_GUARDED_BY(mu_);
 };
 

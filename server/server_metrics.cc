@@ -47,6 +47,8 @@ const char* ServerMethodName(ServerMethod method) {
       return "await_checkpoint";
     case ServerMethod::kRestore:
       return "restore";
+    case ServerMethod::kDropJob:
+      return "drop_job";
   }
   return "unknown";
 }
@@ -150,6 +152,23 @@ absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Create(
                                .Help("Time the last restore took (read, verify and load)")
                                .Register(registry)
                                .Add({});
+    m->dropped_jobs_ = &prometheus::BuildCounter()
+                            .Name("ps_server_dropped_jobs_total")
+                            .Help("Jobs dropped from this server (DropJob: the job ended)")
+                            .Register(registry)
+                            .Add({});
+    m->dropped_tables_ = &prometheus::BuildCounter()
+                              .Name("ps_server_dropped_tables_total")
+                              .Help("Tables freed by dropping their jobs")
+                              .Register(registry)
+                              .Add({});
+    m->dropped_bytes_ = &prometheus::BuildCounter()
+                             .Name("ps_server_dropped_bytes_total")
+                             .Help(
+                                 "Row bytes (values + optimizer state) freed by dropping "
+                                 "jobs")
+                             .Register(registry)
+                             .Add({});
     for (int i = 0; i < kNumServerMethods; ++i) {
       const std::string method = ServerMethodName(static_cast<ServerMethod>(i));
       MethodSeries& series = m->methods_[i];
@@ -221,17 +240,27 @@ void ServerMetrics::RecordRestore(const absl::Status& status, double seconds) {
   restore_seconds_->Set(seconds);
 }
 
-ServerMetrics::Job* ServerMetrics::FindJob(const std::string& job_id) const {
-  absl::ReaderMutexLock l(&jobs_mu_);
-  auto it = jobs_.find(job_id);
-  return it == jobs_.end() ? nullptr : it->second.get();
+ServerMetrics::~ServerMetrics() {
+  // Let go of the jobs while every member is still alive: their release counts holders.
+  absl::flat_hash_map<std::string, std::shared_ptr<Job>> jobs;
+  std::deque<std::shared_ptr<Job>> dropped;
+  absl::MutexLock l(&series_mu_);
+  jobs.swap(jobs_);
+  dropped.swap(dropped_);
+  // `l` goes first (declared last): the jobs are released without the lock.
 }
 
-ServerMetrics::Job* ServerMetrics::AddJob(const std::string& job_id) {
-  if (Job* job = FindJob(job_id)) return job;
-  absl::MutexLock l(&jobs_mu_);
-  std::unique_ptr<Job>& job = jobs_[job_id];
-  if (job != nullptr) return job.get();
+std::shared_ptr<ServerMetrics::Job> ServerMetrics::FindJob(const std::string& job_id) const {
+  absl::ReaderMutexLock l(&series_mu_);
+  auto it = jobs_.find(job_id);
+  return it == jobs_.end() ? nullptr : it->second;
+}
+
+std::shared_ptr<ServerMetrics::Job> ServerMetrics::AddJob(const std::string& job_id) {
+  if (std::shared_ptr<Job> job = FindJob(job_id)) return job;
+  absl::MutexLock l(&series_mu_);
+  std::shared_ptr<Job>& job = jobs_[job_id];
+  if (job != nullptr) return job;
   auto added = std::make_unique<Job>();
   const prometheus::Labels labels = {{"job", job_id}};
   absl::Status s = CatchPrometheus("ps_server job metrics", [&] {
@@ -247,23 +276,75 @@ ServerMetrics::Job* ServerMetrics::AddJob(const std::string& job_id) {
     jobs_.erase(job_id);
     return nullptr;
   }
-  job = std::move(added);
-  return job.get();
+  ++job_holders_[job_id];
+  job = std::shared_ptr<Job>(added.release(), [this, job_id](Job* j) { ReleaseJob(job_id, j); });
+  return job;
 }
 
-ServerMetrics::Table ServerMetrics::AddTable(const std::string& job_id,
-                                             const std::string& table_name) {
-  Table table;
+void ServerMetrics::ReleaseJob(const std::string& job_id, Job* job) {
+  {
+    absl::MutexLock l(&series_mu_);
+    auto it = job_holders_.find(job_id);
+    if (it != job_holders_.end() && --it->second == 0) {
+      job_holders_.erase(it);
+      pushed_keys_->Remove(job->pushed_keys);
+      pulled_keys_->Remove(job->pulled_keys);
+      duplicate_pushes_->Remove(job->duplicate_pushes);
+      owned_slots_->Remove(job->owned_slots);
+      waiting_pulls_->Remove(job->waiting_pulls);
+      pull_wait_->Remove(job->pull_wait);
+    }
+  }
+  delete job;
+}
+
+void ServerMetrics::DropJob(const std::string& job_id, uint64_t tables, uint64_t bytes) {
+  dropped_jobs_->Increment();
+  dropped_tables_->Increment(static_cast<double>(tables));
+  dropped_bytes_->Increment(static_cast<double>(bytes));
+  std::shared_ptr<Job> evicted;  // let go without the lock
+  absl::MutexLock l(&series_mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return;
+  it->second->owned_slots->Set(0);
+  dropped_.push_back(std::move(it->second));
+  jobs_.erase(it);
+  if (dropped_.size() > static_cast<size_t>(kKeepDroppedJobs)) {
+    evicted = std::move(dropped_.front());
+    dropped_.pop_front();
+  }
+}
+
+ServerMetrics::Table::~Table() { owner_->ReleaseTable(key_, *this); }
+
+std::unique_ptr<ServerMetrics::Table> ServerMetrics::AddTable(const std::string& job_id,
+                                                              const std::string& table_name) {
+  std::unique_ptr<Table> table(new Table(this, {job_id, table_name}));
   const prometheus::Labels labels = {{"job", job_id}, {"table", table_name}};
+  absl::MutexLock l(&series_mu_);
   absl::Status s = CatchPrometheus("ps_server table metrics", [&] {
-    table.rows = &rows_->Add(labels);
-    table.bytes = &table_bytes_->Add(labels);
+    table->rows = &rows_->Add(labels);
+    table->bytes = &table_bytes_->Add(labels);
   });
   if (!s.ok()) {
     LOG(WARNING) << "no metrics for table '" << table_name << "' of job '" << job_id << "': " << s;
-    return Table{};
+    // Not counted as a holder: its release must not remove another table's series.
+    table->rows = table->bytes = nullptr;
+    return nullptr;
   }
+  ++table_holders_[table->key_];
   return table;
+}
+
+void ServerMetrics::ReleaseTable(const std::pair<std::string, std::string>& key,
+                                 const Table& table) {
+  if (table.rows == nullptr) return;  // refused by prometheus-cpp: never counted
+  absl::MutexLock l(&series_mu_);
+  auto it = table_holders_.find(key);
+  if (it == table_holders_.end() || --it->second > 0) return;
+  table_holders_.erase(it);
+  rows_->Remove(table.rows);
+  table_bytes_->Remove(table.bytes);
 }
 
 }  // namespace ps

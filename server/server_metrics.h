@@ -13,8 +13,10 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -38,16 +40,21 @@ enum class ServerMethod : uint8_t {
   kCheckpoint,
   kAwaitCheckpoint,
   kRestore,
+  kDropJob,
 };
-inline constexpr int kNumServerMethods = static_cast<int>(ServerMethod::kRestore) + 1;
+inline constexpr int kNumServerMethods = static_cast<int>(ServerMethod::kDropJob) + 1;
 // "pull", "push", "push_pull", ...
 const char* ServerMethodName(ServerMethod method);
 
-// Thread-safe. Labels stay bounded: method, gRPC code, reject reason, job id (configured jobs
-// only) and table name; never a key.
+// Thread-safe. Labels stay bounded: method, gRPC code, reject reason, job id (configured jobs,
+// and the kKeepDroppedJobs latest dropped ones) and table name; never a key.
+//
+// Series of a job or a table are held by whoever counts into them (a request holds its job's
+// for its duration, a table its own) and are removed from the registry once nothing holds them
+// any more: a request still running when its job is dropped never counts into a freed series.
 class ServerMetrics {
  public:
-  // The series of one job.
+  // The series of one job, held through a shared_ptr (AddJob, FindJob).
   struct Job {
     prometheus::Counter* pushed_keys = nullptr;
     prometheus::Counter* pulled_keys = nullptr;
@@ -57,14 +64,30 @@ class ServerMetrics {
     prometheus::Histogram* pull_wait = nullptr;
   };
   // The series of one table (rows held by this server, and their bytes with optimizer state).
+  // Tables of one job and name share them; they are removed when the last such Table goes.
   struct Table {
     prometheus::Gauge* rows = nullptr;
     prometheus::Gauge* bytes = nullptr;
+    ~Table();
+    Table(const Table&) = delete;
+    Table& operator=(const Table&) = delete;
+
+   private:
+    friend class ServerMetrics;
+    Table(ServerMetrics* owner, std::pair<std::string, std::string> key)
+        : owner_(owner), key_(std::move(key)) {}
+    ServerMetrics* const owner_;
+    const std::pair<std::string, std::string> key_;  // (job id, table name)
   };
+  // Dropped jobs whose series stay scrapable (their final counts), as workers keep their
+  // latest jobs'; older ones are removed.
+  static constexpr int kKeepDroppedJobs = 4;
 
   // Registers the ps_server_* families in `registry`, which must outlive this. prometheus-cpp's
   // exceptions (a name already registered with another type) become INTERNAL here.
   static absl::StatusOr<std::unique_ptr<ServerMetrics>> Create(prometheus::Registry& registry);
+  // Every Job and Table handed out must be gone by now (requests and tables do not outlive it).
+  ~ServerMetrics();
   ServerMetrics(const ServerMetrics&) = delete;
   ServerMetrics& operator=(const ServerMetrics&) = delete;
 
@@ -74,12 +97,15 @@ class ServerMetrics {
 
   // The series of `job_id`, created on first use (call when the job is configured). Null if
   // prometheus-cpp refused them (logged).
-  Job* AddJob(const std::string& job_id);
-  // The series of a configured job, or null (unknown job: nothing is counted for it).
-  Job* FindJob(const std::string& job_id) const;
-  // The rows / bytes gauges of a table (several tables of one name share them). Null gauges if
-  // prometheus-cpp refused them (logged).
-  Table AddTable(const std::string& job_id, const std::string& table_name);
+  std::shared_ptr<Job> AddJob(const std::string& job_id);
+  // The series of a configured job, or null (unknown or dropped job: nothing is counted for it).
+  std::shared_ptr<Job> FindJob(const std::string& job_id) const;
+  // The job was dropped from this server, with `tables` tables holding `bytes` row bytes: counts
+  // them, sets its owned_slots gauge to 0 and stops counting for it (FindJob: null). Its series
+  // stay until kKeepDroppedJobs later jobs were dropped (and nothing holds them).
+  void DropJob(const std::string& job_id, uint64_t tables, uint64_t bytes);
+  // The rows / bytes gauges of a table. Null if prometheus-cpp refused them (logged).
+  std::unique_ptr<Table> AddTable(const std::string& job_id, const std::string& table_name);
 
   // A finished checkpoint write (`seconds` and `bytes` count only when it succeeded).
   void RecordCheckpointWrite(const absl::Status& status, double seconds, uint64_t bytes);
@@ -93,6 +119,10 @@ class ServerMetrics {
   static constexpr int kNumCodes = 17;  // grpc::StatusCode OK .. UNAUTHENTICATED
   ServerMetrics() = default;
   prometheus::Counter* ErrorCounter(ServerMethod method, absl::StatusCode code);
+  // A Job (of `job_id`) or a Table (of `key`) is gone: removes the series once no other holds
+  // them. Called without series_mu_ held.
+  void ReleaseJob(const std::string& job_id, Job* job);
+  void ReleaseTable(const std::pair<std::string, std::string>& key, const Table& table);
 
   struct MethodSeries {
     prometheus::Counter* requests = nullptr;
@@ -124,12 +154,27 @@ class ServerMetrics {
   prometheus::Counter* restores_ = nullptr;
   prometheus::Counter* restores_failed_ = nullptr;
   prometheus::Gauge* restore_seconds_ = nullptr;
+  // Jobs dropped (DropJob): their tables and the row bytes freed.
+  prometheus::Counter* dropped_jobs_ = nullptr;
+  prometheus::Counter* dropped_tables_ = nullptr;
+  prometheus::Counter* dropped_bytes_ = nullptr;
 
   std::array<MethodSeries, kNumServerMethods> methods_;
   std::array<prometheus::Counter*, kNumRejectReasons> rejected_by_reason_{};
 
-  mutable absl::Mutex jobs_mu_;
-  absl::flat_hash_map<std::string, std::unique_ptr<Job>> jobs_ ABSL_GUARDED_BY(jobs_mu_);
+  // Order: series_mu_, then a family's own lock (Add, Remove). A Job or Table is never let go
+  // with series_mu_ held (its release takes it).
+  mutable absl::Mutex series_mu_;
+  // Configured jobs.
+  absl::flat_hash_map<std::string, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(series_mu_);
+  // The latest dropped jobs, oldest first, kept scrapable.
+  std::deque<std::shared_ptr<Job>> dropped_ ABSL_GUARDED_BY(series_mu_);
+  // How many Job / Table objects hold the series of each job id / (job id, table name): the
+  // series are removed when it falls to 0 (an object of the same labels made meanwhile got the
+  // same series from its family).
+  absl::flat_hash_map<std::string, int> job_holders_ ABSL_GUARDED_BY(series_mu_);
+  absl::flat_hash_map<std::pair<std::string, std::string>, int> table_holders_
+      ABSL_GUARDED_BY(series_mu_);
 };
 
 }  // namespace ps

@@ -236,6 +236,51 @@ TEST_F(ServerMetricsTest, CountsRequestsKeysRejectionsAndRows) {
             5 * 4);
 }
 
+// A dropped job stops counting; its table series go at once, its other series once
+// kKeepDroppedJobs later jobs were dropped; the drops and what they freed are counted.
+TEST_F(ServerMetricsTest, DroppedJobsAreCountedAndTheirSeriesGo) {
+  const auto job = [](int i) { return absl::StrCat("job-", i); };
+  const auto series = [&job](const char* name, int i, const char* more = "") {
+    return absl::StrCat(name, "{job=\"", job(i), "\"", more, "}");
+  };
+  constexpr int kJobs = ServerMetrics::kKeepDroppedJobs + 1;
+  for (int i = 0; i < kJobs; ++i) {
+    ASSERT_TRUE(Configure(job(i), v1::ConsistencySpec::ASYNC, {1}).ok());
+    ASSERT_TRUE(CreateTable(Spec(10 + i, "sparse", v1::SPARSE, 2, job(i))).ok());
+    ASSERT_TRUE(Push({Block(10 + i, {1, 2}, std::vector<float>(4, 0.1f))}, 1, job(i)).ok());
+  }
+  const auto drop = [this, &job](int i) {
+    v1::DropJobRequest req;
+    req.set_job_id(job(i));
+    v1::DropJobResponse resp;
+    Context c;
+    return stub_->DropJob(&c.ctx, req, &resp);
+  };
+  ASSERT_TRUE(drop(0).ok());
+  EXPECT_FALSE(Push({Block(10, {1}, {1, 1})}, 2, job(0)).ok());  // dropped_job
+  std::string text = Scrape();
+  EXPECT_TRUE(std::isnan(Sample(text, series("ps_server_rows", 0, ",table=\"sparse\""))));
+  EXPECT_TRUE(std::isnan(Sample(text, series("ps_server_table_bytes", 0, ",table=\"sparse\""))));
+  EXPECT_EQ(Sample(text, series("ps_server_pushed_keys_total", 0)), 2) << text;  // final count
+  EXPECT_EQ(Sample(text, series("ps_server_owned_slots", 0)), 0);
+  EXPECT_EQ(Sample(text, series("ps_server_rows", 1, ",table=\"sparse\"")), 2);  // untouched
+  EXPECT_EQ(Sample(text, "ps_server_dropped_jobs_total"), 1);
+  EXPECT_EQ(Sample(text, "ps_server_dropped_tables_total"), 1);
+  EXPECT_EQ(Sample(text, "ps_server_dropped_bytes_total"), 2 * 4 * 4);  // 2 rows, adagrad
+  EXPECT_EQ(Sample(text, "ps_server_requests_total{method=\"drop_job\"}"), 1);
+  EXPECT_EQ(Sample(text, "ps_server_rejected_requests_total{reason=\"dropped_job\"}"), 1);
+
+  for (int i = 1; i < kJobs; ++i) ASSERT_TRUE(drop(i).ok());
+  ASSERT_TRUE(drop(0).ok());  // idempotent: not counted again
+  text = Scrape();
+  EXPECT_TRUE(std::isnan(Sample(text, series("ps_server_pushed_keys_total", 0))));
+  EXPECT_TRUE(std::isnan(Sample(text, series("ps_server_pull_wait_seconds_count", 0))));
+  for (int i = 1; i < kJobs; ++i)
+    EXPECT_EQ(Sample(text, series("ps_server_pushed_keys_total", i)), 2);
+  EXPECT_EQ(Sample(text, "ps_server_dropped_jobs_total"), kJobs);
+  EXPECT_EQ(Sample(text, "ps_server_dropped_tables_total"), kJobs);
+}
+
 TEST_F(ServerMetricsTest, WrongShardAndOwnedSlotsFollowTheJobsShards) {
   std::vector<bool> owned(kNumSlots, false);
   for (uint32_t s = 0; s < kNumSlots; s += 2) owned[s] = true;

@@ -19,6 +19,20 @@ using v1::TableSpec;
 
 namespace {
 
+absl::Status DroppedError(const std::string& job_id) {
+  return Rejected(RejectReason::kDroppedJob,
+                  absl::FailedPreconditionError(absl::StrCat(
+                      "job '", job_id,
+                      "' was dropped from this server (it ended): its tables and state are gone")));
+}
+
+absl::Status TableDroppedError(const TableStore::Table& t) {
+  return Rejected(RejectReason::kDroppedJob,
+                  absl::FailedPreconditionError(absl::StrCat(
+                      "table ", t.spec.table_id(), " of job '", t.spec.job_id(),
+                      "' was dropped from this server while the request ran (the job ended)")));
+}
+
 // Erases the summed gradients (of every clock) of the rows whose table id passes `of_tables`
 // from a slot's pending map (clock -> (table id, key) -> sum), and the clocks left empty.
 template <typename PendingMap, typename Pred>
@@ -61,6 +75,7 @@ absl::Status TableStore::SetJobShards(const std::string& job_id, std::vector<boo
         absl::StrCat("owned slots: ", owned.size(), " entries, want ", kNumSlots));
   }
   absl::MutexLock l(&shards_mu_);
+  if (IsDropped(job_id)) return DroppedError(job_id);
   auto& current = job_shards_[job_id];
   if (current != nullptr) {
     if (epoch < current->epoch) {
@@ -87,10 +102,80 @@ uint32_t TableStore::NumOwnedSlots(const std::string& job_id) const {
   return n;
 }
 
-const TableStore::Table* TableStore::FindTable(uint32_t table_id) const {
+TableStore::TableRef TableStore::FindTable(uint32_t table_id) const {
   absl::ReaderMutexLock l(&tables_mu_);
   auto it = tables_.find(table_id);
-  return it == tables_.end() ? nullptr : it->second.get();
+  return it == tables_.end() ? nullptr : it->second;
+}
+
+bool TableStore::IsDropped(const std::string& job_id) const {
+  return dropped_jobs_.contains(job_id);
+}
+
+absl::Status TableStore::CheckNotDropped(const std::string& job_id) const {
+  absl::ReaderMutexLock l(&shards_mu_);
+  return IsDropped(job_id) ? DroppedError(job_id) : absl::OkStatus();
+}
+
+TableStore::DroppedJob TableStore::DropJob(const std::string& job_id) {
+  DroppedJob dropped;
+  std::vector<std::shared_ptr<Table>> tables;
+  {
+    absl::MutexLock l(&tables_mu_);
+    {
+      absl::MutexLock sl(&shards_mu_);
+      dropped.first = dropped_jobs_.insert(job_id).second;
+      if (dropped.first) {
+        dropped_order_.push_back(job_id);
+        if (dropped_order_.size() > kMaxDroppedJobs) {
+          dropped_jobs_.erase(dropped_order_.front());
+          dropped_order_.pop_front();
+        }
+      }
+      job_shards_.erase(job_id);
+    }
+    // From here on no table of the job can be created (CreateTable checks under tables_mu_).
+    for (const auto& [id, table] : tables_) {
+      if (table->spec.job_id() == job_id && !table->dropped.load()) {
+        table->dropped.store(true);
+        tables.push_back(table);
+      }
+    }
+  }
+  {
+    absl::MutexLock l(&scale_mu_);  // after the flags: Accumulate checks them under scale_mu_
+    for (auto it = pending_scale_.begin(); it != pending_scale_.end();) {
+      if (it->first.first == job_id) {
+        pending_scale_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+  }
+  if (tables.empty()) return dropped;
+  absl::flat_hash_map<uint32_t, const Table*> ids;
+  for (const auto& t : tables) ids[t->spec.table_id()] = t.get();
+  for (uint32_t s = 0; s < kNumSlots; ++s) {
+    Slot& slot = slots_[s];
+    absl::MutexLock l(&slot.mu);
+    for (auto it = slot.rows.begin(); it != slot.rows.end();) {
+      auto table = ids.find(it->first.first);
+      if (table == ids.end()) {
+        ++it;
+        continue;
+      }
+      CountErasedRow(*table->second);
+      dropped.bytes += static_cast<uint64_t>(table->second->row_floats) * sizeof(float);
+      slot.rows.erase(it++);
+    }
+    ErasePendingIf(slot.pending, [&](uint32_t id) { return ids.contains(id); });
+  }
+  dropped.tables = static_cast<uint32_t>(tables.size());
+  {
+    absl::MutexLock l(&tables_mu_);
+    for (const auto& t : tables) tables_.erase(t->spec.table_id());
+  }
+  return dropped;
 }
 
 absl::Status TableStore::CreateTable(const TableSpec& spec) {
@@ -118,7 +203,8 @@ absl::Status TableStore::CreateTable(const TableSpec& spec) {
     return absl::InvalidArgumentError(
         absl::StrCat("table ", spec.table_id(), ": optimizer: ", optimizer.status().message()));
   }
-  auto table = std::make_unique<Table>();
+  PS_RETURN_IF_ERROR(CheckNotDropped(spec.job_id()));  // checked again when it is inserted
+  auto table = std::make_shared<Table>();
   table->spec = spec;
   table->dim = static_cast<int>(spec.dim());
   table->row_floats = table->dim * (1 + (*optimizer)->state_per_value());
@@ -148,9 +234,12 @@ absl::Status TableStore::CreateTable(const TableSpec& spec) {
                                        " bytes (ps_server --max_job_bytes)")));
     }
   }
-  const Table* t = nullptr;
   {
     absl::MutexLock l(&tables_mu_);
+    {
+      absl::ReaderMutexLock sl(&shards_mu_);  // DropJob marks the job under both locks
+      if (IsDropped(spec.job_id())) return DroppedError(spec.job_id());
+    }
     auto it = tables_.find(spec.table_id());
     if (it != tables_.end()) {
       if (google::protobuf::util::MessageDifferencer::Equals(it->second->spec, spec)) {
@@ -159,8 +248,9 @@ absl::Status TableStore::CreateTable(const TableSpec& spec) {
       if (it->second->spec.job_id() != spec.job_id()) {
         return absl::AlreadyExistsError(
             absl::StrCat("table id ", spec.table_id(), " is already used by job '",
-                         it->second->spec.job_id(), "' (table '", it->second->spec.name(),
-                         "'); job '", spec.job_id(), "' must choose another table id"));
+                         it->second->spec.job_id(), "' (table '", it->second->spec.name(), "'",
+                         it->second->dropped.load() ? ", being dropped" : "", "); job '",
+                         spec.job_id(), "' must choose another table id"));
       }
       return absl::AlreadyExistsError(
           absl::StrCat("table ", spec.table_id(), " already exists with another spec (name '",
@@ -171,27 +261,26 @@ absl::Status TableStore::CreateTable(const TableSpec& spec) {
           spec.name().empty() ? absl::StrCat("table_", spec.table_id()) : spec.name();
       table->metrics = metrics_->AddTable(spec.job_id(), name);
     }
-    t = table.get();
-    tables_.emplace(spec.table_id(), std::move(table));
+    tables_.emplace(spec.table_id(), table);
   }
   // Materialize owned dense rows now, so pulls never allocate. Done after tables_mu_ is released
   // (the lock order is slot.mu -> tables_mu_); a request that touches the table meanwhile
-  // creates missing rows the same way (RowFor).
+  // creates missing rows the same way (RowFor). A DropJob meanwhile stops it.
   if (spec.kind() == v1::DENSE) {
     const std::shared_ptr<const Shards> shards = ShardsOf(spec.job_id());
     for (uint64_t key = 0; key < spec.num_rows(); ++key) {
       const uint32_t s = SlotOf(spec.table_id(), key);
       if (!shards->Owns(s)) continue;
       absl::MutexLock sl(&slots_[s].mu);
-      RowFor(slots_[s], *t, key);
+      if (RowFor(slots_[s], *table, key) == nullptr) return TableDroppedError(*table);
     }
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<v1::DescribeTableResponse> TableStore::Describe(uint32_t table_id) const {
-  const Table* t = FindTable(table_id);
-  if (t == nullptr) {
+  const TableRef t = FindTable(table_id);
+  if (t == nullptr || t->dropped.load()) {
     return Rejected(RejectReason::kUnknownTable,
                     absl::NotFoundError(absl::StrCat("unknown table id ", table_id)));
   }
@@ -212,7 +301,10 @@ uint64_t TableStore::NumRows(uint32_t table_id) const {
 
 absl::Status TableStore::Resolve(const std::string& job_id, const v1::KeyBlock& block,
                                  bool with_values, BlockView* view) const {
-  const Table* t = FindTable(block.table_id());
+  TableRef t = FindTable(block.table_id());
+  if (t == nullptr || (t->dropped.load() && t->spec.job_id() == job_id)) {
+    PS_RETURN_IF_ERROR(CheckNotDropped(job_id));  // the clearer error for a late request
+  }
   if (t == nullptr) {
     return Rejected(RejectReason::kUnknownTable, absl::InvalidArgumentError(absl::StrCat(
                                                      "unknown table id ", block.table_id())));
@@ -292,13 +384,13 @@ absl::Status TableStore::Resolve(const std::string& job_id, const v1::KeyBlock& 
                     absl::InvalidArgumentError(absl::StrCat(
                         "table ", t->spec.table_id(), ": a pull block must not carry values")));
   }
-  view->table = t;
+  view->table = std::move(t);
   return absl::OkStatus();
 }
 
 uint64_t TableStore::JobBytes(const std::string& job_id) const {
   uint64_t bytes = 0;
-  for (const Table* t : TablesOf(job_id)) bytes += t->bytes.load();
+  for (const TableRef& t : TablesOf(job_id)) bytes += t->bytes.load();
   return bytes;
 }
 
@@ -347,16 +439,25 @@ TableStore::Row TableStore::NewRow(const Table& table, uint64_t key) const {
   return row;
 }
 
-TableStore::Row& TableStore::RowFor(Slot& slot, const Table& table, uint64_t key) {
+TableStore::Row* TableStore::RowFor(Slot& slot, const Table& table, uint64_t key) {
+  if (table.dropped.load()) return nullptr;  // its rows may be erased from this slot already
   const RowKey rk{table.spec.table_id(), key};
   auto it = slot.rows.find(rk);
-  if (it != slot.rows.end()) return it->second;
+  if (it != slot.rows.end()) return &it->second;
   table.bytes.fetch_add(static_cast<uint64_t>(table.row_floats) * sizeof(float));
-  if (table.metrics.rows != nullptr) {
-    table.metrics.rows->Increment();
-    table.metrics.bytes->Increment(static_cast<double>(table.row_floats) * sizeof(float));
+  if (table.metrics != nullptr) {
+    table.metrics->rows->Increment();
+    table.metrics->bytes->Increment(static_cast<double>(table.row_floats) * sizeof(float));
   }
-  return slot.rows.emplace(rk, NewRow(table, key)).first->second;
+  return &slot.rows.emplace(rk, NewRow(table, key)).first->second;
+}
+
+void TableStore::CountErasedRow(const Table& table) const {
+  table.bytes.fetch_sub(static_cast<uint64_t>(table.row_floats) * sizeof(float));
+  if (table.metrics != nullptr) {
+    table.metrics->rows->Decrement();
+    table.metrics->bytes->Decrement(static_cast<double>(table.row_floats) * sizeof(float));
+  }
 }
 
 void TableStore::ApplyToRow(const Table& table, const float* grad, float lr_scale, Row& row) const {
@@ -369,7 +470,7 @@ void TableStore::ApplyToRow(const Table& table, const float* grad, float lr_scal
                                row.data.get() + table.dim);
 }
 
-void TableStore::Pull(const BlockView& view, std::string* out) {
+absl::Status TableStore::Pull(const BlockView& view, std::string* out) {
   const Table& t = *view.table;
   const size_t row_bytes = t.dim * sizeof(float);
   out->clear();
@@ -377,25 +478,36 @@ void TableStore::Pull(const BlockView& view, std::string* out) {
   for (uint64_t key : view.keys) {
     Slot& slot = slots_[SlotOf(t.spec.table_id(), key)];
     absl::MutexLock l(&slot.mu);
-    out->append(reinterpret_cast<const char*>(RowFor(slot, t, key).data.get()), row_bytes);
+    const Row* row = RowFor(slot, t, key);
+    if (row == nullptr) {
+      out->clear();
+      return TableDroppedError(t);
+    }
+    out->append(reinterpret_cast<const char*>(row->data.get()), row_bytes);
   }
+  return absl::OkStatus();
 }
 
-void TableStore::Apply(const BlockView& view, float lr_scale) {
+absl::Status TableStore::Apply(const BlockView& view, float lr_scale) {
   const Table& t = *view.table;
   const float* grad = view.values.data();
   for (uint64_t key : view.keys) {
     Slot& slot = slots_[SlotOf(t.spec.table_id(), key)];
     absl::MutexLock l(&slot.mu);
-    ApplyToRow(t, grad, lr_scale, RowFor(slot, t, key));
+    Row* row = RowFor(slot, t, key);
+    if (row == nullptr) return TableDroppedError(t);
+    ApplyToRow(t, grad, lr_scale, *row);
     grad += t.dim;
   }
+  return absl::OkStatus();
 }
 
-void TableStore::Accumulate(const BlockView& view, int64_t clock, float lr_scale) {
+absl::Status TableStore::Accumulate(const BlockView& view, int64_t clock, float lr_scale) {
   const Table& t = *view.table;
   {
+    // Under scale_mu_, which DropJob takes after setting the flag to erase the job's factors.
     absl::MutexLock l(&scale_mu_);
+    if (t.dropped.load()) return TableDroppedError(t);
     pending_scale_[{t.spec.job_id(), clock}] = lr_scale;
   }
   const float* grad = view.values.data();
@@ -408,6 +520,7 @@ void TableStore::Accumulate(const BlockView& view, int64_t clock, float lr_scale
     }
     Slot& slot = slots_[SlotOf(t.spec.table_id(), key)];
     absl::MutexLock l(&slot.mu);
+    if (t.dropped.load()) return TableDroppedError(t);
     std::vector<float>& sum = slot.pending[clock][RowKey{t.spec.table_id(), key}];
     if (sum.empty()) {
       sum.assign(grad, grad + t.dim);
@@ -416,6 +529,7 @@ void TableStore::Accumulate(const BlockView& view, int64_t clock, float lr_scale
     }
     grad += t.dim;
   }
+  return absl::OkStatus();
 }
 
 void TableStore::ApplyAccumulated(const std::string& job_id, int64_t clock) {
@@ -428,14 +542,9 @@ void TableStore::ApplyAccumulated(const std::string& job_id, int64_t clock) {
       pending_scale_.erase(it);
     }
   }
-  // The job's tables, looked up once (not per row under the slot locks).
-  absl::flat_hash_map<uint32_t, const Table*> job_tables;
-  {
-    absl::ReaderMutexLock l(&tables_mu_);
-    for (const auto& [id, table] : tables_) {
-      if (table->spec.job_id() == job_id) job_tables[id] = table.get();
-    }
-  }
+  // The job's tables, looked up once (not per row under the slot locks), held while applying.
+  absl::flat_hash_map<uint32_t, TableRef> job_tables;
+  for (TableRef& t : TablesOf(job_id)) job_tables[t->spec.table_id()] = std::move(t);
   for (uint32_t s = 0; s < kNumSlots; ++s) {
     Slot& slot = slots_[s];
     absl::MutexLock l(&slot.mu);
@@ -448,8 +557,10 @@ void TableStore::ApplyAccumulated(const std::string& job_id, int64_t clock) {
         ++it;
         continue;
       }
-      ApplyToRow(*table->second, it->second.data(), lr_scale,
-                 RowFor(slot, *table->second, it->first.second));
+      // A table dropped meanwhile: its sums are erased unapplied (DropJob would erase them).
+      if (Row* row = RowFor(slot, *table->second, it->first.second)) {
+        ApplyToRow(*table->second, it->second.data(), lr_scale, *row);
+      }
       sums.erase(it++);
     }
     if (sums.empty()) slot.pending.erase(pending);
@@ -490,22 +601,23 @@ absl::Status TableStore::CheckShardEpoch(const std::string& job_id, uint64_t epo
                                                  job_id, "; this server is at ", current)));
 }
 
-std::vector<const TableStore::Table*> TableStore::TablesOf(const std::string& job_id) const {
-  std::vector<const Table*> tables;
+std::vector<TableStore::TableRef> TableStore::TablesOf(const std::string& job_id) const {
+  std::vector<TableRef> tables;
   {
     absl::ReaderMutexLock l(&tables_mu_);
     for (const auto& [id, table] : tables_) {
-      if (table->spec.job_id() == job_id) tables.push_back(table.get());
+      if (table->spec.job_id() == job_id && !table->dropped.load()) tables.push_back(table);
     }
   }
-  std::sort(tables.begin(), tables.end(),
-            [](const Table* a, const Table* b) { return a->spec.table_id() < b->spec.table_id(); });
+  std::sort(tables.begin(), tables.end(), [](const TableRef& a, const TableRef& b) {
+    return a->spec.table_id() < b->spec.table_id();
+  });
   return tables;
 }
 
 std::vector<v1::TableSpec> TableStore::JobTables(const std::string& job_id) const {
   std::vector<v1::TableSpec> specs;
-  for (const Table* t : TablesOf(job_id)) specs.push_back(t->spec);
+  for (const TableRef& t : TablesOf(job_id)) specs.push_back(t->spec);
   return specs;
 }
 
@@ -516,9 +628,9 @@ JobSnapshot TableStore::Snapshot(const std::string& job_id) const {
   snap.shard_epoch = shards->epoch;
   snap.slots.resize(kNumSlots);
   for (uint32_t s = 0; s < kNumSlots; ++s) snap.slots[s] = shards->Owns(s);
-  const std::vector<const Table*> tables = TablesOf(job_id);
+  const std::vector<TableRef> tables = TablesOf(job_id);
   absl::flat_hash_map<uint32_t, size_t> index;  // table id -> position in `tables`
-  for (const Table* t : tables) {
+  for (const TableRef& t : tables) {
     index[t->spec.table_id()] = snap.tables.size();
     snap.tables.push_back(t->spec);
   }
@@ -565,9 +677,9 @@ JobSnapshot TableStore::Snapshot(const std::string& job_id) const {
   return snap;
 }
 
-absl::Status TableStore::CheckLoad(
-    const std::string& job_id, const std::vector<bool>& slots, const std::vector<SlotRows>& rows,
-    const absl::flat_hash_map<uint32_t, const Table*>& tables) const {
+absl::Status TableStore::CheckLoad(const std::string& job_id, const std::vector<bool>& slots,
+                                   const std::vector<SlotRows>& rows,
+                                   const absl::flat_hash_map<uint32_t, TableRef>& tables) const {
   if (slots.size() != kNumSlots) {
     return absl::InvalidArgumentError(
         absl::StrCat("slots to load: ", slots.size(), " entries, want ", kNumSlots));
@@ -604,27 +716,36 @@ absl::Status TableStore::CheckLoad(
 
 absl::Status TableStore::LoadSlots(const std::string& job_id, const std::vector<bool>& slots,
                                    const std::vector<SlotRows>& rows) {
-  absl::flat_hash_map<uint32_t, const Table*> tables;
-  for (const Table* t : TablesOf(job_id)) tables[t->spec.table_id()] = t;
-  PS_RETURN_IF_ERROR(CheckLoad(job_id, slots, rows, tables));
+  PS_RETURN_IF_ERROR(CheckNotDropped(job_id));
+  absl::flat_hash_map<uint32_t, TableRef> tables;
+  for (TableRef& t : TablesOf(job_id)) tables[t->spec.table_id()] = std::move(t);
+  if (absl::Status valid = CheckLoad(job_id, slots, rows, tables); !valid.ok()) {
+    // Tables that vanished are those of a job dropped meanwhile: say so (not a bad checkpoint).
+    PS_RETURN_IF_ERROR(CheckNotDropped(job_id));
+    return valid;
+  }
+  const auto any_dropped = [&tables] {
+    for (const auto& [id, t] : tables) {
+      if (t->dropped.load()) return true;
+    }
+    return false;
+  };
   std::vector<std::vector<const SlotRows*>> by_slot(kNumSlots);
   for (const SlotRows& r : rows) by_slot[r.slot].push_back(&r);
   for (uint32_t s = 0; s < kNumSlots; ++s) {
     if (!slots[s]) continue;
     Slot& slot = slots_[s];
     absl::MutexLock l(&slot.mu);
+    // The job's tables are dropped together: DropJob empties (or emptied) the slots loaded so
+    // far, and nothing is loaded into the others.
+    if (any_dropped()) return DroppedError(job_id);
     for (auto it = slot.rows.begin(); it != slot.rows.end();) {
       auto table = tables.find(it->first.first);
       if (table == tables.end()) {
         ++it;
         continue;
       }
-      table->second->bytes.fetch_sub(static_cast<uint64_t>(table->second->row_floats) *
-                                     sizeof(float));
-      if (const Table& t = *table->second; t.metrics.rows != nullptr) {
-        t.metrics.rows->Decrement();
-        t.metrics.bytes->Decrement(static_cast<double>(t.row_floats) * sizeof(float));
-      }
+      CountErasedRow(*table->second);
       slot.rows.erase(it++);
     }
     ErasePendingIf(slot.pending, [&](uint32_t id) { return tables.contains(id); });
@@ -640,9 +761,9 @@ absl::Status TableStore::LoadSlots(const std::string& job_id, const std::vector<
           t.bytes.fetch_add(static_cast<uint64_t>(r->row_floats) * sizeof(float));
         }
       }
-      if (t.metrics.rows != nullptr) {
-        t.metrics.rows->Increment(static_cast<double>(r->size()));
-        t.metrics.bytes->Increment(static_cast<double>(r->bytes()));
+      if (t.metrics != nullptr) {
+        t.metrics->rows->Increment(static_cast<double>(r->size()));
+        t.metrics->bytes->Increment(static_cast<double>(r->bytes()));
       }
     }
   }
@@ -661,7 +782,7 @@ void TableStore::ClearPending(const std::string& job_id) {
     }
   }
   absl::flat_hash_set<uint32_t> tables;
-  for (const Table* t : TablesOf(job_id)) tables.insert(t->spec.table_id());
+  for (const TableRef& t : TablesOf(job_id)) tables.insert(t->spec.table_id());
   for (uint32_t s = 0; s < kNumSlots; ++s) {
     Slot& slot = slots_[s];
     absl::MutexLock l(&slot.mu);
@@ -672,7 +793,7 @@ void TableStore::ClearPending(const std::string& job_id) {
 void TableStore::ForEachRow(
     uint32_t table_id,
     absl::FunctionRef<void(uint64_t key, int64_t updates, absl::Span<const float> row)> fn) const {
-  const Table* t = FindTable(table_id);
+  const TableRef t = FindTable(table_id);
   if (t == nullptr) return;
   for (uint32_t s = 0; s < kNumSlots; ++s) {
     absl::MutexLock l(&slots_[s].mu);

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <utility>
@@ -11,6 +12,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -52,24 +54,38 @@ struct TableStoreOptions {
 };
 
 // Thread-safe. Each slot has its own lock: requests touching different slots never wait on each
-// other. Tables are never removed, so `Table` pointers stay valid for the store's lifetime.
+// other. A job's tables are removed by DropJob(); a request holds the tables it resolved
+// (shared_ptr) until it ends, and finds them marked dropped: it then creates no row and fails.
 class TableStore {
  public:
   struct Table {
     v1::TableSpec spec;
     std::unique_ptr<RowOptimizer> optimizer;
     int dim = 0;
-    int row_floats = 0;            // dim * (1 + optimizer state per value)
-    ServerMetrics::Table metrics;  // null gauges without metrics
+    int row_floats = 0;  // dim * (1 + optimizer state per value)
+    // Null without metrics; the series go with the last table of their job and name.
+    std::unique_ptr<ServerMetrics::Table> metrics;
     // Row bytes held on this server (rows x row_floats x 4).
     mutable std::atomic<uint64_t> bytes{0};
+    // Set once, by DropJob, before any row of the table is erased. Whatever adds rows or sums
+    // of the table to a slot checks it under that slot's lock, so nothing is added to a slot
+    // that DropJob has already emptied.
+    std::atomic<bool> dropped{false};
   };
-  // A validated block of a request.
+  // A validated block of a request. Holds its table for as long as the view lives.
   struct BlockView {
-    const Table* table = nullptr;
+    std::shared_ptr<const Table> table;
     absl::Span<const uint64_t> keys;
     absl::Span<const float> values;  // gradients (push); empty for pull
   };
+  // What DropJob freed.
+  struct DroppedJob {
+    bool first = false;  // the job was not dropped before (idempotent calls: false)
+    uint32_t tables = 0;
+    uint64_t bytes = 0;  // row bytes (values + optimizer state)
+  };
+  // Dropped job ids remembered (late requests of older ones just find no table).
+  static constexpr size_t kMaxDroppedJobs = 1 << 16;
 
   // `metrics` (may be null: no metrics) must outlive this.
   explicit TableStore(TableStoreOptions options, ServerMetrics* metrics = nullptr);
@@ -78,8 +94,18 @@ class TableStore {
   TableStore& operator=(const TableStore&) = delete;
 
   // Creates a table; dense tables get their rows (in owned slots) at once. Creating the same
-  // spec again is OK; a different spec under the same id is ALREADY_EXISTS.
+  // spec again is OK; a different spec under the same id is ALREADY_EXISTS; a table of a dropped
+  // job is FAILED_PRECONDITION.
   absl::Status CreateTable(const v1::TableSpec& spec);
+
+  // Drops every table of `job_id` (rows, pending sync gradients, memory accounting), its shards
+  // and its learning-rate factors, and remembers the job as dropped: its requests, tables and
+  // shards are refused from now on (FAILED_PRECONDITION, CheckNotDropped). Requests of the job
+  // still running fail (Pull, Apply, Accumulate, LoadSlots) without adding anything.
+  // Idempotent; a job never seen here is remembered too.
+  DroppedJob DropJob(const std::string& job_id);
+  // FAILED_PRECONDITION if `job_id` was dropped from this server.
+  absl::Status CheckNotDropped(const std::string& job_id) const;
   absl::StatusOr<v1::DescribeTableResponse> Describe(uint32_t table_id) const;
 
   // Checks a block before anything is touched: known table of `job_id`, packed keys with no
@@ -97,12 +123,14 @@ class TableStore {
   // INVALID_ARGUMENT if the blocks of one pull together would answer more than max_pull_bytes.
   absl::Status CheckPullSize(absl::Span<const BlockView> views) const;
   // Writes the keys' values (dim floats each, in key order) to `out`; creates missing sparse rows.
-  void Pull(const BlockView& view, std::string* out);
+  // FAILED_PRECONDITION if the table was dropped meanwhile (DropJob).
+  absl::Status Pull(const BlockView& view, std::string* out);
   // Applies the gradients now (async / ssp), the learning rate multiplied by `lr_scale`.
-  void Apply(const BlockView& view, float lr_scale = 1.0f);
+  // FAILED_PRECONDITION if the table was dropped meanwhile (the rows left were dropped too).
+  absl::Status Apply(const BlockView& view, float lr_scale = 1.0f);
   // Adds the gradients to the sums of `clock` (sync); ApplyAccumulated applies them with the
-  // `lr_scale` of the clock's last push.
-  void Accumulate(const BlockView& view, int64_t clock, float lr_scale = 1.0f);
+  // `lr_scale` of the clock's last push. FAILED_PRECONDITION if the table was dropped meanwhile.
+  absl::Status Accumulate(const BlockView& view, int64_t clock, float lr_scale = 1.0f);
   // Applies (once per row) and clears the summed gradients of `clock` for tables of `job_id`.
   void ApplyAccumulated(const std::string& job_id, int64_t clock);
   // ApplyAccumulated for every clock in [from, to) that holds gradients of `job_id`, in order.
@@ -138,7 +166,8 @@ class TableStore {
   // in that slot (their table ids are this store's). Slots without rows end up empty: their
   // rows get initial values when next used. Everything is checked first (every row in a listed
   // slot and in the slot its key maps to, tables of the job with the same row width, dense keys
-  // in range): an error changes nothing.
+  // in range): an error changes nothing. FAILED_PRECONDITION if the job is dropped before or
+  // while it loads (what it loaded is dropped too).
   absl::Status LoadSlots(const std::string& job_id, const std::vector<bool>& slots,
                          const std::vector<SlotRows>& rows);
   // Drops all of `job_id`'s accumulated sync gradients and their learning-rate factors.
@@ -170,16 +199,22 @@ class TableStore {
     uint64_t epoch = 0;
     bool Owns(uint32_t slot) const { return owned.empty() || owned[slot]; }
   };
+  using TableRef = std::shared_ptr<const Table>;
   std::shared_ptr<const Shards> ShardsOf(const std::string& job_id) const;
-  const Table* FindTable(uint32_t table_id) const;
-  // The tables of `job_id`, by id.
-  std::vector<const Table*> TablesOf(const std::string& job_id) const;
+  // The table (dropped or not), or null.
+  TableRef FindTable(uint32_t table_id) const;
+  // The tables of `job_id` not dropped, by id.
+  std::vector<TableRef> TablesOf(const std::string& job_id) const;
   // Checks LoadSlots' arguments.
   absl::Status CheckLoad(const std::string& job_id, const std::vector<bool>& slots,
                          const std::vector<SlotRows>& rows,
-                         const absl::flat_hash_map<uint32_t, const Table*>& tables) const;
+                         const absl::flat_hash_map<uint32_t, TableRef>& tables) const;
+  bool IsDropped(const std::string& job_id) const ABSL_SHARED_LOCKS_REQUIRED(shards_mu_);
   Row NewRow(const Table& table, uint64_t key) const;
-  Row& RowFor(Slot& slot, const Table& table, uint64_t key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
+  // The row of `key`, created if missing; null if the table was dropped.
+  Row* RowFor(Slot& slot, const Table& table, uint64_t key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
+  // Takes a row of `table` that the caller erases off the accounting (bytes and gauges).
+  void CountErasedRow(const Table& table) const;
   void ApplyToRow(const Table& table, const float* grad, float lr_scale, Row& row) const;
 
   const TableStoreOptions options_;
@@ -188,13 +223,20 @@ class TableStore {
   mutable absl::Mutex shards_mu_;  // a leaf lock
   absl::flat_hash_map<std::string, std::shared_ptr<const Shards>> job_shards_
       ABSL_GUARDED_BY(shards_mu_);
+  // Dropped jobs (at most kMaxDroppedJobs, oldest first in `dropped_order_`).
+  absl::flat_hash_set<std::string> dropped_jobs_ ABSL_GUARDED_BY(shards_mu_);
+  std::deque<std::string> dropped_order_ ABSL_GUARDED_BY(shards_mu_);
   std::unique_ptr<Slot[]> slots_;
   absl::Mutex scale_mu_;  // a leaf lock
   // sync: the learning-rate factor of each pending (job, clock).
   absl::flat_hash_map<std::pair<std::string, int64_t>, float> pending_scale_
       ABSL_GUARDED_BY(scale_mu_);
+  // Lock order: a slot's mu, then tables_mu_, then shards_mu_ (never a slot lock inside
+  // tables_mu_).
   mutable absl::Mutex tables_mu_;
-  absl::flat_hash_map<uint32_t, std::unique_ptr<Table>> tables_ ABSL_GUARDED_BY(tables_mu_);
+  // Tables of dropped jobs stay here (marked dropped) until their rows are erased: a table of
+  // the same id cannot be created meanwhile.
+  absl::flat_hash_map<uint32_t, std::shared_ptr<Table>> tables_ ABSL_GUARDED_BY(tables_mu_);
 };
 
 }  // namespace ps

@@ -64,7 +64,9 @@ std::string PullBytes(TableStore& store, uint32_t table_id, const std::vector<ui
   const absl::Status s = store.Resolve(job, block, /*with_values=*/false, &view);
   EXPECT_TRUE(s.ok()) << s;
   std::string out;
-  if (s.ok()) store.Pull(view, &out);
+  if (s.ok()) {
+    EXPECT_TRUE(store.Pull(view, &out).ok());
+  }
   return out;
 }
 
@@ -76,7 +78,9 @@ absl::Status Push(TableStore& store, const std::vector<KeyBlock>& blocks,
     absl::Status s = store.Resolve(job, blocks[i], /*with_values=*/true, &views[i]);
     if (!s.ok()) return s;
   }
-  for (const auto& view : views) store.Apply(view);
+  for (const auto& view : views) {
+    if (absl::Status s = store.Apply(view); !s.ok()) return s;
+  }
   return absl::OkStatus();
 }
 
@@ -85,7 +89,7 @@ void Accumulate(TableStore& store, const KeyBlock& block, int64_t clock,
   TableStore::BlockView view;
   const absl::Status s = store.Resolve(job, block, /*with_values=*/true, &view);
   ASSERT_TRUE(s.ok()) << s;
-  store.Accumulate(view, clock);
+  ASSERT_TRUE(store.Accumulate(view, clock).ok());
 }
 
 TEST(TableStoreTest, CreatesDenseTableWithEveryRow) {
@@ -402,12 +406,12 @@ TEST(TableStoreTest, LearningRateScaleMultipliesTheStep) {
   TableStore::BlockView view;
   const KeyBlock push = Block(1, {0}, {-4, -8});
   ASSERT_TRUE(store.Resolve(kJob, push, true, &view).ok());
-  store.Apply(view, 0.5f);
+  ASSERT_TRUE(store.Apply(view, 0.5f).ok());
   EXPECT_EQ(Floats(PullBytes(store, 1, {0})), std::vector<float>({2, 4}));
   const KeyBlock sync = Block(1, {1}, {-4, -8});
   ASSERT_TRUE(store.Resolve(kJob, sync, true, &view).ok());
-  store.Accumulate(view, 3, 0.25f);
-  store.Accumulate(view, 3, 0.25f);
+  ASSERT_TRUE(store.Accumulate(view, 3, 0.25f).ok());
+  ASSERT_TRUE(store.Accumulate(view, 3, 0.25f).ok());
   store.ApplyAccumulated(kJob, 3);
   EXPECT_EQ(Floats(PullBytes(store, 1, {1})), std::vector<float>({2, 4}));
 }

@@ -159,7 +159,7 @@ TEST(ClusterTest, SyncEqualsSequential) {
     for (const v1::KeyBlock* b : {&db, &sb}) {
       TableStore::BlockView view;
       ASSERT_TRUE(ref.Resolve(job, *b, true, &view).ok());
-      ref.Apply(view);
+      ASSERT_TRUE(ref.Apply(view).ok());
     }
     // After clock c every worker pulled the parameters of clock c + 1: compare.
     std::vector<float> want;
@@ -172,7 +172,7 @@ TEST(ClusterTest, SyncEqualsSequential) {
       TableStore::BlockView view;
       ASSERT_TRUE(ref.Resolve(job, pb, false, &view).ok());
       std::string out;
-      ref.Pull(view, &out);
+      ASSERT_TRUE(ref.Pull(view, &out).ok());
       const float* f = reinterpret_cast<const float*>(out.data());
       want.insert(want.end(), f, f + out.size() / sizeof(float));
     }

@@ -5,7 +5,7 @@
 #     expression of deploy/grafana/ps-cluster.json parses (queried on the Prometheus below);
 #  3. a Prometheus scraping the cluster (file_sd, 1 s) sees a fashion_mlp job (1 epoch) train:
 #     the job's ps_worker_steps_total rose, and the keys the servers count as pushed equal, exactly,
-#     the keys the workers count as pushed;
+#     the keys the workers count as pushed; once it ended, both servers dropped it;
 #  4. grpc.health.v1 answers SERVING on the scheduler, each server's data port and each worker's
 #     --health_listen port, and a server stopped with SIGTERM stops answering SERVING.
 # Usage: metrics_test.sh BUILD_DIR     (exit 77: skipped, prometheus/promtool/curl missing)
@@ -268,6 +268,20 @@ for e in "sum(ps_server_pulled_keys_total{job=\"$job\"})" "sum(ps_worker_pulled_
   echo "  $e: $(query_all "$e")"
 done
 echo "ok: steps rose, pushed keys agree exactly"
+
+echo "== 3b. the job's servers dropped it when it ended (docs/operations.md, When a job ends)"
+# dropped_on NAME: the server counted a dropped job and exports no row series of the job.
+dropped_on() {
+  local text
+  text=$(curl -sf --max-time 5 "http://${metrics[$1]}/metrics") || return 1
+  grep -qE '^ps_server_dropped_jobs_total [1-9]' <<<"$text" &&
+    ! grep -q "^ps_server_rows{job=\"$job\"" <<<"$text"
+}
+for n in server0 server1; do
+  wait_for 30 "$n did not drop $job" dropped_on "$n"
+  echo "ok: $n dropped $job: $(curl -sf --max-time 5 "http://${metrics[$n]}/metrics" |
+    grep -E '^ps_server_dropped_(tables|bytes)_total' | tr '\n' ' ')"
+done
 
 echo "== 4b. health: a server stopped with SIGTERM stops answering SERVING"
 if [ "$health_ok" = 1 ]; then

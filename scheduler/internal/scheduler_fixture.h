@@ -24,7 +24,7 @@ class SchedulerFixture : public ::testing::Test {
   // Opens the scheduler (again) over the same state dir, as a restarted daemon does.
   void Reopen() {
     scheduler_.reset();
-    auto scheduler = Scheduler::Open(options_, clock_.AsFunction());
+    auto scheduler = Scheduler::Open(options_, clock_.AsFunction(), /*metrics=*/nullptr, dropper_);
     ASSERT_TRUE(scheduler.ok()) << scheduler.status();
     scheduler_ = std::move(*scheduler);
   }
@@ -95,6 +95,7 @@ class SchedulerFixture : public ::testing::Test {
   ScopedTempDir dir_;
   FakeClock clock_;
   SchedulerOptions options_;
+  JobDropper* dropper_ = nullptr;  // set it before SetUp() to see the drop orders
   std::unique_ptr<Scheduler> scheduler_;
   int servers_ = 0;
 };

@@ -149,10 +149,10 @@ absl::Status Fill(const BenchOptions& o, TableStore& store) {
       TableStore::BlockView view;
       PS_RETURN_IF_ERROR(store.Resolve(kJob, block, round < o.updates, &view));
       if (round < o.updates) {
-        store.Apply(view);
+        PS_RETURN_IF_ERROR(store.Apply(view));
       } else {
         std::string ignored;
-        store.Pull(view, &ignored);
+        PS_RETURN_IF_ERROR(store.Pull(view, &ignored));
       }
     }
   }
