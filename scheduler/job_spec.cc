@@ -333,11 +333,6 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec, const JobLimits& limits) {
   if (spec->data_assignment() == v1::DATA_ASSIGNMENT_DEFAULT) {
     spec->set_data_assignment(sync || program ? v1::STATIC : v1::DYNAMIC);
   }
-  if (spec->data_assignment() == v1::DYNAMIC && program) {
-    return Invalid(
-        "data_assignment = DYNAMIC is for zoo models: a program job reads its data as its program "
-        "decides (use STATIC or leave it unset)");
-  }
   if (spec->data_assignment() == v1::DYNAMIC && sync) {
     return Invalid(
         "data_assignment = DYNAMIC needs consistency ssp or async: a sync job waits for every "

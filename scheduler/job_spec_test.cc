@@ -343,7 +343,10 @@ TEST_F(JobSpecTest, DataAssignmentIsDynamicForSspAndAsyncAndRefusedForSync) {
   program.mutable_consistency()->set_mode(v1::ConsistencySpec::ASYNC);
   ASSERT_TRUE(NormalizeJobSpec(&program, limits_).ok());
   EXPECT_EQ(program.data_assignment(), v1::STATIC);
-  program.set_data_assignment(v1::DYNAMIC);
+  program.set_data_assignment(v1::DYNAMIC);  // its program asks its Session for the ranges
+  ASSERT_TRUE(NormalizeJobSpec(&program, limits_).ok());
+  EXPECT_TRUE(program.consistency().data_clocks());
+  program.mutable_consistency()->set_mode(v1::ConsistencySpec::SYNC);
   EXPECT_EQ(NormalizeJobSpec(&program, limits_).code(), absl::StatusCode::kInvalidArgument);
   ExpectRejected([](v1::JobSpec* s) { s->set_data_assignment(static_cast<v1::DataAssignment>(9)); },
                  "data_assignment = 9", Mlp());

@@ -4,9 +4,12 @@
 #     duplicate table names, dim 0, a relative argv[0]);
 #  2. bad programs end in FAILED with a reason that says why, and no daemon dies: a program
 #     that does not exist, is not executable, exits at once, exits 3 (restarted once first), is killed by
-#     SIGSEGV, hangs without reporting (progress_timeout), reports a NaN loss, or uses a table
-#     its job did not declare; one that floods stderr succeeds with its log capped;
+#     SIGSEGV, hangs without reporting (progress_timeout), reports a NaN loss, uses a table
+#     its job did not declare, or asks for batches in a job of STATIC data assignment; one that
+#     floods stderr succeeds with its log capped;
 #  3. psctl cancel stops a job's programs (SIGTERM, then SIGKILL after the grace);
+#  3b. a job of dynamic data assignment: its programs (one slowed, one crashing once) read
+#     every example once per epoch through session.batches, the fast one more;
 #  4. a worker daemon SIGKILLed takes its program with it; the job goes on on the spare worker
 #     and succeeds (and the checkpoint its program asked for is complete);
 #  5. the PyTorch Fashion-MNIST program (examples/python/fashion_torch.py, 5 epochs) via psctl submit
@@ -109,6 +112,7 @@ submit_probe hang "reported no progress" "$(probe_argv --mode=hang)" \
   "progress_timeout_seconds: 3"
 submit_probe nan "non-finite loss" "$(probe_argv --mode=nan)"
 submit_probe undeclared "not declared by job" "$(probe_argv --mode=undeclared)"
+submit_probe static_data "reads its data by STATIC assignment" "$(probe_argv --mode=data)"
 submit_probe flood "" "$(probe_argv --mode=flood --flood_mb=3)"
 for job in "${!expect[@]}"; do
   name=${expect[$job]%%|*} want=${expect[$job]#*|}
@@ -157,6 +161,42 @@ p0=$(pid_of "$job" 0) p1=$(pid_of "$job" 1)
 psctl cancel "$job" >/dev/null
 gone "$p0" 5 && gone "$p1" 5 || fail "programs $p0 $p1 still run after cancel"
 echo "ok: cancel stopped programs $p0 and $p1 ($(wait_done "$job"))"
+
+echo "== 3b. dynamic data: the scheduler hands a program its batches (session.batches)"
+# 2 workers, worker 1 slowed; worker 0 SIGKILLs its program once when handed its 20th batch
+# (restarted: max_restarts 1). Every example of each of the 3 epochs is read exactly once, and
+# the fast worker reads more.
+probe_spec "$dir/data.textproto" 2 "$(probe_argv --mode=data --examples=1000 --batch=10 \
+  --slow_worker=1 --sleep=0.03 --crash_at=20 --record="$dir/data-record")" "max_restarts: 1"
+echo 'data_assignment: DYNAMIC epochs: 3' >>"$dir/data.textproto"
+job=$(psctl submit "$dir/data.textproto")
+state=$(wait_done "$job")
+[ "$state" = SUCCEEDED ] || fail "dynamic data job: $state ($(reason_of "$job"))"
+[ -e "$dir/data-record.crashed" ] || fail "dynamic data job: the program of worker 0 never crashed"
+/usr/bin/python3 - "$dir/data-record" <<'PY' || fail "dynamic data job: examples not read once"
+import collections, sys
+lines = {w: open(f"{sys.argv[1]}.{w}").read().split("\n")[:-1] for w in (0, 1)}
+seen = collections.Counter()
+indices = collections.Counter()
+for w in lines:
+    for line in lines[w]:
+        epoch, index, *examples = map(int, line.split())
+        indices[index] += 1
+        for e in examples:
+            seen[(epoch, e)] += 1
+want = {(epoch, e) for epoch in (1, 2, 3) for e in range(1000)}
+assert set(seen) == want, f"{len(want - set(seen))} (epoch, example) pairs never read"
+twice = [k for k, n in seen.items() if n != 1]
+assert not twice, f"{len(twice)} read more than once, e.g. {twice[:3]}"
+assert len(indices) == 300 and max(indices.values()) == 1, "ranges read twice or missing"
+n0, n1 = len(lines[0]), len(lines[1])
+assert n0 > 2 * n1, f"the fast worker read {n0} batches, the slowed one {n1}"
+print(f"3 epochs x 1000 examples read once each; worker 0 read {n0} batches, worker 1 {n1}")
+PY
+psctl status "$job" | grep -q "300 of 300 ranges of 10 read (epoch 3 of 3)" ||
+  fail "dynamic data job: psctl status has no full data line: $(psctl status "$job")"
+psctl events "$job" | grep -q "data: epoch 3 of 3 read" || fail "no epoch event: $(psctl events "$job")"
+echo "ok: dynamic data job $job SUCCEEDED across a program crash"
 
 echo "== 4. a worker daemon SIGKILLed takes its program with it; the job goes on"
 probe_spec "$dir/slow2.textproto" 2 \

@@ -10,7 +10,9 @@ it: fc1.weight 128 x 784, fc1.bias, fc2.weight 10 x 128, fc2.bias); the worker d
 this script with the environment that paramserver.Session.from_env() reads. Each step the
 worker pushes its gradients and pulls the new parameters (paramserver.torch.DenseParameters,
 one round trip); the servers apply the optimizer of the job file (Adam). Worker w of n reads
-the examples i with i % n == w of each epoch's shuffled order. After the last step every
+the examples i with i % n == w of each epoch's shuffled order; in a job of dynamic data
+assignment (data_assignment: DYNAMIC, ssp or async) it reads the batches the scheduler hands
+it instead, for the job file's epochs (--epochs is then unused). After the last step every
 worker evaluates on the 10,000 test images and reports the test accuracy (the job's result).
 
     fashion_torch.py [--epochs=5] [--batch=64] [--data_dir=/usr/share/datasets/fashion-mnist]
@@ -83,6 +85,19 @@ def main():
     print(f"worker {session.worker_id} (rank {session.rank} of {workers}): {total} steps "
           f"of {a.batch} examples, {a.epochs} epochs", flush=True)
     start = time.monotonic()
+    if session.dynamic_data:
+        # data_assignment: DYNAMIC: the scheduler hands out the batches (the job file's epochs).
+        seen = 0
+        for batch in session.batches(len(train_x), a.batch):
+            idx = torch.from_numpy(batch.examples)
+            loss, accuracy = train_step(model, params, loss_fn, train_x[idx], train_y[idx])
+            session.report(loss=loss, accuracy=accuracy, samples=len(idx))
+            seen += 1
+            if seen % 200 == 0:
+                print(f"batch {seen} (step {batch.step + 1}) epoch {batch.epoch} loss {loss:.4f} "
+                      f"{seen * a.batch / (time.monotonic() - start):.0f} samples/s", flush=True)
+        print(f"this worker read {seen} batches", flush=True)
+        return evaluate(session, model, params, loss_fn, test_x, test_y)
     order, order_epoch = None, -1
     for step in session.steps(total, steps_per_epoch):
         epoch, in_epoch = divmod(step, steps_per_epoch)
@@ -95,18 +110,27 @@ def main():
         mine = order[rank::n]
         first = (in_epoch * a.batch) % max(1, len(mine) - a.batch)
         idx = mine[first:first + a.batch]
-        x, y = train_x[idx], train_y[idx]
-        logits = model(x)
-        loss = loss_fn(logits, y)
-        model.zero_grad(set_to_none=True)
-        loss.backward()
-        params.push_pull()  # push the gradients, advance the clock, pull the new parameters
-        accuracy = float((logits.argmax(1) == y).float().mean())
-        session.report(loss=float(loss), accuracy=accuracy, samples=len(idx))
+        loss, accuracy = train_step(model, params, loss_fn, train_x[idx], train_y[idx])
+        session.report(loss=loss, accuracy=accuracy, samples=len(idx))
         if (step + 1) % 200 == 0:
-            print(f"step {step + 1}/{total} epoch {epoch + 1} loss {float(loss):.4f} "
+            print(f"step {step + 1}/{total} epoch {epoch + 1} loss {loss:.4f} "
                   f"{(step + 1) * a.batch / (time.monotonic() - start):.0f} samples/s",
                   flush=True)
+    return evaluate(session, model, params, loss_fn, test_x, test_y)
+
+
+def train_step(model, params, loss_fn, x, y):
+    """One step on a batch: gradients pushed, parameters pulled. Returns (loss, accuracy)."""
+    logits = model(x)
+    loss = loss_fn(logits, y)
+    model.zero_grad(set_to_none=True)
+    loss.backward()
+    params.push_pull()  # push the gradients, advance the clock, pull the new parameters
+    return float(loss), float((logits.argmax(1) == y).float().mean())
+
+
+def evaluate(session, model, params, loss_fn, test_x, test_y):
+    """The test accuracy of the servers' parameters, reported as the job's result."""
     params.pull()
     with torch.no_grad():
         logits = model(test_x)

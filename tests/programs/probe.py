@@ -11,6 +11,12 @@ It trains nothing useful: each step pulls and pushes rows of the job's declared 
   undeclared  after --at steps uses a table the job file does not declare
   flood       writes --flood_mb MiB to stderr, then runs like ok
   slow        like ok, sleeping --sleep seconds per step (cancel and kill tests)
+  data        a job of dynamic data assignment: steps on the batches the scheduler hands out
+              (session.batches of --examples examples in ranges of --batch), sleeping
+              --sleep seconds per step on the worker of id --slow_worker (else none), and
+              appends "epoch index example..." per batch to --record (suffixed .<worker id>);
+              --crash_at=N: the worker of id 0 SIGKILLs itself when handed its N-th batch
+              (before stepping on it) in its first start
 --checkpoint_at=N asks for a checkpoint at step N (on the worker of rank 0).
 Every mode prints "probe pid N" first (tests find the process by it).
 """
@@ -32,6 +38,11 @@ def main():
     p.add_argument("--at", type=int, default=5)
     p.add_argument("--flood_mb", type=int, default=0)
     p.add_argument("--sleep", type=float, default=0.0)
+    p.add_argument("--examples", type=int, default=1000)
+    p.add_argument("--batch", type=int, default=10)
+    p.add_argument("--slow_worker", type=int, default=-1)
+    p.add_argument("--record", default="")
+    p.add_argument("--crash_at", type=int, default=-1)
     p.add_argument("--checkpoint_at", type=int, default=-1,
                    help="at this step, ask for a checkpoint (session.request_checkpoint)")
     a = p.parse_args()
@@ -44,6 +55,8 @@ def main():
     session = ps.Session.from_env()
     w = session.table("w")
     keys = np.arange(w.rows, dtype=np.uint64)
+    if a.mode == "data":
+        return read_batches(session, w, keys, a)
     for step in session.steps(a.steps):
         if step == a.checkpoint_at and session.rank == 0:
             session.request_checkpoint()
@@ -66,6 +79,30 @@ def main():
             time.sleep(a.sleep)
     session.report_evaluation(accuracy=0.5, probe_done=1)
     print("probe done", flush=True)
+    return 0
+
+
+def read_batches(session, w, keys, a):
+    sleep = a.sleep if session.worker_id == a.slow_worker else 0.0
+    record = open(f"{a.record}.{session.worker_id}", "a") if a.record else None
+    first_start = not os.path.exists(f"{a.record}.crashed")
+    n = 0
+    for batch in session.batches(a.examples, a.batch):
+        if n == a.crash_at and session.worker_id == 0 and first_start:
+            open(f"{a.record}.crashed", "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)
+        values = w.pull(keys)
+        w.push(keys, np.full_like(values, 0.01))
+        session.report(loss=float(np.abs(values).mean()), samples=len(batch))
+        if record:
+            record.write(f"{batch.epoch} {batch.index} "
+                         + " ".join(str(int(e)) for e in batch.examples) + "\n")
+            record.flush()
+        n += 1
+        if sleep > 0:
+            time.sleep(sleep)
+    session.report_evaluation(accuracy=0.5, probe_done=1)
+    print(f"probe done: {n} batches", flush=True)
     return 0
 
 

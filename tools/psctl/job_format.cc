@@ -49,6 +49,7 @@ std::string SpecSummary(const JobSpec& spec) {
     const auto& c = spec.consistency();
     std::string mode = Lower(ps::v1::ConsistencySpec::Mode_Name(c.mode()));
     if (c.mode() == ps::v1::ConsistencySpec::SSP) absl::StrAppend(&mode, "(", c.staleness(), ")");
+    if (spec.data_assignment() == ps::v1::DYNAMIC) absl::StrAppend(&mode, " dynamic data");
     parts.push_back(mode);
     parts.push_back(absl::StrCat(spec.num_workers(), " workers"));
     parts.push_back(spec.num_servers() > 0 ? absl::StrCat(spec.num_servers(), " servers")

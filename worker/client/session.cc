@@ -21,6 +21,7 @@
 #include "common/status_macros.h"
 #include "ps/v1/agent.grpc.pb.h"
 #include "worker/client/client_internal.h"
+#include "worker/client/data_ranges.h"
 #include "worker/client/job_run.h"
 
 namespace ps {
@@ -31,6 +32,8 @@ constexpr absl::Duration kWatchWait = absl::Seconds(2);
 // Figures kept for the running means (steps) and samples/s (seconds).
 constexpr size_t kWindowSteps = 100;
 constexpr absl::Duration kRateWindow = absl::Seconds(10);
+// The largest batch_size NextBatch takes (the scheduler checks the data set size).
+constexpr int64_t kMaxBatchSize = 1 << 20;
 
 std::string EnvOr(const char* name, const std::string& fallback) {
   const char* v = std::getenv(name);
@@ -150,6 +153,7 @@ class Session::Impl {
       num_workers_ = static_cast<uint32_t>(run.assignment.worker_ids_size());
     }
     step_clock_ = client_->clock();
+    seed_ = run.assignment.spec().seed();
     watcher_ = std::thread([this] { Watch(); });
     return absl::OkStatus();
   }
@@ -175,6 +179,85 @@ class Session::Impl {
     }
     step_clock_ = client_->clock();
     return std::min(step_clock_, total_);
+  }
+
+  bool dynamic_data() const {
+    absl::MutexLock l(&mu_);
+    return assignment_.spec().data_assignment() == v1::DYNAMIC;
+  }
+
+  absl::StatusOr<std::optional<DataBatch>> NextBatch(int64_t examples, int batch_size) {
+    if (!dynamic_data()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job ", job_id(),
+          " reads its data by STATIC assignment (data_assignment in its job file): loop with "
+          "Begin()/Next() and pick each step's examples by rank() and num_workers()"));
+    }
+    if (examples <= 0 || batch_size <= 0 || batch_size > kMaxBatchSize) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("NextBatch(", examples, ", ", batch_size,
+                       "): the data set needs examples >= 1 and batch_size in 1..", kMaxBatchSize));
+    }
+    if (data_examples_ == 0) {
+      data_examples_ = examples;
+      data_batch_ = batch_size;
+    } else if (examples != data_examples_ || batch_size != data_batch_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "NextBatch(", examples, ", ", batch_size, "): the data set was ", data_examples_,
+          " examples in ranges of ", data_batch_, " at the first call; it cannot change"));
+    }
+    if (data_done_) return std::nullopt;
+    v1::LeaseDataRequest req;
+    req.set_examples_per_epoch(examples);
+    req.set_batch_size(batch_size);
+    // End the step on the last range: report it done, or recover and read it again.
+    if (state_->interrupted() || NewerMap()) {
+      PS_RETURN_IF_ERROR(Recover());
+      data_restart_ = true;  // what this worker held comes back first
+    } else if (batch_active_) {
+      req.add_finished(batch_index_);
+      EngineOf(*client_)->SetClock(step_clock_ + 1);  // the progress of the step done
+      PS_RETURN_IF_ERROR(SendReport(false));
+    }
+    batch_active_ = false;
+    while (true) {
+      req.set_take(true);
+      req.set_restart(std::exchange(data_restart_, false));
+      v1::LeaseDataResponse resp;
+      PS_RETURN_IF_ERROR(CallAgent(&v1::WorkerAgent::Stub::LeaseData, req, &resp,
+                                   options_.recovery_wait + absl::Seconds(30)));
+      req.clear_finished();
+      total_ = resp.total_clocks();
+      data_epochs_done_ = resp.epochs_done();
+      if (resp.all_done()) {
+        data_done_ = true;
+        EngineOf(*client_)->SetClock(total_);
+        PS_RETURN_IF_ERROR(SendReport(false));
+        return std::nullopt;
+      }
+      if (!resp.has_range()) {
+        absl::SleepFor(absl::Milliseconds(std::clamp<int64_t>(resp.retry_after_ms(), 1, 1000)));
+        continue;
+      }
+      const v1::DataRange& range = resp.range();
+      DataBatch batch;
+      batch.epoch = range.epoch();
+      batch.index = range.index();
+      batch.step = range.clock();
+      batch.epochs_done = resp.epochs_done();
+      batch.examples = RangeExamples(seed_, range.epoch(), examples, batch_size, range.position());
+      if (batch.examples.empty()) {
+        return absl::InternalError(absl::StrCat("data range ", range.index(), " (position ",
+                                                range.position(), ") holds no example"));
+      }
+      // The step's pushes and pulls are at the range's place in the job.
+      EngineOf(*client_)->SetClock(range.clock());
+      step_clock_ = range.clock();
+      data_epoch_ = range.epoch();
+      batch_active_ = true;
+      batch_index_ = range.index();
+      return batch;
+    }
   }
 
   absl::Status Report(const StepReport& r) {
@@ -378,7 +461,8 @@ class Session::Impl {
     p->set_clock(client_->clock());
     p->set_total_clocks(total_);
     const int64_t clock = std::max<int64_t>(0, client_->clock() - 1);
-    p->set_epoch(per_epoch_ > 0
+    p->set_epoch(data_epoch_ > 0 ? data_epoch_
+                 : per_epoch_ > 0
                      ? static_cast<int32_t>(std::min<int64_t>(clock / per_epoch_, 1 << 30)) + 1
                      : 1);
     double loss = 0, acc = 0;
@@ -433,6 +517,16 @@ class Session::Impl {
   std::map<std::string, double> metrics_;
   double test_loss_ = -1, test_accuracy_ = -1;
   std::atomic<int> recoveries_{0};
+  // Dynamic data (NextBatch).
+  uint64_t seed_ = 0;
+  int64_t data_examples_ = 0;  // the data set's shape, fixed by the first call
+  int data_batch_ = 0;
+  bool data_restart_ = true;   // the next lease is the first of this run
+  bool batch_active_ = false;  // a range is being stepped on
+  uint64_t batch_index_ = 0;
+  int32_t data_epoch_ = 0;
+  int32_t data_epochs_done_ = 0;
+  bool data_done_ = false;
 };
 
 absl::StatusOr<std::unique_ptr<Session>> Session::FromEnv(SessionOptions options) {
@@ -488,6 +582,10 @@ absl::Status Session::ReportEvaluation(std::optional<double> test_loss,
   return impl_->ReportEvaluation(test_loss, test_accuracy, metrics);
 }
 absl::Status Session::RequestCheckpoint() { return impl_->RequestCheckpoint(); }
+bool Session::dynamic_data() const { return impl_->dynamic_data(); }
+absl::StatusOr<std::optional<DataBatch>> Session::NextBatch(int64_t num_examples, int batch_size) {
+  return impl_->NextBatch(num_examples, batch_size);
+}
 int Session::recoveries() const { return impl_->recoveries(); }
 
 }  // namespace ps

@@ -14,8 +14,10 @@
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
 #include "common/printable.h"
+#include "common/scheduler_link.h"
 #include "common/status_macros.h"
 #include "ps/v1/agent.grpc.pb.h"
+#include "worker/daemon/data_leaser.h"
 #include "worker/daemon/job_checkpointer.h"
 #include "worker/daemon/program_process.h"
 #include "worker/daemon/worker_daemon.h"
@@ -171,6 +173,44 @@ class WorkerDaemon::Agent final : public v1::WorkerAgent::Service {
     if (a.shard_epoch() != req->shard_epoch()) return grpc::Status::OK;  // an older order
     daemon_->ReportRestoreFailure(
         a, absl::Status(static_cast<absl::StatusCode>(req->code()), req->error()));
+    return grpc::Status::OK;
+  }
+
+  grpc::Status LeaseData(grpc::ServerContext* ctx, const v1::LeaseDataRequest* req,
+                         v1::LeaseDataResponse* resp) override {
+    v1::WorkerAssignment a;
+    {
+      absl::MutexLock l(&daemon_->mu_);
+      if (!Ours()) {
+        return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                            "this worker no longer runs the job (cancelled or reassigned)");
+      }
+      a = *daemon_->assignment_;
+    }
+    if (a.spec().data_assignment() != v1::DYNAMIC) {
+      return grpc::Status(
+          grpc::StatusCode::FAILED_PRECONDITION,
+          absl::StrCat("job ", a.job_id(),
+                       " reads its data by STATIC assignment (its spec's data_assignment): pick "
+                       "each step's examples by the session's rank and num_workers"));
+    }
+    if (daemon_->scheduler_ == nullptr) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "no scheduler to lease from");
+    }
+    SchedulerDataLeaser leaser(
+        daemon_->scheduler_.get(),
+        [this]() -> uint64_t {
+          SchedulerLink* link = daemon_->link_.load();
+          return link == nullptr ? 0 : link->node_id();
+        },
+        a.job_id(), a.worker_id(), daemon_->options_.recovery_wait,
+        [this, ctx]() {
+          absl::MutexLock l(&daemon_->mu_);
+          return daemon_->stopping_ || run_->ending || ctx->IsCancelled() || !Ours();
+        });
+    absl::StatusOr<v1::LeaseDataResponse> lease = leaser.Lease(*req);
+    if (!lease.ok()) return ToGrpcStatus(lease.status());
+    *resp = *std::move(lease);
     return grpc::Status::OK;
   }
 

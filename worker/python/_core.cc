@@ -1005,6 +1005,37 @@ Returns the list of pulled arrays, in the order of `pull`.)doc")
              }
              if (!st.ok()) throw StatusError(st);
            })
+      .def_property_readonly(
+          "dynamic_data", [](PySession& s) { return s.session->dynamic_data(); },
+          "Whether the scheduler hands out the job's data (data_assignment DYNAMIC): loop on\n"
+          "batches() then, else on steps().")
+      .def(
+          "next_batch",
+          [](PySession& s, long long num_examples, int batch_size) -> py::object {
+            absl::StatusOr<std::optional<ps::DataBatch>> batch;
+            {
+              py::gil_scoped_release release;
+              batch = s.session->NextBatch(num_examples, batch_size);
+            }
+            if (!batch.ok()) throw StatusError(batch.status());
+            if (!batch->has_value()) return py::none();
+            ps::DataBatch& b = **batch;
+            py::array_t<int64_t> examples(static_cast<py::ssize_t>(b.examples.size()));
+            std::memcpy(examples.mutable_data(), b.examples.data(),
+                        b.examples.size() * sizeof(int64_t));
+            py::dict out;
+            out["epoch"] = b.epoch;
+            out["index"] = b.index;
+            out["step"] = b.step;
+            out["examples"] = std::move(examples);
+            out["epochs_done"] = b.epochs_done;
+            return out;
+          },
+          py::arg("num_examples"), py::arg("batch_size"),
+          "Dynamic data: ends the current step and returns the next range handed to this worker\n"
+          "as a dict (epoch, index, step, examples: an int64 numpy array of indices into the\n"
+          "data set, epochs_done), or None once every range of every epoch is read. See\n"
+          "batches().")
       .def(
           "request_checkpoint",
           [](PySession& s) {

@@ -73,6 +73,7 @@ __all__ = [
     "AlreadyExistsError",
     "CancelledError",
     "Client",
+    "DataBatch",
     "DataLossError",
     "DeadlineExceededError",
     "Error",
@@ -114,6 +115,41 @@ def _session_steps(self, total_steps, steps_per_epoch=0):
         step = self.next()
 
 
+class DataBatch:
+    """A range of examples handed to this worker (Session.batches): epoch (1-based), index (the
+    range's number in the job), step (the clock its pushes are at), examples (int64 numpy array
+    of indices into the data set) and epochs_done (epochs of the whole job fully read)."""
+
+    __slots__ = ("epoch", "index", "step", "examples", "epochs_done")
+
+    def __init__(self, epoch, index, step, examples, epochs_done):
+        self.epoch, self.index, self.step = epoch, index, step
+        self.examples, self.epochs_done = examples, epochs_done
+
+    def __len__(self):
+        return len(self.examples)
+
+    def __repr__(self):
+        return (f"DataBatch(epoch={self.epoch}, index={self.index}, step={self.step}, "
+                f"{len(self.examples)} examples)")
+
+
+def _session_batches(self, num_examples, batch_size):
+    """The loop of a job of dynamic data assignment (data_assignment: DYNAMIC, ssp or async):
+    yields the ranges of a data set of num_examples examples that the scheduler hands to this
+    worker (DataBatch, batch_size examples or fewer at an epoch's end, in an order shuffled by
+    the job's seed) until every range of the job's epochs has been read by some worker, so that a
+    fast worker reads more than a slow one and every example is read once per epoch. Step on
+    each batch before asking for the next (its pushes done): asking ends the step the way next()
+    does (progress, checkpoints, recovery from a lost server, after which the range is read
+    again)."""
+    while True:
+        b = self.next_batch(int(num_examples), int(batch_size))
+        if b is None:
+            return
+        yield DataBatch(b["epoch"], b["index"], b["step"], b["examples"], b["epochs_done"])
+
+
 def _session_report(self, loss=None, accuracy=None, samples=0, **metrics):
     """Adds a step's figures to the progress reported at its end: loss and accuracy (running
     means are shown), samples (for samples/s) and any other named numbers (e.g. auc=0.81; at most
@@ -128,5 +164,6 @@ def _session_report_evaluation(self, loss=None, accuracy=None, **metrics):
 
 
 Session.steps = _session_steps
+Session.batches = _session_batches
 Session.report = _session_report
 Session.report_evaluation = _session_report_evaluation

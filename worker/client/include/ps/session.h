@@ -18,6 +18,19 @@
 // step is skipped, and Next() waits for the new shard map, carries out the scheduler's restore
 // order and returns the step to run next: the same one again, or an earlier one when a sync job
 // rolls back to its last checkpoint. Nothing else is needed in the program.
+//
+// A job of dynamic data assignment (data_assignment: DYNAMIC in its job file, ssp or async)
+// loops on NextBatch() instead: the scheduler hands out the ranges of each epoch as workers
+// ask, so that a fast worker reads more than a slow one and every example is read once per
+// epoch:
+//
+//   while (true) {
+//     auto batch = (*session)->NextBatch(num_examples, batch_size);  // ends the previous step
+//     if (!batch.ok()) return 1;
+//     if (!batch->has_value()) break;                // every range of every epoch is read
+//     ... pull, compute on (*batch)->examples, push ...
+//     (*session)->Report({.loss = loss, .samples = batch_size});
+//   }
 #ifndef PS_SESSION_H_
 #define PS_SESSION_H_
 
@@ -52,6 +65,15 @@ struct StepReport {
   std::optional<double> accuracy;         // this step's training accuracy
   int64_t samples = 0;                    // examples in this step (for samples/s)
   std::map<std::string, double> metrics;  // any other figures (at most 16 names are kept)
+};
+
+// A range of examples handed to this worker (NextBatch).
+struct DataBatch {
+  int32_t epoch = 1;              // 1-based, of the job's `epochs`
+  uint64_t index = 0;             // the range's number in the job (epoch-major)
+  int64_t step = 0;               // the clock its pushes and pulls are at
+  std::vector<int64_t> examples;  // indices into the data set, in [0, num_examples)
+  int32_t epochs_done = 0;        // epochs of the whole job whose every range has been read
 };
 
 class Session {
@@ -98,6 +120,18 @@ class Session {
                                 const std::map<std::string, double>& metrics = {});
   // Asks for a checkpoint of the job's tables (taken by the worker of rank 0 at its next step).
   absl::Status RequestCheckpoint();
+  // Whether the job's data is handed out by the scheduler (data_assignment DYNAMIC).
+  bool dynamic_data() const;
+  // Dynamic data assignment: ends the current step (the range it read is reported done, its
+  // pushes having returned; after a server failure it recovers instead, and the range is read
+  // again), reports progress (a checkpoint may be taken then), and returns the next range of
+  // the data set of `num_examples` examples cut into ranges of `batch_size` in an order
+  // shuffled by the job's seed; nullopt once every range of every epoch has been read (by any
+  // worker). A range's examples are computed here, so any size costs the scheduler nothing;
+  // num_examples and batch_size must be the same at every call and on every worker
+  // (INVALID_ARGUMENT otherwise). FAILED_PRECONDITION for a job of STATIC assignment.
+  absl::StatusOr<std::optional<DataBatch>> NextBatch(int64_t num_examples, int batch_size);
+
   // Server losses recovered from so far.
   int recoveries() const;
 
