@@ -228,7 +228,6 @@ class Session::Impl {
                                    options_.recovery_wait + absl::Seconds(30)));
       req.clear_finished();
       total_ = resp.total_clocks();
-      data_epochs_done_ = resp.epochs_done();
       if (resp.all_done()) {
         data_done_ = true;
         EngineOf(*client_)->SetClock(total_);
@@ -525,7 +524,6 @@ class Session::Impl {
   bool batch_active_ = false;  // a range is being stepped on
   uint64_t batch_index_ = 0;
   int32_t data_epoch_ = 0;
-  int32_t data_epochs_done_ = 0;
   bool data_done_ = false;
 };
 
