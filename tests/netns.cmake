@@ -1,0 +1,23 @@
+# Several hosts on one machine (issue 14): each daemon in its own network namespace with its own
+# address on one private switch (tests/netns/lib.sh). Needs root and `ip netns`: skipped (77)
+# otherwise. Each test prints a timeline (seconds since its start) of the faults it makes and
+# what the cluster did.
+#   netns_multihost            scheduler, 3 servers, 2 workers on 6 hosts: a job SUCCEEDS
+#   netns_partition_server     a server's link down mid-job: declared dead, slots move, job
+#                              SUCCEEDS; healed, the replaced server refuses its old slots
+#   netns_cut_peer             one worker cut from one server only (both directions), healed
+#                              after 30 s: the job ends in bounded time, SUCCEEDED or FAILED
+#                              naming that server; no push applied twice
+#   netns_partition_scheduler  the scheduler cut off for 6 s (heartbeat timeout 3 s): training
+#                              goes on, nobody is declared dead, the job SUCCEEDS
+if(TARGET ps_scheduler AND TARGET psctl)
+  foreach(t multihost:300 partition_server:300 cut_peer:420 partition_scheduler:300)
+    string(REPLACE ":" ";" parts ${t})
+    list(GET parts 0 name)
+    list(GET parts 1 timeout)
+    add_test(NAME netns_${name}
+             COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/netns/${name}_test.sh ${CMAKE_BINARY_DIR})
+    set_tests_properties(netns_${name} PROPERTIES TIMEOUT ${timeout} SKIP_RETURN_CODE 77
+                         LABELS "multiprocess;netns")
+  endforeach()
+endif()
