@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "common/metrics_server.h"
 #include "common/process_metrics.h"
+#include "common/security.h"
 #include "prometheus/registry.h"
 
 namespace ps {
@@ -42,12 +43,29 @@ class DaemonExporter {
   std::unique_ptr<MetricsServer> server_;
 };
 
+// Logging (--log_dir: files with rotation; default stderr) and the process's transport
+// security (--tls_*, the cluster token: see common/daemon_flags.h), set for every channel the
+// process dials. Call right after absl::ParseCommandLine; logs what it set up. Errors name the
+// flag.
+absl::StatusOr<std::shared_ptr<const Security>> SetUpDaemon(const char* argv0);
+
 // This machine's host name ("localhost" if it has none).
 std::string HostName();
 
-// The address a node registers with: `advertise` (--advertise) if given, else the listen host
-// with the bound port, the host name standing in for a listen on every interface.
-std::string NodeAddress(const std::string& advertise, const std::string& listen, int port);
+// The IP address of the local interface that routes to `host_port` (resolved; no packet is
+// sent). Errors say why (unresolvable, no route).
+absl::StatusOr<std::string> LocalAddressToward(const std::string& host_port);
+
+// The host peers reach this daemon at: the host of `advertise` (--advertise, host or
+// host:port) if given; else the `listen` host when it is a specific address; else the address
+// of the interface that routes to `scheduler` (when given and found), else the host name.
+std::string AdvertiseHost(const std::string& advertise, const std::string& listen,
+                          const std::string& scheduler);
+
+// The host:port a node registers with: `advertise` if it has a port, else AdvertiseHost and
+// the bound `port`.
+std::string NodeAddress(const std::string& advertise, const std::string& listen, int port,
+                        const std::string& scheduler);
 
 // Writes `port` to the file `path` names (nothing if `path` is empty); an error names `flag`.
 absl::Status WritePortFileFlag(const std::string& flag, const std::string& path, int port);

@@ -1,13 +1,18 @@
-// --help for the daemons and tools: lists the flags of the binary's main.cc.
+// --help for the daemons and tools: lists the flags of the binary's main.cc and those every
+// daemon shares (common/daemon_flags.cc, common/tls_flags.cc); --version prints the version.
 #ifndef PS_COMMON_FLAGS_USAGE_H_
 #define PS_COMMON_FLAGS_USAGE_H_
+
+#include <errno.h>  // program_invocation_short_name (glibc)
 
 #include <string>
 
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/version.h"
 
 namespace ps {
 
@@ -19,9 +24,14 @@ inline void SetUsage(absl::string_view usage, const char* main_file) {
   static std::string* main = new std::string(main_file);
   absl::FlagsUsageConfig config;
   config.contains_help_flags = [](absl::string_view file) {
-    return absl::EndsWith(file, *main) || absl::EndsWith(*main, file);
+    return absl::EndsWith(file, *main) || absl::EndsWith(*main, file) ||
+           absl::EndsWith(file, "common/daemon_flags.cc") ||
+           absl::EndsWith(file, "common/tls_flags.cc");
   };
   config.contains_helpshort_flags = config.contains_help_flags;
+  config.version_string = [] {
+    return absl::StrCat(program_invocation_short_name, " ", VersionString(), "\n");
+  };
   absl::SetFlagsUsageConfig(config);
 }
 

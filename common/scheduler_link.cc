@@ -7,6 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
+#include "common/security.h"
+#include "common/version.h"
 
 namespace ps {
 
@@ -25,8 +27,7 @@ SchedulerLink::SchedulerLink(SchedulerLinkOptions options, FillFn fill, AnswerFn
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  stub_ = v1::Scheduler::NewStub(
-      grpc::CreateCustomChannel(options_.scheduler, grpc::InsecureChannelCredentials(), args));
+  stub_ = v1::Scheduler::NewStub(DialChannel(options_.scheduler, args));
 }
 
 SchedulerLink::~SchedulerLink() {
@@ -50,6 +51,7 @@ absl::Status SchedulerLink::Register() {
   req.set_hostname(options_.hostname);
   req.set_pid(options_.pid);
   req.set_metrics_address(options_.metrics_address);
+  req.set_version(VersionString());
   v1::RegisterResponse resp;
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
@@ -104,6 +106,7 @@ void SchedulerLink::Loop() {
     failures = 0;
     if (resp.reregister()) {
       LOG(WARNING) << "scheduler does not know node " << node_id() << "; registering again";
+      if (options_.on_declared_dead) options_.on_declared_dead();
       registered = false;
       reregistered = true;
       continue;

@@ -25,6 +25,9 @@ struct SchedulerLinkOptions {
   int64_t pid = 0;
   std::string metrics_address;  // host:port of the node's /metrics (empty: none)
   absl::Duration rpc_timeout = absl::Seconds(3);
+  // Called (on the link's thread) as soon as a heartbeat answer says the scheduler does not
+  // know this node: it was declared dead, and what it held is someone else's now. May be empty.
+  std::function<void()> on_declared_dead;
 };
 
 // The host:port peers reach a daemon listening on `listen` at, once bound to `port`: the listen

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/synchronization/blocking_counter.h"
+#include "common/security.h"
 #include "ps/v1/parameter_server.grpc.pb.h"
 
 namespace ps {
@@ -90,8 +91,7 @@ void GrpcJobDropper::Send(const DropOrder& order) {
   // Every server at once: one that does not answer costs rpc_deadline, not one per server.
   for (const std::string& address : order.servers) {
     Call* call = calls.emplace_back(std::make_unique<Call>()).get();
-    call->stub = v1::ParameterServer::NewStub(
-        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+    call->stub = v1::ParameterServer::NewStub(DialChannel(address));
     call->ctx.set_deadline(deadline);
     call->stub->async()->DropJob(&call->ctx, &request, &call->response,
                                  [call, &pending](grpc::Status status) {

@@ -15,12 +15,31 @@
 #include "absl/time/clock.h"
 #include "common/daemon_setup.h"
 #include "common/flags_usage.h"
+#include "common/health_server.h"
 #include "common/scheduler_link.h"
+#include "common/security.h"
 #include "common/signals.h"
 #include "scheduler/scheduler_metrics.h"
 #include "scheduler/scheduler_server.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:7000", "host:port to serve on (port 0: pick a free one)");
+ABSL_FLAG(std::string, advertise, "",
+          "host peers reach this scheduler at, for the /metrics address it reports (default: "
+          "the --listen host, or this machine's host name when listening on every interface)");
+ABSL_FLAG(std::string, health_listen, "off",
+          "host:port of a plaintext gRPC port serving only grpc.health.v1 (for probes that "
+          "cannot speak TLS, e.g. Kubernetes' grpc probes); 'off': none. The main port serves "
+          "health too");
+ABSL_FLAG(std::string, admin_token_file, "",
+          "file holding the admin token (one line, mode 600) that psctl's changing commands "
+          "(submit, cancel, checkpoint, restore) must present; the cluster token (nodes) is "
+          "then refused there with PERMISSION_DENIED. Default: $PS_ADMIN_TOKEN; neither: those "
+          "commands need what every call needs (the cluster token, if any)");
+ABSL_FLAG(bool, suspect_own_partition, true,
+          "when every live node (two or more) goes silent at once, assume this scheduler is the "
+          "one cut off and declare nobody dead until one is heard again (then everyone gets a "
+          "fresh heartbeat grace period); false: each is declared dead after "
+          "--heartbeat_timeout");
 ABSL_FLAG(std::string, state_dir, "",
           "folder of the scheduler's RocksDB state (nodes, jobs); required. A restarted "
           "scheduler with the same folder resumes where it stopped");
@@ -70,8 +89,16 @@ int main(int argc, char** argv) {
       __FILE__);
   absl::ParseCommandLine(argc, argv);
   ps::BlockTerminationSignals();
-  google::InitGoogleLogging(argv[0]);
-  FLAGS_logtostderr = true;
+  auto security = ps::SetUpDaemon(argv[0]);
+  if (!security.ok()) return Fail(std::string(security.status().message()));
+  auto admin_token =
+      ps::TokenFromFileOrEnv(absl::GetFlag(FLAGS_admin_token_file), "PS_ADMIN_TOKEN");
+  if (!admin_token.ok()) {
+    return Fail(absl::StrCat("--admin_token_file: ", admin_token.status().message()));
+  }
+  if (!admin_token->empty() && *admin_token == (*security)->token()) {
+    return Fail("the admin token must differ from the cluster token");
+  }
 
   ps::SchedulerOptions options;
   options.listen = absl::GetFlag(FLAGS_listen);
@@ -83,6 +110,7 @@ int main(int argc, char** argv) {
   options.max_model_bytes = absl::GetFlag(FLAGS_max_model_bytes);
   options.max_nodes = absl::GetFlag(FLAGS_max_nodes);
   options.max_pending_jobs = absl::GetFlag(FLAGS_max_pending_jobs);
+  options.suspect_own_partition = absl::GetFlag(FLAGS_suspect_own_partition);
 
   // /metrics first: the scheduler reports its address (ListNodes) and exports from the start.
   // Declared before everything that registers in it: destroyed last.
@@ -92,10 +120,17 @@ int main(int argc, char** argv) {
   std::unique_ptr<ps::SchedulerMetrics> metrics;
   if (prometheus::Registry* registry = (*exporter)->registry(); registry != nullptr) {
     metrics = std::make_unique<ps::SchedulerMetrics>(*registry);
-    options.metrics_address = (*exporter)->Address(ps::HostName());
+    options.metrics_address =
+        (*exporter)->Address(ps::AdvertiseHost(absl::GetFlag(FLAGS_advertise), options.listen, ""));
     LOG(INFO) << "ps_scheduler: metrics on port " << (*exporter)->port() << " (/metrics)";
   }
 
+  options.authorizer =
+      std::make_shared<ps::Authorizer>((*security)->token(), *admin_token, (*exporter)->registry());
+  if (!options.authorizer->enabled()) {
+    LOG(WARNING) << "ps_scheduler: no cluster or admin token: anyone who reaches port "
+                 << options.listen << " may submit, cancel and restore jobs";
+  }
   auto server = ps::SchedulerServer::Start(options, absl::Now, metrics.get());
   if (!server.ok()) return Fail(std::string(server.status().message()));
   LOG(INFO) << "ps_scheduler serving on port " << (*server)->port() << ", state in "
@@ -105,9 +140,18 @@ int main(int argc, char** argv) {
       !s.ok()) {
     return Fail(std::string(s.message()));
   }
+  std::unique_ptr<ps::HealthServer> health;
+  if (const std::string listen = absl::GetFlag(FLAGS_health_listen); listen != "off") {
+    auto started = ps::HealthServer::Start(listen);
+    if (!started.ok()) return Fail(absl::StrCat("--health_listen: ", started.status().message()));
+    health = *std::move(started);
+    health->SetServing(true);
+    LOG(INFO) << "ps_scheduler: plaintext health port " << health->port();
+  }
   const int sig = ps::WaitForTerminationSignal();
   LOG(INFO) << "ps_scheduler: signal " << sig << ", draining (health NOT_SERVING), then stopping";
   (*server)->Drain();
+  if (health != nullptr) health->SetServing(false);
   absl::SleepFor(absl::GetFlag(FLAGS_drain_grace));
   // Calls still open after kShutdownGrace are cancelled (gRPC Shutdown with a deadline).
   constexpr absl::Duration kShutdownGrace = absl::Seconds(1);

@@ -256,8 +256,10 @@ absl::StatusOr<v1::RegisterResponse> Scheduler::Register(const v1::RegisterReque
   PS_RETURN_IF_ERROR(CheckClientText("hostname", req.hostname(), kMaxNameBytes, true));
   PS_RETURN_IF_ERROR(
       CheckClientText("metrics_address", req.metrics_address(), kMaxAddressBytes, true));
+  PS_RETURN_IF_ERROR(CheckClientText("version", req.version(), kMaxNameBytes, true));
   absl::MutexLock lock(&mu_);
   const absl::Time now = clock_();
+  last_heard_ = now;
   Changes changes;
   PS_RETURN_IF_ERROR(MakeRoomForNode(req, &changes));
   changes.sync = true;
@@ -271,6 +273,7 @@ absl::StatusOr<v1::RegisterResponse> Scheduler::Register(const v1::RegisterReque
   node.set_hostname(req.hostname());
   node.set_pid(req.pid());
   node.set_metrics_address(req.metrics_address());
+  node.set_version(req.version());
   node.set_last_heartbeat_unix_ms(ToMs(now));
   node.set_registered_unix_ms(ToMs(now));
   changes.nodes.insert(id);
@@ -307,6 +310,21 @@ absl::StatusOr<v1::HeartbeatResponse> Scheduler::Heartbeat(const v1::HeartbeatRe
   const absl::Time now = clock_();
   v1::NodeInfo& node = it->second;
   Changes changes;
+  last_heard_ = now;
+  if (cut_off_) {
+    // The first heartbeat after the scheduler heard nobody: it was the one cut off. Every node
+    // gets a fresh grace period, as after a scheduler restart.
+    cut_off_ = false;
+    LOG(WARNING) << "scheduler: heartbeats again after "
+                 << absl::FormatDuration(now - cut_off_since_)
+                 << " of silence from every node; nobody was declared dead meanwhile";
+    for (auto& [id, other] : nodes_) {
+      if (other.state() == v1::ALIVE) {
+        other.set_last_heartbeat_unix_ms(ToMs(now));
+        changes.nodes.insert(id);
+      }
+    }
+  }
   if (metrics_ != nullptr) {
     metrics_->ObserveHeartbeatLag(now - absl::FromUnixMillis(node.last_heartbeat_unix_ms()));
   }
@@ -569,13 +587,30 @@ absl::Status Scheduler::Tick() {
   // Every node that timed out is dead before any job recovers: a server that died in the same
   // tick must not be chosen to take another one's slots.
   std::vector<v1::NodeInfo*> dead;
+  int alive = 0;
   for (auto& [id, node] : nodes_) {
-    if (node.state() == v1::ALIVE &&
-        now - absl::FromUnixMillis(node.last_heartbeat_unix_ms()) > options_.heartbeat_timeout) {
-      node.set_state(v1::DEAD);
+    if (node.state() != v1::ALIVE) continue;
+    ++alive;
+    if (now - absl::FromUnixMillis(node.last_heartbeat_unix_ms()) > options_.heartbeat_timeout) {
       dead.push_back(&node);
     }
   }
+  // Every node of several silent at once, and nothing heard for a timeout: the scheduler is the
+  // one cut off (a partition, a frozen process), not all of them dead. Declare nobody dead
+  // until a heartbeat arrives, which then gives everyone a fresh grace period.
+  if (options_.suspect_own_partition && alive >= 2 && static_cast<int>(dead.size()) == alive &&
+      last_heard_ != absl::InfinitePast() && now - last_heard_ > options_.heartbeat_timeout) {
+    if (!cut_off_) {
+      cut_off_ = true;
+      cut_off_since_ = last_heard_;
+      LOG(WARNING) << "scheduler: no heartbeat from any of the " << alive << " live nodes for "
+                   << absl::FormatDuration(now - last_heard_)
+                   << ": this scheduler is probably cut off from them; declaring nobody dead "
+                      "until they are heard again";
+    }
+    dead.clear();
+  }
+  for (v1::NodeInfo* node : dead) node->set_state(v1::DEAD);
   for (v1::NodeInfo* node : dead) MarkDead(node, why, now, &changes);
   Schedule(now, &changes);
   return Commit(&changes);

@@ -69,7 +69,9 @@ class Scheduler {
   // rank 0 for a checkpoint at its next step; RestoreJob rolls a running job back to a complete
   // checkpoint (0: the latest), or submits an ended one again from it (the answer is then the
   // new job).
-  absl::StatusOr<v1::RequestCheckpointResponse> RequestCheckpoint(const std::string& job_id);
+  // `node_id` (0: psctl) must be a worker of the job when given.
+  absl::StatusOr<v1::RequestCheckpointResponse> RequestCheckpoint(const std::string& job_id,
+                                                                  uint64_t node_id = 0);
   absl::StatusOr<std::vector<v1::CheckpointInfo>> ListCheckpoints(const std::string& job_id) const;
   absl::StatusOr<v1::JobInfo> RestoreJob(const std::string& job_id, uint64_t checkpoint_id);
   // Workers: a new WRITING checkpoint (FAILED_PRECONDITION for an old shard map; one still
@@ -222,6 +224,11 @@ class Scheduler {
   std::map<uint64_t, v1::NodeInfo> nodes_ ABSL_GUARDED_BY(mu_);  // by node id
   std::map<uint64_t, Job> jobs_ ABSL_GUARDED_BY(mu_);            // by job number: submit order
   uint64_t next_node_id_ ABSL_GUARDED_BY(mu_) = 1;
+  // The last heartbeat from any node, and whether the scheduler thinks itself cut off (every
+  // live node silent at once; see Tick).
+  absl::Time last_heard_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  bool cut_off_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time cut_off_since_ ABSL_GUARDED_BY(mu_);
   uint64_t next_job_id_ ABSL_GUARDED_BY(mu_) = 1;
   std::string checkpoint_root_;  // absolute
   JobLimits job_limits_;         // checkpoint_roots: checkpoint_root_ and options' ones, normal

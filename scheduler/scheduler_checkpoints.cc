@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -114,11 +115,17 @@ absl::StatusOr<const v1::CheckpointInfo*> Scheduler::FindComplete(const Job& job
 }
 
 absl::StatusOr<v1::RequestCheckpointResponse> Scheduler::RequestCheckpoint(
-    const std::string& job_id) {
+    const std::string& job_id, uint64_t node_id) {
   PS_RETURN_IF_ERROR(CheckJobId(job_id));
   absl::MutexLock lock(&mu_);
   Job* job = FindJob(job_id);
   if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
+  if (node_id != 0 &&
+      absl::c_find(job->info.worker_nodes(), node_id) == job->info.worker_nodes().end()) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("node ", node_id, " is not a worker of job ", job_id,
+                     ": a node may ask for checkpoints of its own job only"));
+  }
   if (job->info.state() != v1::RUNNING) {
     return absl::FailedPreconditionError(absl::StrCat(
         "job ", job_id, " is ", absl::AsciiStrToLower(v1::JobState_Name(job->info.state())),

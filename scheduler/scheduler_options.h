@@ -4,12 +4,14 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/security.h"
 
 namespace ps {
 
@@ -45,6 +47,12 @@ struct SchedulerOptions {
   // Jobs waiting to start (PENDING); a SubmitJob (or RestoreJob of an ended job) beyond it is
   // RESOURCE_EXHAUSTED. Default 1024.
   int max_pending_jobs = 1024;
+  // When every live node (two or more) goes silent at once, assume the scheduler itself is cut
+  // off and declare nobody dead until one is heard again (then all get a fresh grace period).
+  // Off: each is declared dead after heartbeat_timeout, whatever the others do.
+  bool suspect_own_partition = false;
+  // The tokens calls must carry (null: none). SchedulerServer only; kept alive by it.
+  std::shared_ptr<const Authorizer> authorizer;
 
   absl::Status Validate() const {
     if (state_dir.empty()) return absl::InvalidArgumentError("--state_dir is required");

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/security.h"
 #include "common/status_macros.h"
 
 namespace ps {
@@ -20,12 +21,12 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
   s->dropper_ = std::make_unique<GrpcJobDropper>();
   PS_ASSIGN_OR_RETURN(s->scheduler_,
                       Scheduler::Open(options, std::move(clock), metrics, s->dropper_.get()));
-  s->service_ = std::make_unique<SchedulerService>(s->scheduler_.get());
+  s->service_ = std::make_unique<SchedulerService>(s->scheduler_.get(), options.authorizer.get());
   // Both are process-wide switches read when a server is built.
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &s->port_);
+  builder.AddListeningPort(options.listen, ProcessSecurity()->ServerCredentials(), &s->port_);
   builder.RegisterService(s->service_.get());
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr || s->port_ == 0) {

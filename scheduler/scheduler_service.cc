@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "common/grpc_status.h"
+#include "common/security.h"
 
 namespace ps {
 namespace {
@@ -16,89 +17,106 @@ grpc::Status Answer(absl::StatusOr<T> result, T* out) {
 
 }  // namespace
 
-grpc::Status SchedulerService::Register(grpc::ServerContext*, const v1::RegisterRequest* req,
+grpc::Status SchedulerService::Register(grpc::ServerContext* ctx, const v1::RegisterRequest* req,
                                         v1::RegisterResponse* resp) {
+  PS_AUTHORIZE(authorizer_, ctx, Access::kNode);
   return Answer(scheduler_->Register(*req), resp);
 }
 
-grpc::Status SchedulerService::Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* req,
+grpc::Status SchedulerService::Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
                                          v1::HeartbeatResponse* resp) {
+  PS_AUTHORIZE(authorizer_, ctx, Access::kNode);
   return Answer(scheduler_->Heartbeat(*req), resp);
 }
 
-grpc::Status SchedulerService::SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* req,
+grpc::Status SchedulerService::SubmitJob(grpc::ServerContext* ctx, const v1::SubmitJobRequest* req,
                                          v1::SubmitJobResponse* resp) {
+  PS_AUTHORIZE(authorizer_, ctx, Access::kAdmin);
   return Answer(scheduler_->SubmitJob(req->spec()), resp->mutable_job_id());
 }
 
-grpc::Status SchedulerService::GetJob(grpc::ServerContext*, const v1::GetJobRequest* req,
+grpc::Status SchedulerService::GetJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req,
                                       v1::JobInfo* resp) {
+  PS_AUTHORIZE(authorizer_, ctx, Access::kNode);
   return Answer(scheduler_->GetJob(req->job_id()), resp);
 }
 
-grpc::Status SchedulerService::ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*,
+grpc::Status SchedulerService::ListJobs(grpc::ServerContext* ctx, const v1::ListJobsRequest*,
                                         v1::ListJobsResponse* resp) {
+  PS_AUTHORIZE(authorizer_, ctx, Access::kNode);
   for (v1::JobInfo& job : scheduler_->ListJobs()) *resp->add_jobs() = std::move(job);
   return grpc::Status::OK;
 }
 
-grpc::Status SchedulerService::CancelJob(grpc::ServerContext*, const v1::CancelJobRequest* req,
+grpc::Status SchedulerService::CancelJob(grpc::ServerContext* ctx, const v1::CancelJobRequest* req,
                                          v1::JobInfo* resp) {
+  PS_AUTHORIZE(authorizer_, ctx, Access::kAdmin);
   return Answer(scheduler_->CancelJob(req->job_id()), resp);
 }
 
-grpc::Status SchedulerService::GetJobLogs(grpc::ServerContext*, const v1::GetJobLogsRequest* req,
+grpc::Status SchedulerService::GetJobLogs(grpc::ServerContext* ctx,
+                                          const v1::GetJobLogsRequest* req,
                                           v1::GetJobLogsResponse* resp) {
+  PS_AUTHORIZE(authorizer_, ctx, Access::kNode);
   return Answer(scheduler_->GetJobLogs(*req), resp);
 }
 
-grpc::Status SchedulerService::ListNodes(grpc::ServerContext*, const v1::ListNodesRequest*,
+grpc::Status SchedulerService::ListNodes(grpc::ServerContext* ctx, const v1::ListNodesRequest*,
                                          v1::ListNodesResponse* resp) {
+  PS_AUTHORIZE(authorizer_, ctx, Access::kNode);
   for (v1::NodeInfo& node : scheduler_->ListNodes()) *resp->add_nodes() = std::move(node);
   resp->set_metrics_address(scheduler_->metrics_address());
   return grpc::Status::OK;
 }
 
-grpc::Status SchedulerService::RequestCheckpoint(grpc::ServerContext*,
+grpc::Status SchedulerService::RequestCheckpoint(grpc::ServerContext* ctx,
                                                  const v1::RequestCheckpointRequest* req,
                                                  v1::RequestCheckpointResponse* resp) {
-  return Answer(scheduler_->RequestCheckpoint(req->job_id()), resp);
+  // A worker daemon asks for its own job's checkpoint with the cluster token; psctl with admin's.
+  PS_AUTHORIZE(authorizer_, ctx, req->node_id() != 0 ? Access::kNode : Access::kAdmin);
+  return Answer(scheduler_->RequestCheckpoint(req->job_id(), req->node_id()), resp);
 }
 
-grpc::Status SchedulerService::ListCheckpoints(grpc::ServerContext*,
+grpc::Status SchedulerService::ListCheckpoints(grpc::ServerContext* ctx,
                                                const v1::ListCheckpointsRequest* req,
                                                v1::ListCheckpointsResponse* resp) {
+  PS_AUTHORIZE(authorizer_, ctx, Access::kNode);
   auto list = scheduler_->ListCheckpoints(req->job_id());
   if (!list.ok()) return ToGrpcStatus(list.status());
   for (v1::CheckpointInfo& c : *list) *resp->add_checkpoints() = std::move(c);
   return grpc::Status::OK;
 }
 
-grpc::Status SchedulerService::RestoreJob(grpc::ServerContext*, const v1::RestoreJobRequest* req,
-                                          v1::JobInfo* resp) {
+grpc::Status SchedulerService::RestoreJob(grpc::ServerContext* ctx,
+                                          const v1::RestoreJobRequest* req, v1::JobInfo* resp) {
+  PS_AUTHORIZE(authorizer_, ctx, Access::kAdmin);
   return Answer(scheduler_->RestoreJob(req->job_id(), req->checkpoint_id()), resp);
 }
 
-grpc::Status SchedulerService::LeaseData(grpc::ServerContext*, const v1::LeaseDataRequest* req,
+grpc::Status SchedulerService::LeaseData(grpc::ServerContext* ctx, const v1::LeaseDataRequest* req,
                                          v1::LeaseDataResponse* resp) {
+  PS_AUTHORIZE(authorizer_, ctx, Access::kNode);
   return Answer(scheduler_->LeaseData(*req), resp);
 }
 
-grpc::Status SchedulerService::BeginCheckpoint(grpc::ServerContext*,
+grpc::Status SchedulerService::BeginCheckpoint(grpc::ServerContext* ctx,
                                                const v1::BeginCheckpointRequest* req,
                                                v1::CheckpointInfo* resp) {
+  PS_AUTHORIZE(authorizer_, ctx, Access::kNode);
   return Answer(scheduler_->BeginCheckpoint(*req), resp);
 }
 
-grpc::Status SchedulerService::FinishCheckpoint(grpc::ServerContext*,
+grpc::Status SchedulerService::FinishCheckpoint(grpc::ServerContext* ctx,
                                                 const v1::FinishCheckpointRequest* req,
                                                 v1::CheckpointInfo* resp) {
+  PS_AUTHORIZE(authorizer_, ctx, Access::kNode);
   return Answer(scheduler_->FinishCheckpoint(*req), resp);
 }
 
-grpc::Status SchedulerService::ReportRestoreFailure(grpc::ServerContext*,
+grpc::Status SchedulerService::ReportRestoreFailure(grpc::ServerContext* ctx,
                                                     const v1::ReportRestoreFailureRequest* req,
                                                     v1::JobInfo* resp) {
+  PS_AUTHORIZE(authorizer_, ctx, Access::kNode);
   return Answer(scheduler_->ReportRestoreFailure(*req), resp);
 }
 

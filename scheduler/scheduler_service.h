@@ -2,6 +2,7 @@
 #ifndef PS_SCHEDULER_SCHEDULER_SERVICE_H_
 #define PS_SCHEDULER_SCHEDULER_SERVICE_H_
 
+#include "common/security.h"
 #include "ps/v1/scheduler.grpc.pb.h"
 #include "scheduler/scheduler.h"
 
@@ -10,8 +11,10 @@ namespace ps {
 // Thread-safe (Scheduler is).
 class SchedulerService final : public v1::Scheduler::Service {
  public:
-  // `scheduler` must outlive this.
-  explicit SchedulerService(Scheduler* scheduler) : scheduler_(scheduler) {}
+  // `scheduler` must outlive this; `authorizer` (may be null: no tokens) checks every call's
+  // token.
+  explicit SchedulerService(Scheduler* scheduler, const Authorizer* authorizer = nullptr)
+      : scheduler_(scheduler), authorizer_(authorizer) {}
 
   grpc::Status Register(grpc::ServerContext* ctx, const v1::RegisterRequest* req,
                         v1::RegisterResponse* resp) override;
@@ -47,6 +50,7 @@ class SchedulerService final : public v1::Scheduler::Service {
 
  private:
   Scheduler* const scheduler_;
+  const Authorizer* const authorizer_;
 };
 
 }  // namespace ps

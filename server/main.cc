@@ -17,8 +17,10 @@
 #include "absl/time/clock.h"
 #include "common/daemon_setup.h"
 #include "common/flags_usage.h"
+#include "common/health_server.h"
 #include "common/process_tuning.h"
 #include "common/scheduler_link.h"
+#include "common/security.h"
 #include "common/signals.h"
 #include "server/parameter_server.h"
 
@@ -43,8 +45,13 @@ ABSL_FLAG(std::string, scheduler, "",
           "the scheduler's host:port: register there and heartbeat (jobs then configure this "
           "server's slots; --server_index/--num_servers only set the default)");
 ABSL_FLAG(std::string, advertise, "",
-          "host:port workers reach this server at (default: the --listen host, or this "
-          "machine's hostname when listening on 0.0.0.0, with the bound port)");
+          "host or host:port workers and the scheduler reach this server at (default: the "
+          "--listen host, or, listening on every interface, the address of the interface that "
+          "routes to --scheduler; with the bound port). Its /metrics is advertised on that host");
+ABSL_FLAG(std::string, health_listen, "off",
+          "host:port of a plaintext gRPC port serving only grpc.health.v1 (for probes that "
+          "cannot speak TLS, e.g. Kubernetes' grpc probes; port 0: a free one); 'off': none. "
+          "The main port serves health too");
 ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:0",
           "host:port to serve Prometheus /metrics on (port 0: a free one, logged and written to "
           "--metrics_port_file); 'off' disables metrics");
@@ -80,8 +87,11 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   ps::TuneProcessForServing();
   ps::BlockTerminationSignals();
-  google::InitGoogleLogging(argv[0]);
-  FLAGS_logtostderr = true;
+  auto security = ps::SetUpDaemon(argv[0]);
+  if (!security.ok()) {
+    std::cerr << "ps_server: " << security.status().message() << "\n";
+    return 2;
+  }
 
   ps::ParameterServerOptions options;
   options.listen = absl::GetFlag(FLAGS_listen);
@@ -121,6 +131,9 @@ int main(int argc, char** argv) {
   } else {
     LOG(INFO) << "ps_server: metrics off";
   }
+  // Servers take the cluster token only: psctl's admin commands go to the scheduler.
+  options.authorizer =
+      std::make_shared<ps::Authorizer>((*security)->token(), "", (*exporter)->registry());
   auto server = ps::ParameterServer::Start(options, (*exporter)->registry());
   if (!server.ok()) {
     std::cerr << "ps_server: " << server.status().message() << "\n";
@@ -139,10 +152,21 @@ int main(int argc, char** argv) {
     std::cerr << "ps_server: " << s.message() << "\n";
     return 1;
   }
+  std::unique_ptr<ps::HealthServer> health;
+  if (const std::string listen = absl::GetFlag(FLAGS_health_listen); listen != "off") {
+    auto started = ps::HealthServer::Start(listen);
+    if (!started.ok()) {
+      std::cerr << "ps_server: --health_listen: " << started.status().message() << "\n";
+      return 1;
+    }
+    health = *std::move(started);
+    health->SetServing(true);
+    LOG(INFO) << "ps_server: plaintext health port " << health->port();
+  }
   std::unique_ptr<ps::SchedulerLink> link;
   if (const std::string scheduler = absl::GetFlag(FLAGS_scheduler); !scheduler.empty()) {
-    const std::string address =
-        ps::NodeAddress(absl::GetFlag(FLAGS_advertise), options.listen, (*server)->port());
+    const std::string address = ps::NodeAddress(absl::GetFlag(FLAGS_advertise), options.listen,
+                                                (*server)->port(), scheduler);
     ps::SchedulerLinkOptions lo;
     lo.scheduler = scheduler;
     lo.role = ps::v1::SERVER;
@@ -151,6 +175,13 @@ int main(int argc, char** argv) {
     lo.pid = getpid();
     // Reachable where the data plane is: a wildcard metrics host becomes the advertised host.
     lo.metrics_address = (*exporter)->Address(address.substr(0, address.rfind(':')));
+    // Declared dead (a partition, a freeze): others own this server's slots now. It serves
+    // none of them until the scheduler configures it again.
+    lo.on_declared_dead = [ps_server = server->get()] {
+      LOG(WARNING) << "ps_server: the scheduler had declared this server dead; fencing every "
+                      "job's slots until it assigns them again";
+      ps_server->store()->FenceAllJobs();
+    };
     link = std::make_unique<ps::SchedulerLink>(lo, nullptr, nullptr);
     link->Start();
     LOG(INFO) << "ps_server: registering with scheduler " << scheduler << " as " << address
@@ -168,6 +199,7 @@ int main(int argc, char** argv) {
     std::_Exit(1);
   }).detach();
   (*server)->Drain();
+  if (health != nullptr) health->SetServing(false);
   link.reset();  // stop heartbeating: the scheduler sees this server leave
   absl::SleepFor(drain_grace);
   LOG(INFO) << "ps_server: shutting down";

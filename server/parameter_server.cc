@@ -7,6 +7,7 @@
 #include <grpcpp/server_builder.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/security.h"
 
 namespace ps {
 
@@ -69,12 +70,13 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
   checkpoints.roots = std::move(*roots);
   ps->service_ = std::make_unique<ParameterService>(ps->store_.get(), options.max_pull_wait,
                                                     ps->metrics_.get(), std::move(checkpoints));
+  ps->service_->set_authorizer(options.authorizer);
 
   // Process-wide gRPC settings, read by every ServerBuilder built after them.
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &ps->port_);
+  builder.AddListeningPort(options.listen, ProcessSecurity()->ServerCredentials(), &ps->port_);
   builder.RegisterService(ps->service_.get());
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);

@@ -90,22 +90,26 @@ absl::Status ParameterService::DoConfigureJob(const v1::ConfigureJobRequest& req
   return absl::OkStatus();
 }
 
-grpc::Status ParameterService::ConfigureJob(grpc::ServerContext*,
+grpc::Status ParameterService::ConfigureJob(grpc::ServerContext* ctx,
                                             const v1::ConfigureJobRequest* req,
                                             v1::ConfigureJobResponse* resp) {
+  PS_AUTHORIZE(authorizer_.get(), ctx, Access::kNode);
   const absl::Time start = absl::Now();
   return Finish(ServerMethod::kConfigureJob, start, *req, *resp, DoConfigureJob(*req, resp));
 }
 
-grpc::Status ParameterService::CreateTable(grpc::ServerContext*, const v1::CreateTableRequest* req,
+grpc::Status ParameterService::CreateTable(grpc::ServerContext* ctx,
+                                           const v1::CreateTableRequest* req,
                                            v1::CreateTableResponse* resp) {
+  PS_AUTHORIZE(authorizer_.get(), ctx, Access::kNode);
   const absl::Time start = absl::Now();
   return Finish(ServerMethod::kCreateTable, start, *req, *resp, store_->CreateTable(req->spec()));
 }
 
-grpc::Status ParameterService::DescribeTable(grpc::ServerContext*,
+grpc::Status ParameterService::DescribeTable(grpc::ServerContext* ctx,
                                              const v1::DescribeTableRequest* req,
                                              v1::DescribeTableResponse* resp) {
+  PS_AUTHORIZE(authorizer_.get(), ctx, Access::kNode);
   const absl::Time start = absl::Now();
   auto r = store_->Describe(req->table_id());
   if (r.ok()) *resp = std::move(*r);
@@ -194,6 +198,7 @@ absl::Status ParameterService::DoPull(
 
 grpc::Status ParameterService::Pull(grpc::ServerContext* ctx, const v1::PullRequest* req,
                                     v1::PullResponse* resp) {
+  PS_AUTHORIZE(authorizer_.get(), ctx, Access::kNode);
   const absl::Time start = absl::Now();
   absl::Status s = CheckJob(req->job_id());
   if (s.ok()) s = store_->CheckShardEpoch(req->job_id(), req->shard_epoch());
@@ -201,8 +206,9 @@ grpc::Status ParameterService::Pull(grpc::ServerContext* ctx, const v1::PullRequ
   return Finish(ServerMethod::kPull, start, *req, *resp, s);
 }
 
-grpc::Status ParameterService::Push(grpc::ServerContext*, const v1::PushRequest* req,
+grpc::Status ParameterService::Push(grpc::ServerContext* ctx, const v1::PushRequest* req,
                                     v1::PushResponse* resp) {
+  PS_AUTHORIZE(authorizer_.get(), ctx, Access::kNode);
   const absl::Time start = absl::Now();
   bool duplicate = false;
   absl::Status s = DoPush(*req, &duplicate);
@@ -239,13 +245,15 @@ absl::Status ParameterService::DoPushPull(const v1::PushPullRequest& req, absl::
 
 grpc::Status ParameterService::PushPull(grpc::ServerContext* ctx, const v1::PushPullRequest* req,
                                         v1::PullResponse* resp) {
+  PS_AUTHORIZE(authorizer_.get(), ctx, Access::kNode);
   const absl::Time start = absl::Now();
   return Finish(ServerMethod::kPushPull, start, *req, *resp,
                 DoPushPull(*req, PullDeadline(ctx), resp));
 }
 
-grpc::Status ParameterService::Clock(grpc::ServerContext*, const v1::ClockRequest* req,
+grpc::Status ParameterService::Clock(grpc::ServerContext* ctx, const v1::ClockRequest* req,
                                      v1::ClockResponse* resp) {
+  PS_AUTHORIZE(authorizer_.get(), ctx, Access::kNode);
   const absl::Time start = absl::Now();
   const absl::Status valid = CheckJob(req->job_id());
   absl::StatusOr<int64_t> min_clock =
@@ -263,8 +271,10 @@ absl::Status ParameterService::DoCheckpoint(const v1::CheckpointRequest& req,
   return absl::OkStatus();
 }
 
-grpc::Status ParameterService::Checkpoint(grpc::ServerContext*, const v1::CheckpointRequest* req,
+grpc::Status ParameterService::Checkpoint(grpc::ServerContext* ctx,
+                                          const v1::CheckpointRequest* req,
                                           v1::CheckpointResponse* resp) {
+  PS_AUTHORIZE(authorizer_.get(), ctx, Access::kNode);
   const absl::Time start = absl::Now();
   return Finish(ServerMethod::kCheckpoint, start, *req, *resp, DoCheckpoint(*req, resp));
 }
@@ -272,6 +282,7 @@ grpc::Status ParameterService::Checkpoint(grpc::ServerContext*, const v1::Checkp
 grpc::Status ParameterService::AwaitCheckpoint(grpc::ServerContext* ctx,
                                                const v1::AwaitCheckpointRequest* req,
                                                v1::CheckpointResponse* resp) {
+  PS_AUTHORIZE(authorizer_.get(), ctx, Access::kNode);
   const absl::Time start = absl::Now();
   absl::StatusOr<v1::CheckpointResponse> r =
       CheckJobId(req->job_id()).ok()
@@ -296,6 +307,7 @@ absl::Status ParameterService::DoRestore(const v1::RestoreRequest& req, absl::Ti
 
 grpc::Status ParameterService::Restore(grpc::ServerContext* ctx, const v1::RestoreRequest* req,
                                        v1::RestoreResponse* resp) {
+  PS_AUTHORIZE(authorizer_.get(), ctx, Access::kNode);
   const absl::Time start = absl::Now();
   return Finish(ServerMethod::kRestore, start, *req, *resp,
                 DoRestore(*req, absl::FromChrono(ctx->deadline()), resp));
@@ -322,8 +334,9 @@ absl::Status ParameterService::DoDropJob(const v1::DropJobRequest& req, v1::Drop
   return absl::OkStatus();
 }
 
-grpc::Status ParameterService::DropJob(grpc::ServerContext*, const v1::DropJobRequest* req,
+grpc::Status ParameterService::DropJob(grpc::ServerContext* ctx, const v1::DropJobRequest* req,
                                        v1::DropJobResponse* resp) {
+  PS_AUTHORIZE(authorizer_.get(), ctx, Access::kNode);
   const absl::Time start = absl::Now();
   return Finish(ServerMethod::kDropJob, start, *req, *resp, DoDropJob(*req, resp));
 }

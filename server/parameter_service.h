@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/security.h"
 #include "ps/v1/parameter_server.grpc.pb.h"
 #include "server/checkpointer.h"
 #include "server/consistency_gate.h"
@@ -27,6 +28,11 @@ class ParameterService final : public v1::ParameterServer::Service {
   // how long a pull waits for slow workers.
   ParameterService(TableStore* store, absl::Duration max_pull_wait,
                    ServerMetrics* metrics = nullptr, CheckpointerOptions checkpoints = {});
+
+  // The tokens calls must carry (null: none). Set before the service is registered.
+  void set_authorizer(std::shared_ptr<const Authorizer> authorizer) {
+    authorizer_ = std::move(authorizer);
+  }
 
   // Wakes pulls waiting on slow workers (UNAVAILABLE), stops checkpoint writes (the running one
   // between slots; queued ones are abandoned) and wakes AwaitCheckpoint calls, so that no
@@ -63,6 +69,7 @@ class ParameterService final : public v1::ParameterServer::Service {
                       absl::Time deadline, v1::PullResponse* resp);
 
  private:
+  std::shared_ptr<const Authorizer> authorizer_;
   absl::Time PullDeadline(const grpc::ServerContext* ctx) const;
   // A well-formed job id of a job not dropped.
   absl::Status CheckJob(const std::string& job_id) const;

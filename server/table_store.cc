@@ -60,12 +60,24 @@ TableStore::TableStore(TableStoreOptions options, ServerMetrics* metrics)
     : options_(std::move(options)),
       metrics_(metrics),
       default_shards_(std::make_shared<Shards>(Shards{options_.owned_slots, options_.shard_epoch})),
+      fenced_default_(std::make_shared<Shards>(
+          Shards{std::vector<bool>(kNumSlots, false), options_.shard_epoch, true})),
       slots_(new Slot[kNumSlots]) {}
 
 std::shared_ptr<const TableStore::Shards> TableStore::ShardsOf(const std::string& job_id) const {
   absl::ReaderMutexLock l(&shards_mu_);
   auto it = job_shards_.find(job_id);
-  return it == job_shards_.end() ? default_shards_ : it->second;
+  if (it != job_shards_.end()) return it->second;
+  return fenced_ ? fenced_default_ : default_shards_;
+}
+
+void TableStore::FenceAllJobs() {
+  absl::MutexLock l(&shards_mu_);
+  fenced_ = true;
+  for (auto& [job_id, shards] : job_shards_) {
+    shards = std::make_shared<Shards>(Shards{std::vector<bool>(kNumSlots, false), shards->epoch,
+                                             /*fenced=*/true});
+  }
 }
 
 absl::Status TableStore::SetJobShards(const std::string& job_id, std::vector<bool> owned,
@@ -83,7 +95,7 @@ absl::Status TableStore::SetJobShards(const std::string& job_id, std::vector<boo
                                                         " is older than the current ",
                                                         current->epoch));
     }
-    if (epoch == current->epoch && owned != current->owned) {
+    if (epoch == current->epoch && owned != current->owned && !current->fenced) {
       return absl::FailedPreconditionError(
           absl::StrCat("shard epoch ", epoch, " of job ", job_id, " was set with other slots"));
     }
@@ -351,6 +363,14 @@ absl::Status TableStore::Resolve(const std::string& job_id, const v1::KeyBlock& 
                                                   key, " in one request")));
     }
     const uint32_t slot = SlotOf(t->spec.table_id(), key);
+    if (shards->fenced) {
+      return Rejected(RejectReason::kWrongShard,
+                      absl::FailedPreconditionError(absl::StrCat(
+                          "fenced: this server was declared dead and its slots of job ", job_id,
+                          " were given to others; it serves none until the scheduler configures "
+                          "it again (shard map epoch ",
+                          shards->epoch, ")")));
+    }
     if (!shards->Owns(slot)) {
       return Rejected(RejectReason::kWrongShard,
                       absl::FailedPreconditionError(absl::StrCat(

@@ -144,6 +144,12 @@ class TableStore {
   // Slots this server owns for `job_id` (its own shards, else the default ones).
   uint32_t NumOwnedSlots(const std::string& job_id) const;
 
+  // This server was declared dead and replaced (it registered again): from now on it owns no
+  // slot of any job, so that a worker still holding an old shard map is refused (FAILED_
+  // PRECONDITION, "fenced") instead of reading or writing rows another server now owns. A job
+  // gets slots again from its next SetJobShards, at any epoch not older than the fenced one.
+  void FenceAllJobs();
+
   // Rows held for a table (0 for an unknown one).
   uint64_t NumRows(uint32_t table_id) const;
 
@@ -197,6 +203,7 @@ class TableStore {
   struct Shards {
     std::vector<bool> owned;  // empty: every slot
     uint64_t epoch = 0;
+    bool fenced = false;  // FenceAllJobs: none owned until the job is configured again
     bool Owns(uint32_t slot) const { return owned.empty() || owned[slot]; }
   };
   using TableRef = std::shared_ptr<const Table>;
@@ -220,6 +227,8 @@ class TableStore {
   const TableStoreOptions options_;
   ServerMetrics* const metrics_;
   const std::shared_ptr<const Shards> default_shards_;
+  const std::shared_ptr<const Shards> fenced_default_;
+  bool fenced_ ABSL_GUARDED_BY(shards_mu_) = false;
   mutable absl::Mutex shards_mu_;  // a leaf lock
   absl::flat_hash_map<std::string, std::shared_ptr<const Shards>> job_shards_
       ABSL_GUARDED_BY(shards_mu_);

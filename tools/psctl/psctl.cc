@@ -34,6 +34,9 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/security.h"
+#include "common/tls_flags.h"
+#include "common/version.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
 #include "ps/v1/scheduler.grpc.pb.h"
@@ -45,6 +48,10 @@ ABSL_FLAG(std::string, scheduler, "",
 ABSL_FLAG(std::string, output, "text", "text | json (protobuf's JSON of the scheduler's answer)");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(5),
           "deadline of one request to the scheduler, connecting included");
+ABSL_FLAG(std::string, token_file, "",
+          "file holding the token to present (one line, mode 600): the admin token for submit, "
+          "cancel, checkpoint and restore, the cluster token or the admin token for the rest. "
+          "Default: $PS_TOKEN; neither: no token");
 ABSL_FLAG(bool, watch, false, "status: follow the job until it ends");
 ABSL_FLAG(int, worker, -1, "logs: this worker's output only (its id in the job; -1: every worker)");
 ABSL_FLAG(int, lines, 20, "logs: the last this many lines of each worker's output (at most 100)");
@@ -99,7 +106,7 @@ Usage: psctl [--scheduler=host:port] [--output=text|json] COMMAND [ARGS] [FLAGS]
 
 Commands:
   nodes                  the cluster's nodes: id, role, state, address, metrics address,
-                         host/pid, heartbeat, job (and the scheduler's metrics address)
+                         host/pid, heartbeat, job, version (and the scheduler's metrics address)
   submit [FILE] [FLAGS]  submit a job (FILE: a ps.v1.JobSpec textproto; the submit flags
                          below override its fields); prints the job id alone on stdout:
                            JOB=$(psctl submit deploy/jobs/fashion_mlp.textproto)
@@ -180,6 +187,10 @@ void PrintHelp(std::ostream& out) {
   for (const char* name : {"scheduler", "output", "timeout", "watch", "worker", "lines"}) {
     PrintFlag(out, *flags.at(name), true);
   }
+  out << "\nsecurity flags (certificates and the token are read once per command):\n";
+  for (const char* name : {"tls_ca", "tls_cert", "tls_key", "token_file"}) {
+    PrintFlag(out, *flags.at(name), true);
+  }
   out << "\nsubmit flags (each overrides the job file's field when given):\n";
   for (const char* name : kSubmitFlags) PrintFlag(out, *flags.at(name), false);
   for (const char* name : kCheckpointSubmitFlags) PrintFlag(out, *flags.at(name), false);
@@ -203,7 +214,8 @@ bool FlagAppliesTo(const std::string& flag, const std::string& command) {
 // Whether `flag` is one of psctl's (not one of a library's). Abseil strips the leading '/' of
 // the file name it reports.
 bool IsOwnFlag(const absl::CommandLineFlag& flag) {
-  return absl::EndsWith(__FILE__, flag.Filename());
+  return absl::EndsWith(__FILE__, flag.Filename()) ||
+         absl::EndsWith(flag.Filename(), "common/tls_flags.cc");
 }
 
 // The command line: positional arguments and the names of the flags given.
@@ -211,6 +223,7 @@ struct CommandLine {
   std::vector<std::string> args;
   std::set<std::string> given;
   bool help = false;
+  bool version = false;
 };
 
 // Parses argv into `psctl`'s flags (any position; --flag=value, --flag value, --bool,
@@ -235,6 +248,10 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc, char** argv) {
     std::string value = has_value ? std::string(arg.substr(eq + 1)) : "";
     if (name == "help" || name == "h" || name == "helpfull") {
       cl.help = true;
+      continue;
+    }
+    if (name == "version") {
+      cl.version = true;
       continue;
     }
     absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
@@ -468,10 +485,21 @@ int main(int argc, char** argv) {
     PrintHelp(std::cout);
     return kOk;
   }
+  if (cl->version) {
+    std::cout << "psctl " << ps::VersionString() << "\n";
+    return kOk;
+  }
   if (cl->args.empty()) {
     PrintHelp(std::cerr);
     return kUsage;
   }
+  ps::SecurityOptions security = ps::TlsOptionsFromFlags();
+  auto token = ps::TokenFromFileOrEnv(absl::GetFlag(FLAGS_token_file), "PS_TOKEN");
+  if (!token.ok()) return UsageError(absl::StrCat("--token_file: ", token.status().message()));
+  security.token = *std::move(token);
+  auto loaded = ps::Security::Load(security);
+  if (!loaded.ok()) return UsageError(loaded.status().message());
+  ps::SetProcessSecurity(*std::move(loaded));
   ps::psctl::Options options;
   options.address = absl::GetFlag(FLAGS_scheduler);
   if (options.address.empty()) {

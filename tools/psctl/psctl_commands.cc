@@ -13,6 +13,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/security.h"
 #include "tools/psctl/job_format.h"
 
 namespace ps {
@@ -26,7 +27,7 @@ std::shared_ptr<grpc::Channel> NewChannel(const std::string& address) {
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  return DialChannel(address, args);
 }
 
 }  // namespace
@@ -51,7 +52,8 @@ int Commands::Nodes() {
   }
   const absl::Time now = absl::Now();
   Table table;
-  table.AddRow({"NODE", "ROLE", "STATE", "ADDRESS", "METRICS", "HOST/PID", "HEARTBEAT", "JOB"});
+  table.AddRow(
+      {"NODE", "ROLE", "STATE", "ADDRESS", "METRICS", "HOST/PID", "HEARTBEAT", "JOB", "VERSION"});
   for (const auto& n : response.nodes()) {
     table.AddRow({absl::StrCat(n.node_id()), Lower(v1::NodeRole_Name(n.role())),
                   v1::NodeState_Name(n.state()), n.address().empty() ? "-" : n.address(),
@@ -60,7 +62,7 @@ int Commands::Nodes() {
                   n.last_heartbeat_unix_ms() > 0
                       ? absl::StrCat(Age(n.last_heartbeat_unix_ms(), now), " ago")
                       : "never",
-                  n.job_id().empty() ? "-" : n.job_id()});
+                  n.job_id().empty() ? "-" : n.job_id(), n.version().empty() ? "-" : n.version()});
   }
   table.Print(std::cout);
   if (!response.metrics_address().empty()) {

@@ -12,6 +12,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/codec.h"
 #include "common/grpc_status.h"
+#include "common/security.h"
 #include "common/status_macros.h"
 
 namespace ps {
@@ -459,8 +460,7 @@ RpcClient::RpcClient(RpcClientOptions options, ShardMap map)
       // A distinct channel per index: separate TCP connections, not one shared subchannel.
       args.SetInt("ps.channel_index", c);
       args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-      channels.push_back(v1::ParameterServer::NewStub(
-          grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args)));
+      channels.push_back(v1::ParameterServer::NewStub(DialChannel(address, args)));
     }
     stubs_.push_back(std::move(channels));
   }

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -22,13 +23,14 @@
 #include "absl/strings/str_split.h"
 #include "common/daemon_setup.h"
 #include "common/flags_usage.h"
+#include "common/health_server.h"
 #include "common/process_tuning.h"
 #include "common/scheduler_link.h"
+#include "common/security.h"
 #include "common/signals.h"
 #include "worker/client/job_admin.h"
 #include "worker/client/rpc_client.h"
 #include "worker/compute/device.h"
-#include "worker/daemon/health_server.h"
 #include "worker/daemon/job_runner.h"
 #include "worker/daemon/model_zoo.h"
 #include "worker/daemon/worker_daemon.h"
@@ -91,6 +93,10 @@ ABSL_FLAG(uint64_t, max_log_bytes, uint64_t{64} << 20,
 ABSL_FLAG(double, slow_factor, 1.0,
           "testing and benchmarks: make this worker a straggler, this many times slower (each "
           "training step is followed by a sleep of (factor - 1) x the step's time); 1: off");
+ABSL_FLAG(std::string, advertise, "",
+          "daemon mode: host the scheduler and Prometheus reach this worker's /metrics and "
+          "health ports at (default: the address of the interface that routes to "
+          "--scheduler)");
 ABSL_FLAG(std::string, health_listen, "0.0.0.0:0",
           "daemon mode: host:port of the gRPC health service (grpc.health.v1; port 0: a free "
           "port; 'off': none)");
@@ -279,6 +285,33 @@ int RunStandalone(const ps::ComputeOptions& compute) {
   return 0;
 }
 
+// The programs this worker starts (program jobs) dial the servers as this worker does: they
+// inherit the environment, which the client library reads (PS_TLS_*, PS_CLUSTER_TOKEN). The
+// admin token is never passed on.
+absl::Status ExportSecurityToPrograms(const ps::Security& security) {
+  unsetenv("PS_ADMIN_TOKEN");
+  const ps::SecurityOptions& o = security.options();
+  for (const auto& [name, path] : {std::pair<const char*, std::string>{"PS_TLS_CA", o.tls_ca_file},
+                                   {"PS_TLS_CERT", o.tls_cert_file},
+                                   {"PS_TLS_KEY", o.tls_key_file}}) {
+    if (path.empty()) {
+      unsetenv(name);
+      continue;
+    }
+    std::error_code ec;
+    const std::string absolute = std::filesystem::absolute(path, ec).string();
+    if (ec)
+      return absl::InvalidArgumentError(absl::StrCat("cannot resolve ", path, ": ", ec.message()));
+    setenv(name, absolute.c_str(), 1);
+  }
+  if (security.token().empty()) {
+    unsetenv("PS_CLUSTER_TOKEN");
+  } else {
+    setenv("PS_CLUSTER_TOKEN", security.token().c_str(), 1);
+  }
+  return absl::OkStatus();
+}
+
 int RunDaemon(const ps::ComputeOptions& compute) {
   ps::BlockTerminationSignals();
   ps::WorkerDaemonOptions o;
@@ -301,7 +334,8 @@ int RunDaemon(const ps::ComputeOptions& compute) {
   if (o.max_log_bytes < 4096) return UsageError("--max_log_bytes must be >= 4096");
   auto metrics = StartMetrics();
   if (!metrics.ok()) return UsageError(std::string(metrics.status().message()));
-  o.metrics_address = metrics->exporter->Address(o.hostname);
+  o.metrics_address = metrics->exporter->Address(
+      ps::AdvertiseHost(absl::GetFlag(FLAGS_advertise), "", o.scheduler));
   std::unique_ptr<ps::HealthServer> health;
   if (const std::string listen = absl::GetFlag(FLAGS_health_listen); listen != "off") {
     auto started = ps::HealthServer::Start(listen);
@@ -335,8 +369,15 @@ int main(int argc, char** argv) {
       __FILE__);
   absl::ParseCommandLine(argc, argv);
   ps::TuneProcessForServing();
-  google::InitGoogleLogging(argv[0]);
-  FLAGS_logtostderr = true;
+  auto security = ps::SetUpDaemon(argv[0]);
+  if (!security.ok()) {
+    std::cerr << "ps_worker: " << security.status().message() << "\n";
+    return 2;
+  }
+  if (absl::Status s = ExportSecurityToPrograms(**security); !s.ok()) {
+    std::cerr << "ps_worker: " << s.message() << "\n";
+    return 2;
+  }
   const bool daemon = !absl::GetFlag(FLAGS_scheduler).empty();
   const bool standalone =
       !absl::GetFlag(FLAGS_servers).empty() || !absl::GetFlag(FLAGS_shard_map).empty();

@@ -158,6 +158,12 @@ class WorkerDaemon::Agent final : public v1::WorkerAgent::Service {
       if (!Ours()) return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "no job");
       forward.set_job_id(daemon_->assignment_->job_id());
     }
+    // Asked as this node, which runs the job: the cluster token is enough.
+    SchedulerLink* link = daemon_->link_.load();
+    forward.set_node_id(link == nullptr ? 0 : link->node_id());
+    if (forward.node_id() == 0) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "not registered with the scheduler yet");
+    }
     return daemon_->scheduler_->RequestCheckpoint(&ctx, forward, resp);
   }
 

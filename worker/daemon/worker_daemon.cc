@@ -12,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
 #include "common/scheduler_link.h"
+#include "common/security.h"
 #include "common/status_macros.h"
 #include "worker/client/job_admin.h"
 #include "worker/client/job_run.h"
@@ -161,8 +162,7 @@ void WorkerDaemon::Run() {
       [this](const v1::HeartbeatResponse& resp, bool reregistered) {
         OnHeartbeat(resp, reregistered);
       });
-  scheduler_ = v1::Scheduler::NewStub(
-      grpc::CreateChannel(options_.scheduler, grpc::InsecureChannelCredentials()));
+  scheduler_ = v1::Scheduler::NewStub(DialChannel(options_.scheduler));
   link_ = &link;
   link.Start();
   LOG(INFO) << "worker daemon: waiting for jobs from scheduler " << options_.scheduler;

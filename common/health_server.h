@@ -1,7 +1,7 @@
-// A gRPC server that serves only grpc.health.v1.Health (and reflection): the probe port of a
-// daemon that has no gRPC service of its own (the worker).
-#ifndef PS_WORKER_DAEMON_HEALTH_SERVER_H_
-#define PS_WORKER_DAEMON_HEALTH_SERVER_H_
+// A gRPC server that serves only grpc.health.v1.Health (and reflection), in plaintext: every
+// daemon's --health_listen port, for probes that cannot speak TLS (Kubernetes' grpc probes).
+#ifndef PS_COMMON_HEALTH_SERVER_H_
+#define PS_COMMON_HEALTH_SERVER_H_
 
 #include <grpcpp/server.h>
 
@@ -37,4 +37,4 @@ class HealthServer {
 
 }  // namespace ps
 
-#endif  // PS_WORKER_DAEMON_HEALTH_SERVER_H_
+#endif  // PS_COMMON_HEALTH_SERVER_H_

@@ -1,5 +1,5 @@
 // HealthServer over real gRPC: grpc.health.v1.Health/Check called with the generic API.
-#include "worker/daemon/health_server.h"
+#include "common/health_server.h"
 
 #include <grpcpp/create_channel.h>
 #include <grpcpp/generic/generic_stub.h>

@@ -1,4 +1,4 @@
-#include "worker/daemon/health_server.h"
+#include "common/health_server.h"
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>

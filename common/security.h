@@ -1,0 +1,131 @@
+// Transport security for every gRPC port and channel of the cluster: TLS or mutual TLS from PEM
+// files, and the tokens a caller presents and a service checks.
+//
+// A process has one Security, set once at start (daemons: from their flags; psctl: from its
+// flags). A process that sets none (a user's program, the Python package, tests) takes it from
+// the environment on first use: PS_TLS_CA, PS_TLS_CERT, PS_TLS_KEY (file paths) and
+// PS_CLUSTER_TOKEN. The worker daemon exports its own to the programs it starts.
+//
+// Certificates and tokens are read once: rotating them takes a restart.
+#ifndef PS_COMMON_SECURITY_H_
+#define PS_COMMON_SECURITY_H_
+
+#include <grpcpp/channel.h>
+#include <grpcpp/security/credentials.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server_context.h>
+#include <grpcpp/support/channel_arguments.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace prometheus {
+class Registry;
+template <typename T>
+class Family;
+class Counter;
+}  // namespace prometheus
+
+namespace ps {
+
+// Where the PEM files and the token come from.
+struct SecurityOptions {
+  std::string tls_cert_file;  // this node's certificate chain (serve TLS; client cert for mTLS)
+  std::string tls_key_file;   // its private key
+  std::string tls_ca_file;    // verify peers against this CA; with a cert: require client certs
+  std::string token;          // presented on every call this process makes (empty: none)
+};
+
+class Security {
+ public:
+  // Reads the PEM files. Errors name the file. A cert without a key (or the reverse) is
+  // INVALID_ARGUMENT.
+  static absl::StatusOr<std::shared_ptr<const Security>> Load(const SecurityOptions& options);
+  // From PS_TLS_CA, PS_TLS_CERT, PS_TLS_KEY and PS_CLUSTER_TOKEN.
+  static absl::StatusOr<std::shared_ptr<const Security>> FromEnvironment();
+
+  // TLS when a CA is given (server verified against it; this node's cert presented if any),
+  // else plaintext.
+  std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials() const;
+  // TLS when a cert and key are given; clients must present a certificate of the CA when a CA
+  // is given too (mutual TLS). Else plaintext.
+  std::shared_ptr<grpc::ServerCredentials> ServerCredentials() const;
+
+  bool client_tls() const { return !ca_pem_.empty(); }
+  bool server_tls() const { return !cert_pem_.empty(); }
+  bool mutual_tls() const { return server_tls() && client_tls(); }
+  const std::string& token() const { return token_; }
+  const SecurityOptions& options() const { return options_; }
+  // "plaintext", "TLS" or "mutual TLS", and whether a token is presented: for start-up logs.
+  std::string Describe() const;
+
+ private:
+  Security() = default;
+  SecurityOptions options_;
+  std::string cert_pem_, key_pem_, ca_pem_;
+  std::string token_;
+};
+
+// The process's Security: the one set by SetProcessSecurity, else the environment's (an error
+// there is logged once and the process dials in plaintext without a token).
+std::shared_ptr<const Security> ProcessSecurity();
+void SetProcessSecurity(std::shared_ptr<const Security> security);
+
+// A channel to `address` with the process's credentials; every call on it carries the process's
+// token ("authorization: Bearer ..." metadata) when it has one.
+std::shared_ptr<grpc::Channel> DialChannel(const std::string& address,
+                                           const grpc::ChannelArguments& args = {});
+
+// Reads a token file (trailing whitespace and newlines dropped); an empty file is an error, as
+// is a file other users may read (mode & 077), which could leak it.
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
+// A token from `file` if given, else from the environment variable `env` (may be unset: "").
+absl::StatusOr<std::string> TokenFromFileOrEnv(const std::string& file, const char* env);
+
+// What a call needs.
+enum class Access {
+  kNode,   // the cluster's own traffic and read-only views: the cluster or the admin token
+  kAdmin,  // changing the cluster's jobs (submit, cancel, checkpoint, restore, drain)
+};
+
+// Checks the token a call presents. Thread-safe. With no tokens configured every call passes.
+class Authorizer {
+ public:
+  // `cluster_token`: what nodes present (empty: node calls need no token unless an admin token
+  // is set, which then passes too). `admin_token`: what changing commands need (empty: they
+  // need what node calls need). `registry` (may be null) gets ps_auth_refused_total{reason}.
+  Authorizer(std::string cluster_token, std::string admin_token,
+             prometheus::Registry* registry = nullptr);
+
+  // OK, or UNAUTHENTICATED (no token, wrong token) or PERMISSION_DENIED (the cluster token on
+  // an admin call). Compares in constant time.
+  grpc::Status Check(const grpc::ServerContext& context, Access access) const;
+
+  bool enabled() const { return !cluster_token_.empty() || !admin_token_.empty(); }
+
+ private:
+  void Count(const char* reason) const;
+  const std::string cluster_token_;
+  const std::string admin_token_;
+  prometheus::Family<prometheus::Counter>* refused_ = nullptr;
+};
+
+// Returns `status` from the enclosing handler if the call is not allowed.
+#define PS_AUTHORIZE(authorizer, context, access)                                                \
+  do {                                                                                           \
+    if ((authorizer) != nullptr) {                                                               \
+      if (::grpc::Status _ps_auth = (authorizer)->Check(*(context), (access)); !_ps_auth.ok()) { \
+        return _ps_auth;                                                                         \
+      }                                                                                          \
+    }                                                                                            \
+  } while (0)
+
+// Equal strings, in time that depends on the lengths only.
+bool ConstantTimeEquals(const std::string& a, const std::string& b);
+
+}  // namespace ps
+
+#endif  // PS_COMMON_SECURITY_H_
