@@ -3,8 +3,8 @@
 #   systemd   deploy/systemd/*.service pass `systemd-analyze verify` (with ExecStart pointed at
 #             the built binaries), a hardening threshold (`systemd-analyze security --offline`),
 #             and name only flags the binaries know; the example env files hold no secret
-#   k8s       `kubectl kustomize` of deploy/k8s and deploy/k8s/overlays/gpu: the objects, probes,
-#             ports, volumes, Secrets and flags that must be there (see check_k8s below)
+#   k8s       `kubectl kustomize` (or `kustomize build`) of deploy/k8s and deploy/k8s/overlays/gpu:
+#             the objects, probes, ports, volumes, Secrets and flags that must be there
 #   yamllint  deploy/k8s and the kustomize output, with deploy/k8s/.yamllint
 #   container deploy/container/runtime-packages.txt covers every shared library the built
 #             binaries load (ldd + dpkg -S); the Containerfiles use it and copy what CMake reads
@@ -135,11 +135,26 @@ fi
 # ---------------------------------------------------------------------------------------------
 part "kustomize"
 k8s_ok=0
-if have kubectl && /usr/bin/python3 -c 'import yaml' 2>/dev/null; then
-  if ! kubectl kustomize deploy/k8s >"$tmp/k8s-base.yaml" 2>"$tmp/kustomize.log"; then
-    cat "$tmp/kustomize.log" >&2; fail k8s "kubectl kustomize deploy/k8s"
-  elif ! kubectl kustomize deploy/k8s/overlays/gpu >"$tmp/k8s-gpu.yaml" 2>"$tmp/kustomize.log"; then
-    cat "$tmp/kustomize.log" >&2; fail k8s "kubectl kustomize deploy/k8s/overlays/gpu"
+# kustomize: a kustomize binary, or kubectl 1.22 or later (kustomize 4.2: the labels field).
+# Debian 12's kubernetes-client (kubectl 1.20) is too old: it counts as missing.
+kustomize=()
+if have kustomize; then
+  kustomize=(kustomize build)
+elif have kubectl; then
+  minor=$(kubectl version --client -o json 2>/dev/null |
+    /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["clientVersion"]["minor"].rstrip("+"))' \
+    2>/dev/null || echo 0)
+  if [ "${minor:-0}" -ge 22 ] 2>/dev/null; then
+    kustomize=(kubectl kustomize)
+  else
+    echo "note: kubectl 1.${minor:-?} is older than 1.22"
+  fi
+fi
+if [ ${#kustomize[@]} -gt 0 ] && /usr/bin/python3 -c 'import yaml' 2>/dev/null; then
+  if ! "${kustomize[@]}" deploy/k8s >"$tmp/k8s-base.yaml" 2>"$tmp/kustomize.log"; then
+    cat "$tmp/kustomize.log" >&2; fail k8s "${kustomize[*]} deploy/k8s"
+  elif ! "${kustomize[@]}" deploy/k8s/overlays/gpu >"$tmp/k8s-gpu.yaml" 2>"$tmp/kustomize.log"; then
+    cat "$tmp/kustomize.log" >&2; fail k8s "${kustomize[*]} deploy/k8s/overlays/gpu"
   else
     k8s_ok=1
     # The checks print "FAIL ..." lines and "ARGS binary where --flag..." lines for check_flags.
@@ -346,7 +361,7 @@ PY
     done < <(grep '^ARGS' "$tmp/k8s.out")
   fi
 else
-  echo "SKIP: no kubectl or no python3 yaml module (Debian: kubectl from Kubernetes' apt repository; python3-yaml)"
+  echo "SKIP: no kustomize, kubectl 1.22+ or python3 yaml module (kubectl: Kubernetes' apt repository pkgs.k8s.io; python3-yaml)"
   skipped+=(k8s)
 fi
 
