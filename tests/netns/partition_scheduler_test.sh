@@ -5,8 +5,8 @@
 # port goes down for PARTITION_S (default 6) seconds, then comes back. Checked:
 #   - training goes on meanwhile: the workers' clocks (their logs) advance during the partition;
 #   - after the heal no node is (or stays) declared dead: within 10 s every one of the 5
-#     original nodes is ALIVE under its original node id (none had to register again), and the
-#     job has no dead-node event;
+#     original nodes has heartbeated again and is ALIVE under its original node id (none had
+#     to register again), and the job has no dead-node event;
 #   - the job SUCCEEDS with a sane accuracy (no rollback needed).
 # Prints a timeline with what the scheduler logged meanwhile.
 # Usage: tests/netns/partition_scheduler_test.sh BUILD_DIR     (needs root; 77 otherwise)
@@ -44,12 +44,12 @@ c2=$(worker_clock worker0)
 host_heal sched
 heal_at=$(now_ms)
 mark "HEALED after ${partition_s}s: worker0 clock $c1 -> $c2 during the partition"
-all_back() {
-  [ "$(json nodes "' '.join(sorted(n['nodeId'] for n in d['nodes'] if n.get('state') == 'ALIVE'))")" = "$nodes_before" ]
+all_back() {  # the original nodes ALIVE, each heard since the heal
+  [ "$(json nodes "' '.join(sorted(n['nodeId'] for n in d['nodes'] if n.get('state') == 'ALIVE' and int(n.get('lastHeartbeatUnixMs', 0)) >= $heal_at))")" = "$nodes_before" ]
 }
 back=1
 if poll_until 10 all_back; then
-  mark "every original node ALIVE again under its id ($nodes_before)"
+  mark "every original node heard again, ALIVE under its id ($nodes_before)"
 else
   back=0
   mark "NOT every original node alive under its id 10 s after the heal: $(psctl nodes | tr '\n' ';' | cut -c1-400)"

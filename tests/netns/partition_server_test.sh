@@ -50,6 +50,7 @@ if [ $stubs = 1 ]; then
 fi
 
 host_cut $victim
+cut_at=$(now_ms)
 cut_clock=$(clock_of "$job")
 mark "CUT: server $vaddr (node $vnode, index $vindex of $servers, shard epoch $old_epoch) link down at clock $cut_clock"
 
@@ -94,8 +95,8 @@ fi
 state=$(wait_job_end "$job" 300)
 mark "$job ended $state"
 job_events "$job" | while IFS=$'\t' read -r t m; do mark_at "$t" "event: $m"; done
-grep -h -iE "declared dead|re-?regist|fenc|replaced" "$dir"/server1.log | tail -5 |
-  sed 's/^/server1 log: /' || true
+log_marks "$dir/scheduler.log" "$cut_at" "scheduler log: " "dead|regist|fenc"
+log_marks "$dir/server1.log" "$cut_at" "server1 (cut) log: " "^[EW][0-9]|regist|fenc|replaced|dead"
 [ "$state" = SUCCEEDED ] || fail "$job ended $state: $(status_field "$job" "d.get('reason','')")"
 acc=$(accuracy_of "$job")
 python3 -c "import sys; sys.exit(not $acc >= 80)" || fail "test accuracy $acc% < 80%"
