@@ -8,6 +8,9 @@ packages=(
   librocksdb-dev prometheus-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev
   libgoogle-glog-dev zlib1g-dev
   dataset-fashion-mnist iperf3 iproute2 prometheus
+  # Security and deployment tests: certificates, a plain gRPC client built from the .proto,
+  # the unit files and the manifests.
+  openssl python3-grpcio yamllint systemd
   # The Python client package (paramserver, paramserver.torch) and its tests.
   python3-dev pybind11-dev python3-numpy python3-pytest python3-torch
 )
