@@ -12,10 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-
-#ifndef PS_VERSION
-#define PS_VERSION "dev"
-#endif
+#include "common/version.h"
 
 namespace ps {
 namespace {
@@ -56,7 +53,7 @@ int CountOpenFds() {
 
 }  // namespace
 
-const char* BuildVersion() { return PS_VERSION; }
+const char* BuildVersion() { return VersionString(); }
 
 absl::StatusOr<std::unique_ptr<ProcessMetrics>> ProcessMetrics::Start(
     prometheus::Registry& registry, const std::string& role, absl::Duration refresh) {

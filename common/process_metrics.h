@@ -19,7 +19,7 @@
 
 namespace ps {
 
-// The version in ps_build_info{version}: -DPS_VERSION="..." at build time, else "dev".
+// The version in ps_build_info{version}: VersionString() (common/version.h), as --version.
 const char* BuildVersion();
 
 // Owns, in `registry`, the series (label role="server" / "worker" / "scheduler"):
