@@ -7,7 +7,7 @@
 # resolves the other to an unused MAC, packets are lost and connects time out). Everyone else
 # still reaches everyone, so the scheduler sees every node alive. Two trials, one job each, the
 # cut healed after 8 s (shorter than --rpc_timeout) and after 30 s (longer; HOLD_S="8 30" to
-# choose). Checked per trial, within a bound (the job ends within 240 s of the cut):
+# choose). Checked per trial, within a bound (the job ends within 180 s of the cut):
 #   - nothing hangs: the job ends, SUCCEEDED, or FAILED with a reason that names the server
 #     worker 0 cannot reach (its address or node id); which one is printed;
 #   - nothing applied twice: no server counts a duplicate push it applied (the servers' dedup
@@ -51,9 +51,9 @@ trial() {
   cut_at=$(now_ms)
   wid=$(grep -E "$job worker [0-9]+ epoch" "$dir/worker0.log" | head -1 |
     grep -oE "worker [0-9]+" | grep -oE "[0-9]+" || true)
-  mark "CUT ($mode): worker host w0 ($job worker ${wid:-?}) <-> server $saddr (node $snode) at clock $(clock_of "$job")"
+  mark_t "$cut_at" "CUT ($mode): worker host w0 ($job worker ${wid:-?}) <-> server $saddr (node $snode) at clock $(clock_of "$job")"
   cut_lines=$(wc -l <"$dir/worker0.log")
-  deadline=$((cut_at + 240 * 1000))
+  deadline=$((cut_at + 180 * 1000))
   stalled_since=$cut_at
   while ! job_ended "$job"; do
     [ "$(now_ms)" -lt "$deadline" ] || break
@@ -71,7 +71,7 @@ trial() {
     if [ $healed = 0 ] && [ "$(now_ms)" -ge $((cut_at + hold_s * 1000)) ]; then
       case $mode in blackhole) peer_unblock w0 s0 ;; silent) peer_unblock_silent w0 s0 ;; esac
       healed=1
-      mark "HEALED: w0 <-> s0 again ($job $(job_state "$job") at clock $c, unchanged for $(((
+      mark_t "$(now_ms)" "HEALED: w0 <-> s0 again ($job $(job_state "$job") at clock $c, unchanged for $(((
         $(now_ms) - stalled_since) / 1000)) s)"
     fi
     sleep 0.5
@@ -102,7 +102,7 @@ trial() {
       echo "$reason" | grep -qE "$saddr|node $snode\b" ||
         fail "$job FAILED with a reason that does not name $saddr (node $snode): $reason"
       results+=("cut ${hold_s}s ($mode): $job FAILED naming the unreachable server: $reason") ;;
-    *) fail "$job did not end within 240 s of the cut ($state)" ;;
+    *) fail "$job did not end within 180 s of the cut ($state)" ;;
   esac
 }
 

@@ -27,8 +27,8 @@
 # `dir` is removed unless `fail` ran (its logs are then kept and their tails printed). A run
 # killed with SIGKILL leaves its namespaces behind: the next run removes those whose PID is gone.
 #
-# Also: mark MSG (a timeline line, seconds since the start), mark_at UNIX_MS MSG (an event
-# stamped elsewhere, e.g. by the scheduler), timeline (prints them sorted), wait_until SECONDS
+# Also: mark MSG (a timeline line, seconds since the start; mark_t UNIX_MS MSG: at an earlier
+# time), mark_at UNIX_MS MSG (an event stamped elsewhere, e.g. by the scheduler: not printed), timeline (prints them sorted), wait_until SECONDS
 # DESC CMD... (polls CMD every 0.2 s; fail after SECONDS), now_ms.
 set -uo pipefail
 
@@ -43,9 +43,12 @@ netns_t0_ms=$(date +%s%3N)
 
 now_ms() { date +%s%3N; }
 # mark MSG: prints "[  12.3 s] MSG" and keeps it for `timeline`.
-mark() {
-  local t
-  t=$(now_ms)
+mark() { mark_t "$(now_ms)" "$@"; }
+# mark_t UNIX_MS MSG: the same, at a time taken earlier (right after a fault, before asking
+# psctl for the details the line shows).
+mark_t() {
+  local t=$1
+  shift
   mark_at "$t" "$*"
   printf '[%7.1f s] %s\n' "$(awk -v a="$t" -v b="$netns_t0_ms" 'BEGIN{print (a-b)/1000}')" "$*"
 }

@@ -35,7 +35,7 @@ wait_job_clock "$job" 100 120
 host_cut sched
 cut_at=$(now_ms)
 c1=$(worker_clock worker0)
-mark "CUT: the scheduler's host isolated (heartbeat timeout $HB_TIMEOUT) at worker0 clock $c1"
+mark_t "$cut_at" "CUT: the scheduler's host isolated (heartbeat timeout $HB_TIMEOUT) at worker0 clock $c1"
 half=$((partition_s * 1000 / 2))
 sleep "$(awk -v m="$half" 'BEGIN{print m/1000}')"
 mark "during the partition: worker0 clock $(worker_clock worker0)"
@@ -43,7 +43,7 @@ sleep "$(awk -v m="$((partition_s * 1000 - half))" 'BEGIN{print m/1000}')"
 c2=$(worker_clock worker0)
 host_heal sched
 heal_at=$(now_ms)
-mark "HEALED after ${partition_s}s: worker0 clock $c1 -> $c2 during the partition"
+mark_t "$heal_at" "HEALED after ${partition_s}s: worker0 clock $c1 -> $c2 during the partition"
 all_back() {  # the original nodes ALIVE, each heard since the heal
   [ "$(json nodes "' '.join(sorted(n['nodeId'] for n in d['nodes'] if n.get('state') == 'ALIVE' and int(n.get('lastHeartbeatUnixMs', 0)) >= $heal_at))")" = "$nodes_before" ]
 }

@@ -52,7 +52,7 @@ fi
 host_cut $victim
 cut_at=$(now_ms)
 cut_clock=$(clock_of "$job")
-mark "CUT: server $vaddr (node $vnode, index $vindex of $servers, shard epoch $old_epoch) link down at clock $cut_clock"
+mark_t "$cut_at" "CUT: server $vaddr (node $vnode, index $vindex of $servers, shard epoch $old_epoch) link down at clock $cut_clock"
 
 node_dead() { [ "$(node_state "$vnode")" = DEAD ]; }
 wait_until 30 "node $vnode declared dead" node_dead
@@ -71,7 +71,8 @@ wait_until 90 "$job training again after the recovery" training
 mark "training again: clock $c0 -> $(clock_of "$job") (recoveries $(status_field "$job" "d.get('recoveries')"))"
 
 host_heal $victim
-mark "HEALED: server $vaddr link up (job $(job_state "$job") at clock $(clock_of "$job"))"
+heal_at=$(now_ms)
+mark_t "$heal_at" "HEALED: server $vaddr link up (job $(job_state "$job") at clock $(clock_of "$job"))"
 reregistered() { n=$(node_of "$vaddr"); [ -n "$n" ] && [ "$n" != "$vnode" ]; }
 if poll_until 30 reregistered; then
   mark "the old server registered again as node $(node_of "$vaddr") (it was node $vnode)"
