@@ -34,6 +34,10 @@ job=$(psctl submit "$spec")
 mark "submitted $job"
 wait_job_clock "$job" 1 60
 mark "$job training (clock $(clock_of "$job"))"
+# The job runs on the 3 servers at their hosts' addresses.
+addrs=$(status_field "$job" "' '.join(sorted(d.get('serverAddresses', [])))")
+want=$(for i in 0 1 2; do echo "$(host_ip "s$i"):7100"; done | sort | xargs)
+[ "$addrs" = "$want" ] || fail "servers of the job: '$addrs', expected '$want'"
 state=$(wait_job_end "$job" 300)
 mark "$job ended $state"
 job_events "$job" | while IFS=$'\t' read -r t m; do mark_at "$t" "event: $m"; done
@@ -41,9 +45,5 @@ psctl status "$job"
 [ "$state" = SUCCEEDED ] || fail "$job ended $state: $(status_field "$job" "d.get('reason','')")"
 acc=$(accuracy_of "$job")
 python3 -c "import sys; sys.exit(not $acc >= 80)" || fail "test accuracy $acc% < 80%"
-# The job ran on the 3 servers at their hosts' addresses.
-addrs=$(status_field "$job" "' '.join(sorted(d.get('serverAddresses', [])))")
-want=$(for i in 0 1 2; do echo "$(host_ip "s$i"):7100"; done | sort | xargs)
-[ "$addrs" = "$want" ] || fail "servers of the job: '$addrs', expected '$want'"
 timeline
 echo "PASS: $job SUCCEEDED across 6 hosts, test accuracy $acc%"
