@@ -595,11 +595,16 @@ absl::Status Scheduler::Tick() {
       dead.push_back(&node);
     }
   }
-  // Every node of several silent at once, and nothing heard for a timeout: the scheduler is the
-  // one cut off (a partition, a frozen process), not all of them dead. Declare nobody dead
-  // until a heartbeat arrives, which then gives everyone a fresh grace period.
-  if (options_.suspect_own_partition && alive >= 2 && static_cast<int>(dead.size()) == alive &&
-      last_heard_ != absl::InfinitePast() && now - last_heard_ > options_.heartbeat_timeout) {
+  // Nobody of several live nodes heard for two heartbeat intervals (at most half the timeout):
+  // the scheduler is the one
+  // cut off (a partition, a frozen process), not all of them dead. Heartbeats are staggered,
+  // so waiting for all to time out together would declare the first ones dead one by one.
+  // Declare nobody dead until a heartbeat arrives, which then gives everyone a fresh grace
+  // period.
+  if (options_.suspect_own_partition && alive >= 2 && !dead.empty() &&
+      last_heard_ != absl::InfinitePast() &&
+      now - last_heard_ >
+          std::min(2 * options_.heartbeat_interval, options_.heartbeat_timeout / 2)) {
     if (!cut_off_) {
       cut_off_ = true;
       cut_off_since_ = last_heard_;

@@ -71,6 +71,36 @@ TEST_F(SchedulerTest, RegisterHeartbeatAndDeadDetection) {
   EXPECT_EQ(Register(v1::WORKER), 3u);  // ids are never reused
 }
 
+// When no node of several is heard for two heartbeat intervals, the scheduler is the one cut
+// off: nobody is declared dead, however long it lasts, and the first heartbeat after it gives
+// everyone a fresh grace period. A node that dies alone while others heartbeat is still dead.
+TEST_F(SchedulerTest, SchedulerCutOffFromEveryoneDeclaresNobodyDead) {
+  options_.suspect_own_partition = true;
+  Reopen();
+  const uint64_t a = Register(v1::WORKER);
+  const uint64_t b = Register(v1::WORKER);
+  const uint64_t c = Register(v1::WORKER);
+  Advance(absl::Milliseconds(500));
+  Heartbeat(b);  // heartbeats are staggered: a times out first
+  Heartbeat(c);
+  for (int i = 0; i < 40; ++i) Advance(absl::Milliseconds(500));  // 20 s of hearing nobody
+  EXPECT_EQ(Node(a).state(), v1::ALIVE);
+  EXPECT_EQ(Node(b).state(), v1::ALIVE);
+  EXPECT_EQ(Node(c).state(), v1::ALIVE);
+  EXPECT_FALSE(Heartbeat(b).reregister());  // healed: everyone gets a fresh grace period
+  Advance(absl::Seconds(1));
+  Heartbeat(a);
+  Heartbeat(b);
+  EXPECT_EQ(Node(c).state(), v1::ALIVE);
+  for (int i = 0; i < 6; ++i) {  // c is really gone: a and b go on heartbeating
+    Advance(absl::Seconds(1));
+    Heartbeat(a);
+    Heartbeat(b);
+  }
+  EXPECT_EQ(Node(a).state(), v1::ALIVE);
+  EXPECT_EQ(Node(c).state(), v1::DEAD);
+}
+
 // A worker's error is stored as the job's reason and printed by psctl: escaped and clipped.
 TEST_F(SchedulerTest, WorkerErrorIsStoredEscapedAndClipped) {
   Register(v1::SERVER);

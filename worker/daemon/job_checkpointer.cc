@@ -16,6 +16,9 @@ namespace {
 // A write of a large table takes a while; this bounds how long a dead server can hold it up.
 constexpr absl::Duration kAwaitTimeout = absl::Minutes(30);
 constexpr absl::Duration kSchedulerTimeout = absl::Seconds(10);
+// BeginCheckpoint runs in a training step: a scheduler that is away (restarting, partitioned
+// from this worker) holds the step up this long at most, then training goes on without it.
+constexpr absl::Duration kBeginTimeout = absl::Seconds(2);
 constexpr absl::Duration kReportPatience = absl::Seconds(60);
 constexpr absl::Duration kRetryBeginAfter = absl::Seconds(5);
 
@@ -67,7 +70,7 @@ void JobCheckpointer::MaybeCheckpoint(int64_t clock, int64_t previous) {
   begin.set_request_seq(request_seq);
   v1::CheckpointInfo info;
   grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + kSchedulerTimeout));
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + kBeginTimeout));
   absl::Status s = FromGrpcStatus(scheduler_->BeginCheckpoint(&ctx, begin, &info));
   last_begin_ = absl::Now();
   if (!s.ok()) {
