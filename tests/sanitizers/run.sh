@@ -21,8 +21,10 @@ case "$mode" in
     build=${BUILD_DIR:-build-asan}
     # bench: not built here. client_install builds examples/cpp outside against the installed
     # library, without the sanitizer's flags. chaos, recovery_e2e: 21 instrumented trainings
-    # between them, too slow for CI (docs/testing.md).
-    select=(-LE '^(bench|chaos)$' -E '^(client_install|recovery_e2e)$')
+    # between them, too slow for CI (docs/testing.md). netns_*: timed partitions of several
+    # trainings (the uninstrumented build runs them). deploy_checks: it matches the
+    # uninstrumented binaries' libraries against the container's packages.
+    select=(-LE '^(bench|chaos)$' -E '^(client_install|recovery_e2e|deploy_checks|netns_.*)$')
     ;;
   thread)
     build=${BUILD_DIR:-build-tsan}
