@@ -697,7 +697,10 @@ std::map<uint64_t, int> Scheduler::ServerLoad() const {
 std::vector<uint64_t> Scheduler::AliveServers() const {
   std::vector<uint64_t> servers;
   for (const auto& [id, node] : nodes_) {
-    if (node.role() == v1::SERVER && node.state() == v1::ALIVE) servers.push_back(id);
+    // A draining server takes no new job and no other's slots.
+    if (node.role() == v1::SERVER && node.state() == v1::ALIVE && !node.draining()) {
+      servers.push_back(id);
+    }
   }
   return servers;
 }

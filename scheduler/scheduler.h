@@ -73,6 +73,11 @@ class Scheduler {
   absl::StatusOr<v1::RequestCheckpointResponse> RequestCheckpoint(const std::string& job_id,
                                                                   uint64_t node_id = 0);
   absl::StatusOr<std::vector<v1::CheckpointInfo>> ListCheckpoints(const std::string& job_id) const;
+  // psctl drain: the server `node_id` gets no new job; each running job that uses it is asked
+  // for a checkpoint, and once that is complete the server's slots move to a spare or the
+  // job's other servers, restored from it. FAILED_PRECONDITION if a job would be left with no
+  // server. Idempotent (asks again for a checkpoint where one is still awaited).
+  absl::StatusOr<v1::NodeInfo> DrainNode(uint64_t node_id);
   absl::StatusOr<v1::JobInfo> RestoreJob(const std::string& job_id, uint64_t checkpoint_id);
   // Workers: a new WRITING checkpoint (FAILED_PRECONDITION for an old shard map; one still
   // WRITING is marked FAILED: its report was lost), and its end (COMPLETE once every server
@@ -144,8 +149,15 @@ class Scheduler {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A server of a running job died: its slots move to a spare or to the survivors, under a new
   // shard epoch with a restore order (scheduler_checkpoints.cc).
+  // `drained`: the server leaves by psctl drain (alive, its data fresh in the latest
+  // checkpoint) rather than by dying; only the events' wording differs.
   void RecoverFromServerLoss(Job* job, uint64_t node_id, const std::string& why, absl::Time now,
-                             Changes* changes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                             Changes* changes, bool drained = false)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A checkpoint of `job` answering request `request_seq` is complete: moves the job off its
+  // draining servers if a drain waits for it.
+  void FinishDrain(Job* job, uint64_t request_seq, absl::Time now, Changes* changes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Bumps the shard epoch and sets a restore order from `checkpoint` (null: initial values).
   void OrderRestore(Job* job, const v1::CheckpointInfo* checkpoint, bool rollback,
                     const std::vector<bool>& slots, const std::string& reason, absl::Time now,

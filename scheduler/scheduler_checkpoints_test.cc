@@ -190,6 +190,66 @@ TEST_F(SchedulerCheckpointsTest, SyncJobRollsBackOnASpareWhenAServerDies) {
   EXPECT_TRUE(HasEventStartingWith(Job(job_id), "recovered: training again at clock 51"));
 }
 
+// psctl drain: the job checkpoints first (a request), and once that checkpoint is complete the
+// drained server's slots move to the spare, restored from it; the server stays ALIVE but takes
+// no new job. Refused for a worker, an unknown node, and when a job would have no server left.
+TEST_F(SchedulerCheckpointsTest, DrainMovesAJobOffAServerAfterACheckpoint) {
+  const uint64_t s1 = Register(v1::SERVER);
+  const uint64_t s2 = Register(v1::SERVER);
+  const uint64_t w0 = Register(v1::WORKER);
+  const std::string job_id = Submit(1, 2, v1::ConsistencySpec::SYNC);
+  EXPECT_EQ(scheduler_->DrainNode(w0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(scheduler_->DrainNode(99).status().code(), absl::StatusCode::kNotFound);
+  // No spare yet, but s1 can take s2's slots; s1 alone could not be drained after that.
+  const uint64_t spare = Register(v1::SERVER);
+
+  auto drained = scheduler_->DrainNode(s2);
+  ASSERT_TRUE(drained.ok()) << drained.status();
+  EXPECT_TRUE(drained->draining());
+  EXPECT_EQ(drained->state(), v1::ALIVE);
+  v1::JobInfo job = Job(job_id);
+  EXPECT_EQ(job.checkpoint_requests(), 1u);
+  EXPECT_EQ(job.drain_request_seq(), 1u);
+  EXPECT_EQ(job.server_nodes(1), s2);  // not before the checkpoint
+  EXPECT_EQ(Heartbeat(w0).assignment().checkpoint_requests(), 1u);
+
+  v1::BeginCheckpointRequest begin;
+  begin.set_job_id(job_id);
+  begin.set_clock(70);
+  begin.set_shard_epoch(job.shard_epoch());
+  begin.set_request_seq(1);
+  auto info = scheduler_->BeginCheckpoint(begin);
+  ASSERT_TRUE(info.ok()) << info.status();
+  v1::FinishCheckpointRequest finish;
+  finish.set_job_id(job_id);
+  finish.set_checkpoint_id(info->checkpoint_id());
+  for (int i = 0; i < info->shards_size(); ++i) {
+    std::filesystem::create_directories(info->shards(i).path());
+    finish.add_shards()->set_rows(1);
+  }
+  ASSERT_TRUE(scheduler_->FinishCheckpoint(finish).ok());
+
+  job = Job(job_id);
+  ASSERT_EQ(job.state(), v1::RUNNING) << job.reason();
+  EXPECT_EQ(job.drain_request_seq(), 0u);
+  EXPECT_EQ(job.server_nodes(0), s1);
+  EXPECT_EQ(job.server_nodes(1), spare);
+  EXPECT_EQ(job.shard_epoch(), 2u);
+  EXPECT_TRUE(HasEventStartingWith(job,
+                                   "server node 2 (10.0.0.2:7100) leaves: drained by psctl "
+                                   "drain; its 512 slots move to spare server node 4"));
+  const v1::WorkerAssignment a = Heartbeat(w0).assignment();
+  ASSERT_TRUE(a.has_restore());
+  EXPECT_EQ(a.restore().checkpoint_id(), info->checkpoint_id());
+  EXPECT_EQ(a.restore().clock(), 70);  // a sync job rolls back to the drain's checkpoint only
+  EXPECT_EQ(Node(s2).state(), v1::ALIVE);
+  EXPECT_TRUE(Node(s2).draining());
+
+  // s1 and the spare hold the job; draining both would leave it no server.
+  ASSERT_TRUE(scheduler_->DrainNode(spare).ok());
+  EXPECT_EQ(scheduler_->DrainNode(s1).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
 TEST_F(SchedulerCheckpointsTest, AsyncJobSpreadsTheLostSlotsOverTheSurvivors) {
   const uint64_t s1 = Register(v1::SERVER);
   const uint64_t s2 = Register(v1::SERVER);

@@ -77,6 +77,12 @@ grpc::Status SchedulerService::RequestCheckpoint(grpc::ServerContext* ctx,
   return Answer(scheduler_->RequestCheckpoint(req->job_id(), req->node_id()), resp);
 }
 
+grpc::Status SchedulerService::DrainNode(grpc::ServerContext* ctx, const v1::DrainNodeRequest* req,
+                                         v1::NodeInfo* resp) {
+  PS_AUTHORIZE(authorizer_, ctx, Access::kAdmin);
+  return Answer(scheduler_->DrainNode(req->node_id()), resp);
+}
+
 grpc::Status SchedulerService::ListCheckpoints(grpc::ServerContext* ctx,
                                                const v1::ListCheckpointsRequest* req,
                                                v1::ListCheckpointsResponse* resp) {

@@ -44,6 +44,8 @@ class SchedulerService final : public v1::Scheduler::Service {
                                 v1::CheckpointInfo* resp) override;
   grpc::Status LeaseData(grpc::ServerContext* ctx, const v1::LeaseDataRequest* req,
                          v1::LeaseDataResponse* resp) override;
+  grpc::Status DrainNode(grpc::ServerContext* ctx, const v1::DrainNodeRequest* req,
+                         v1::NodeInfo* resp) override;
   grpc::Status ReportRestoreFailure(grpc::ServerContext* ctx,
                                     const v1::ReportRestoreFailureRequest* req,
                                     v1::JobInfo* resp) override;

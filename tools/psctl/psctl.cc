@@ -57,9 +57,11 @@ ABSL_FLAG(int, worker, -1, "logs: this worker's output only (its id in the job; 
 ABSL_FLAG(int, lines, 20, "logs: the last this many lines of each worker's output (at most 100)");
 
 // checkpoint and restore.
-ABSL_FLAG(bool, wait, true, "checkpoint: wait until it is complete or failed (--nowait: do not)");
+ABSL_FLAG(bool, wait, true,
+          "checkpoint: wait until it is complete or failed; drain: until no job uses the node "
+          "(--nowait: do not)");
 ABSL_FLAG(absl::Duration, wait_timeout, absl::Minutes(10),
-          "checkpoint: give up waiting after this long (exit 1)");
+          "checkpoint, drain: give up waiting after this long (exit 1)");
 ABSL_FLAG(uint64_t, checkpoint, 0, "restore: the checkpoint id (0: the latest complete)");
 
 // submit: each overrides the job file's field when given.
@@ -131,6 +133,11 @@ Commands:
                          roll a running job back to a complete checkpoint (default: the latest);
                          for an ended job the scheduler submits a new job from it instead: its
                          id goes alone to stdout, like submit
+  drain NODE [--nowait]  maintenance of a server (NODE: its id in psctl nodes): it gets no new
+                         job, and each running job on it takes a checkpoint, then moves the
+                         server's slots to others, restored from it (a sync job rolls back to
+                         that checkpoint only); waits until no job uses the server, which can
+                         then be stopped
   help                   this text
 
 The scheduler is --scheduler, else $PS_SCHEDULER, else localhost:7000.
@@ -194,7 +201,7 @@ void PrintHelp(std::ostream& out) {
   out << "\nsubmit flags (each overrides the job file's field when given):\n";
   for (const char* name : kSubmitFlags) PrintFlag(out, *flags.at(name), false);
   for (const char* name : kCheckpointSubmitFlags) PrintFlag(out, *flags.at(name), false);
-  out << "\ncheckpoint and restore flags:\n";
+  out << "\ncheckpoint, restore and drain flags:\n";
   for (const char* name : {"wait", "wait_timeout", "checkpoint"}) {
     PrintFlag(out, *flags.at(name), true);
   }
@@ -206,7 +213,8 @@ bool FlagAppliesTo(const std::string& flag, const std::string& command) {
   if (IsSubmitFlag(flag)) return command == "submit";
   if (flag == "watch") return command == "status";
   if (flag == "worker" || flag == "lines") return command == "logs";
-  if (flag == "wait" || flag == "wait_timeout") return command == "checkpoint";
+  if (flag == "wait" || flag == "wait_timeout")
+    return command == "checkpoint" || command == "drain";
   if (flag == "checkpoint") return command == "restore";
   return true;
 }
@@ -418,7 +426,8 @@ int Run(const CommandLine& cl, ps::psctl::Options options) {
                                     {"logs", 1, 1, "logs JOB [--worker=N] [--lines=N]"},
                                     {"checkpoint", 1, 1, "checkpoint JOB [--nowait]"},
                                     {"checkpoints", 1, 1, "checkpoints JOB"},
-                                    {"restore", 1, 1, "restore JOB [--checkpoint=ID]"}};
+                                    {"restore", 1, 1, "restore JOB [--checkpoint=ID]"},
+                                    {"drain", 1, 1, "drain NODE [--nowait]"}};
   const Arity* arity = nullptr;
   for (const auto& c : kCommands) {
     if (command == c.name) arity = &c;
@@ -468,6 +477,13 @@ int Run(const CommandLine& cl, ps::psctl::Options options) {
   if (command == "checkpoint") return psctl.Checkpoint(args[0]);
   if (command == "checkpoints") return psctl.Checkpoints(args[0]);
   if (command == "restore") return psctl.Restore(args[0]);
+  if (command == "drain") {
+    uint64_t node = 0;
+    if (!absl::SimpleAtoi(args[0], &node) || node == 0) {
+      return UsageError(absl::StrCat("drain: '", args[0], "' is not a node id (psctl nodes)"));
+    }
+    return psctl.Drain(node);
+  }
   if (command == "logs") {
     const int lines = absl::GetFlag(FLAGS_lines);
     if (lines < 1 || lines > 100) return UsageError("--lines must be in 1..100");

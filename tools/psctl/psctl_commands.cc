@@ -56,7 +56,8 @@ int Commands::Nodes() {
       {"NODE", "ROLE", "STATE", "ADDRESS", "METRICS", "HOST/PID", "HEARTBEAT", "JOB", "VERSION"});
   for (const auto& n : response.nodes()) {
     table.AddRow({absl::StrCat(n.node_id()), Lower(v1::NodeRole_Name(n.role())),
-                  v1::NodeState_Name(n.state()), n.address().empty() ? "-" : n.address(),
+                  absl::StrCat(v1::NodeState_Name(n.state()), n.draining() ? ",draining" : ""),
+                  n.address().empty() ? "-" : n.address(),
                   n.metrics_address().empty() ? "-" : n.metrics_address(),
                   absl::StrCat(n.hostname(), "/", n.pid()),
                   n.last_heartbeat_unix_ms() > 0
@@ -332,6 +333,64 @@ int Commands::Checkpoint(const std::string& job_id) {
               << std::flush;
   }
   return wait ? WaitForCheckpoint(job_id, response.request_seq()) : kOk;
+}
+
+int Commands::Drain(uint64_t node_id) {
+  v1::NodeInfo node;
+  {
+    grpc::ClientContext context;
+    Prepare(context);
+    v1::DrainNodeRequest request;
+    request.set_node_id(node_id);
+    grpc::Status s = stub_->DrainNode(&context, request, &node);
+    if (!s.ok()) return Fail("drain", s);
+  }
+  Sanitize(&node);
+  if (options_.json && !options_.wait) {
+    PrintJson(node);
+    return kOk;
+  }
+  std::cerr << "node " << node_id << " (" << node.address()
+            << ") draining: it gets no new job; running jobs checkpoint, then move off it\n";
+  if (!options_.wait) return kOk;
+  const absl::Time deadline = absl::Now() + options_.wait_timeout;
+  absl::Time next_progress = absl::Now();
+  while (true) {
+    grpc::ClientContext context;
+    Prepare(context);
+    v1::ListJobsResponse jobs;
+    grpc::Status s = stub_->ListJobs(&context, v1::ListJobsRequest(), &jobs);
+    if (s.ok()) {
+      std::vector<std::string> users;
+      for (const auto& job : jobs.jobs()) {
+        if (job.state() != v1::RUNNING) continue;
+        for (uint64_t id : job.server_nodes()) {
+          if (id == node_id) users.push_back(job.job_id());
+        }
+      }
+      if (users.empty()) break;
+      if (absl::Now() >= next_progress) {
+        std::cerr << "waiting for " << absl::StrJoin(users, ", ") << " to move off node " << node_id
+                  << "\n";
+        next_progress = absl::Now() + absl::Seconds(5);
+      }
+    } else if (s.error_code() != grpc::StatusCode::UNAVAILABLE) {
+      return Fail("drain", s);
+    }
+    if (absl::Now() >= deadline) {
+      std::cerr << "psctl: drain: node " << node_id << " is still used after "
+                << absl::FormatDuration(options_.wait_timeout) << " (psctl events JOB says why)\n";
+      return kRefused;
+    }
+    absl::SleepFor(absl::Milliseconds(500));
+  }
+  if (options_.json) {
+    PrintJson(node);
+  } else {
+    std::cout << "node " << node_id << " (" << node.address()
+              << ") drained: no running job uses it; it can be stopped\n";
+  }
+  return kOk;
 }
 
 // A line on stderr that is redrawn in place on a terminal, else printed once per Show().

@@ -61,6 +61,8 @@ class Commands {
   // A zoo job: its events (what `logs` always showed).
   int Logs(const std::string& job_id, int worker, int lines);
   int Checkpoint(const std::string& job_id);
+  // DrainNode, then (options.wait) polls ListJobs until no running job uses the node.
+  int Drain(uint64_t node_id);
   int Checkpoints(const std::string& job_id);
   int Restore(const std::string& job_id);
 
