@@ -57,6 +57,7 @@ absl::Status SchedulerLink::Register() {
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
   absl::Status s = FromGrpcStatus(stub_->Register(&ctx, req, &resp));
   if (!s.ok()) return s;
+  if (options_.on_registered) options_.on_registered(resp);
   absl::MutexLock l(&mu_);
   node_id_ = resp.node_id();
   if (resp.heartbeat_interval_ms() > 0)

@@ -28,6 +28,9 @@ struct SchedulerLinkOptions {
   // Called (on the link's thread) as soon as a heartbeat answer says the scheduler does not
   // know this node: it was declared dead, and what it held is someone else's now. May be empty.
   std::function<void()> on_declared_dead;
+  // Called (on the link's thread) after each successful registration, with the answer and the
+  // new node id. May be empty.
+  std::function<void(const v1::RegisterResponse&)> on_registered;
 };
 
 // The host:port peers reach a daemon listening on `listen` at, once bound to `port`: the listen

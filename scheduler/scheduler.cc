@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -295,6 +296,7 @@ absl::StatusOr<v1::RegisterResponse> Scheduler::Register(const v1::RegisterReque
   v1::RegisterResponse resp;
   resp.set_node_id(id);
   resp.set_heartbeat_interval_ms(absl::ToInt64Milliseconds(options_.heartbeat_interval));
+  resp.set_checkpoint_root(checkpoint_root_);
   resp.set_heartbeat_timeout_ms(absl::ToInt64Milliseconds(options_.heartbeat_timeout));
   return resp;
 }
@@ -330,6 +332,15 @@ absl::StatusOr<v1::HeartbeatResponse> Scheduler::Heartbeat(const v1::HeartbeatRe
   }
   node.set_last_heartbeat_unix_ms(ToMs(now));
   changes.nodes.insert(node.node_id());
+  if (node.role() == v1::SERVER && req.checkpoint_probe() != node.checkpoint_probe()) {
+    node.set_checkpoint_probe(Printable(req.checkpoint_probe(), kMaxReportBytes));
+    for (auto& [number, job] : jobs_) {
+      if (job.info.state() == v1::RUNNING &&
+          absl::c_find(job.info.server_nodes(), node.node_id()) != job.info.server_nodes().end()) {
+        CheckSharedCheckpointRoot(&job, now, &changes);
+      }
+    }
+  }
   if (node.role() == v1::WORKER && req.has_progress() && !req.progress().job_id().empty()) {
     HandleProgress(&node, req.progress(), now, &changes);
   }
@@ -826,7 +837,43 @@ bool Scheduler::TryStart(Job* job, std::vector<uint64_t>* idle, absl::Time now, 
                                          "; workers ", absl::StrJoin(workers, ", "));
   AddEvent(job, event, now, changes);
   LOG(INFO) << "job " << info.job_id() << " " << event;
+  CheckSharedCheckpointRoot(job, now, changes);
   return true;
+}
+
+void Scheduler::CheckSharedCheckpointRoot(Job* job, absl::Time now, Changes* changes) {
+  const std::string root = CheckpointRoot(job->info.spec());
+  std::set<std::string> hosts;
+  for (uint64_t id : job->info.server_nodes()) hosts.insert(nodes_[id].hostname());
+  for (uint64_t id : job->info.server_nodes()) {
+    const v1::NodeInfo& server = nodes_[id];
+    const std::string& probe = server.checkpoint_probe();
+    // Not reported yet (checked again when it is), or a job root of its own: servers probe the
+    // scheduler's --checkpoint_root only.
+    if (probe.empty() || root != checkpoint_root_ || job->root_warned.count(id) > 0) continue;
+    std::string problem;
+    if (probe != "ok") {
+      problem = absl::StrCat("server node ", id, " (", server.address(),
+                             ") cannot write the checkpoint root ", root, ": ", probe,
+                             "; the job's checkpoints will fail and a lost server's rows cannot "
+                             "be restored");
+    } else if (hosts.size() > 1) {
+      std::error_code ec;
+      const std::filesystem::path file =
+          std::filesystem::path(root) / ".ps-probe" / absl::StrCat("node-", id);
+      if (!std::filesystem::exists(file, ec)) {
+        problem = absl::StrCat(
+            "the checkpoint root ", root, " is not shared: server node ", id, " (host ",
+            server.hostname(), ") wrote ", file.string(),
+            " there but the scheduler does not see it; servers on other hosts cannot restore "
+            "its checkpoints (mount the root on every host, or set checkpoint.root)");
+      }
+    }
+    if (problem.empty()) continue;
+    job->root_warned.insert(id);
+    LOG(WARNING) << "job " << job->info.job_id() << ": " << problem;
+    AddEvent(job, absl::StrCat("WARNING: ", problem), now, changes);
+  }
 }
 
 v1::WorkerAssignment Scheduler::Assignment(const Job& job, int index) const {

@@ -116,6 +116,9 @@ class Scheduler {
     // Program jobs: the end of each worker's program output, as it last sent it. In memory only
     // (workers send it again every few seconds).
     std::map<uint32_t, v1::WorkerLog> logs;
+    // Servers whose checkpoint-root problem was reported in the job's events (once each). In
+    // memory only.
+    std::set<uint64_t> root_warned;
   };
   // What one operation changed; written in one batch by Commit().
   struct Changes {
@@ -156,6 +159,10 @@ class Scheduler {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A checkpoint of `job` answering request `request_seq` is complete: moves the job off its
   // draining servers if a drain waits for it.
+  // Whether the job's servers can write its checkpoint root and, on several hosts, share it
+  // (each server's probe file is visible here): an event (WARNING: ...) for each that cannot.
+  void CheckSharedCheckpointRoot(Job* job, absl::Time now, Changes* changes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FinishDrain(Job* job, uint64_t request_seq, absl::Time now, Changes* changes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Bumps the shard epoch and sets a restore order from `checkpoint` (null: initial values).

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/shard_map.h"
 #include "gtest/gtest.h"
@@ -248,6 +249,56 @@ TEST_F(SchedulerCheckpointsTest, DrainMovesAJobOffAServerAfterACheckpoint) {
   // s1 and the spare hold the job; draining both would leave it no server.
   ASSERT_TRUE(scheduler_->DrainNode(spare).ok());
   EXPECT_EQ(scheduler_->DrainNode(s1).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// Servers on two hosts report whether they could write the scheduler's checkpoint root; the
+// scheduler looks for each one's probe file. One it cannot see (a root that is not shared) and
+// one that could not write get a WARNING event each, once; a probe it sees gets none.
+TEST_F(SchedulerCheckpointsTest, ACheckpointRootThatIsNotSharedIsReportedLoudly) {
+  auto register_server = [&](const std::string& host, const std::string& address) {
+    v1::RegisterRequest req;
+    req.set_role(v1::SERVER);
+    req.set_hostname(host);
+    req.set_address(address);
+    auto resp = scheduler_->Register(req);
+    EXPECT_TRUE(resp.ok()) << resp.status();
+    return *resp;
+  };
+  const v1::RegisterResponse a = register_server("host-a", "10.0.0.1:7100");
+  const v1::RegisterResponse b = register_server("host-b", "10.0.0.2:7100");
+  const v1::RegisterResponse c = register_server("host-c", "10.0.0.3:7100");
+  ASSERT_FALSE(a.checkpoint_root().empty());
+  Register(v1::WORKER);
+  const std::string job_id = Submit(1, 3, v1::ConsistencySpec::SYNC);
+  ASSERT_EQ(Job(job_id).state(), v1::RUNNING);
+
+  auto probe = [&](uint64_t node, const std::string& result, bool write_file) {
+    if (write_file) {
+      const std::filesystem::path dir = std::filesystem::path(a.checkpoint_root()) / ".ps-probe";
+      std::filesystem::create_directories(dir);
+      std::ofstream(dir / absl::StrCat("node-", node)) << "host\n";
+    }
+    v1::HeartbeatRequest req;
+    req.set_node_id(node);
+    req.set_checkpoint_probe(result);
+    ASSERT_TRUE(scheduler_->Heartbeat(req).ok());
+  };
+  probe(a.node_id(), "ok", /*write_file=*/true);   // visible here: shared
+  probe(b.node_id(), "ok", /*write_file=*/false);  // written on host-b's own disk
+  probe(c.node_id(), "cannot create /x: Permission denied", false);
+  probe(b.node_id(), "ok", false);  // reported again: warned once only
+
+  const v1::JobInfo job = Job(job_id);
+  int warnings = 0;
+  for (const v1::JobEvent& e : job.events()) warnings += absl::StartsWith(e.message(), "WARNING");
+  EXPECT_EQ(warnings, 2);
+  EXPECT_TRUE(HasEventStartingWith(
+      job, absl::StrCat("WARNING: the checkpoint root ", a.checkpoint_root(),
+                        " is not shared: server node ", b.node_id(), " (host host-b)")));
+  EXPECT_TRUE(
+      HasEventStartingWith(job, absl::StrCat("WARNING: server node ", c.node_id(),
+                                             " (10.0.0.3:7100) cannot write the checkpoint root")));
+  EXPECT_EQ(Node(c.node_id()).checkpoint_probe(), "cannot create /x: Permission denied");
 }
 
 TEST_F(SchedulerCheckpointsTest, AsyncJobSpreadsTheLostSlotsOverTheSurvivors) {

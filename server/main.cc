@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -14,6 +16,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/daemon_setup.h"
 #include "common/flags_usage.h"
@@ -22,6 +25,7 @@
 #include "common/scheduler_link.h"
 #include "common/security.h"
 #include "common/signals.h"
+#include "server/checkpoint_roots.h"
 #include "server/parameter_server.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:7100", "host:port to serve on (port 0: pick a free one)");
@@ -71,6 +75,28 @@ ABSL_FLAG(absl::Duration, drain_grace, absl::Seconds(1),
           "slow workers answer UNAVAILABLE, and the process exits at most 3 s after the grace");
 
 namespace {
+
+// Whether this server can write the scheduler's checkpoint root: writes
+// <root>/.ps-probe/node-<id> (the scheduler looks for it: a file it cannot see means the root
+// is not shared). "ok", or why not.
+std::string ProbeCheckpointRoot(const std::string& root, uint64_t node_id,
+                                const ps::CheckpointRoots& roots) {
+  if (root.empty()) return "";
+  if (roots.empty()) return "this server has no --checkpoint_roots";
+  if (absl::Status s = roots.Check(root, "the scheduler's checkpoint root"); !s.ok()) {
+    return std::string(s.message());
+  }
+  const std::filesystem::path dir = std::filesystem::path(root) / ".ps-probe";
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return absl::StrCat("cannot create ", dir.string(), ": ", ec.message());
+  const std::string file = (dir / absl::StrCat("node-", node_id)).string();
+  std::ofstream out(file, std::ios::trunc);
+  out << ps::HostName() << "\n";
+  out.close();
+  if (!out) return absl::StrCat("cannot write ", file);
+  return "ok";
+}
 
 // After the drain grace: how long requests in flight get to finish (then they are cancelled),
 // and the bound on the whole shutdown, past which the process exits anyway.
@@ -182,7 +208,28 @@ int main(int argc, char** argv) {
                       "job's slots until it assigns them again";
       ps_server->store()->FenceAllJobs();
     };
-    link = std::make_unique<ps::SchedulerLink>(lo, nullptr, nullptr);
+    // The scheduler names its checkpoint root at registration: check that this server can
+    // write there, and say so in every heartbeat.
+    auto probe = std::make_shared<std::pair<absl::Mutex, std::string>>();
+    auto roots = ps::CheckpointRoots::Create(options.checkpoint_roots);
+    lo.on_registered = [probe, roots](const ps::v1::RegisterResponse& resp) {
+      const std::string result = ProbeCheckpointRoot(resp.checkpoint_root(), resp.node_id(),
+                                                     roots.ok() ? *roots : ps::CheckpointRoots());
+      if (result != "ok" && !result.empty()) {
+        LOG(ERROR) << "ps_server: cannot write the scheduler's checkpoint root "
+                   << resp.checkpoint_root() << ": " << result
+                   << "; checkpoints of jobs on this server will fail";
+      }
+      absl::MutexLock l(&probe->first);
+      probe->second = result;
+    };
+    link = std::make_unique<ps::SchedulerLink>(
+        lo,
+        [probe](ps::v1::HeartbeatRequest* req) {
+          absl::MutexLock l(&probe->first);
+          req->set_checkpoint_probe(probe->second);
+        },
+        nullptr);
     link->Start();
     LOG(INFO) << "ps_server: registering with scheduler " << scheduler << " as " << address
               << (lo.metrics_address.empty() ? "" : ", metrics at " + lo.metrics_address);
