@@ -1,10 +1,12 @@
 // The key/value codecs (common/codec.h), the slot bitmap (common/shard_map.h), the shard-map
-// file parser, and the checks a restore order's shard list passes (HeldSlots, as Restorer
-// validates an order). Input: [selector byte][payload].
+// file parser, the checks a restore order's shard list passes (HeldSlots, as Restorer
+// validates an order), and the client's hand-written parser of pull answers
+// (worker/client/request_codec.h, over common/wire.h). Input: [selector byte][payload].
 #include <google/protobuf/stubs/logging.h>
 
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -13,6 +15,8 @@
 #include "ps/v1/checkpoint.pb.h"
 #include "ps/v1/parameter_server.pb.h"
 #include "server/checkpoint_io.h"
+#include "worker/client/request_codec.h"
+#include "worker/client/rpc_client.h"
 
 namespace {
 
@@ -68,6 +72,31 @@ void FuzzRestoreOrder(const std::string& bytes) {
   for (int n : holders) Require(n <= 1);
 }
 
+// A server's pull answer for 3 keys of dim 2 (payload: [piece size][answer bytes], the answer
+// cut into slices of that size). Whatever the bytes, the parser never writes outside the
+// caller's rows; when it accepts them, protobuf reads the same answer from them.
+void FuzzPullAnswer(const std::string& payload) {
+  if (payload.empty()) return;
+  const size_t piece = 1 + static_cast<uint8_t>(payload[0]);
+  const std::string bytes = payload.substr(1);
+  std::vector<grpc::Slice> slices;
+  for (size_t at = 0; at < bytes.size(); at += piece) {
+    slices.emplace_back(bytes.data() + at, std::min(piece, bytes.size() - at));
+  }
+  grpc::ByteBuffer buffer(slices.data(), slices.size());
+  const std::vector<uint64_t> keys{7, 8, 9};
+  std::vector<float> out(6, 0.0f);
+  const std::vector<ps::TableOp> ops{ps::TableOp{1, keys, nullptr, out.data()}};
+  const std::vector<ps::KeySegment> segments{{0, {0, 1, 2}}};
+  int64_t min_clock = 0, wait = 0;
+  if (!ps::DecodePullResponse(&buffer, ops, {2}, segments, &min_clock, &wait).ok()) return;
+  ps::v1::PullResponse parsed;
+  Require(parsed.ParseFromString(bytes));
+  Require(parsed.blocks_size() == 1 && parsed.blocks(0).values().size() == 24);
+  Require(std::memcmp(parsed.blocks(0).values().data(), out.data(), 24) == 0);
+  Require(parsed.min_clock() == min_clock && parsed.wait_micros() == wait);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
@@ -78,7 +107,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const std::string payload(reinterpret_cast<const char*>(data) + 1, size - 1);
-  switch (data[0] % 4) {
+  switch (data[0] % 5) {
     case 0:
       FuzzCodecs(payload);
       break;
@@ -90,6 +119,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     case 3:
       FuzzRestoreOrder(payload);
+      break;
+    case 4:
+      FuzzPullAnswer(payload);
       break;
   }
   return 0;

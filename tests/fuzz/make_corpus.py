@@ -84,6 +84,10 @@ def codecs():
         "shard-map": b"\x02" + b"# two servers\n127.0.0.1:7100 0-511\nhost:7101 512-1023\n",
         "shard-map-ranges": b"\x02" + b"a:1 0-99,200-1023\nb:2 100-199\n",
         "restore-order": b"\x03" + order,
+        # A pull answer for 3 keys of dim 2, cut into slices of 5 bytes (the piece byte + 1).
+        "pull-answer": b"\x04\x04" + encode("PullResponse", """
+            blocks { table_id: 1 values: "%s" } min_clock: -3 wait_micros: 12""" %
+                                                floats(1, 2, 3, 4, 5, 6)),
     }
 
 

@@ -109,11 +109,6 @@ absl::Duration RpcHandle::elapsed() const {
 // ---------------------------------------------------------------------------------------------
 // Splitting
 
-// Keys of one op that go into one part: indices into op.keys.
-struct RpcClient::Segment {
-  int op = 0;
-  std::vector<uint32_t> idx;
-};
 struct RpcClient::Part {
   std::vector<Segment> segments;
 };
@@ -212,6 +207,9 @@ class RpcClient::Call {
 
  public:
   enum Kind { kPull, kPush, kPushPull };
+  static constexpr const char* kMethods[] = {"/ps.v1.ParameterServer/Pull",
+                                             "/ps.v1.ParameterServer/Push",
+                                             "/ps.v1.ParameterServer/PushPull"};
 
   Call(RpcClient* client, Kind kind, int server, size_t index,
        std::shared_ptr<RpcHandle::State> state, std::vector<TableOp> ops, std::vector<int> dims)
@@ -224,42 +222,20 @@ class RpcClient::Call {
         ops_(std::move(ops)),
         dims_(std::move(dims)) {}
 
-  v1::PullRequest pull;
-  v1::PushRequest push;
-  v1::PushPullRequest push_pull;
-  std::vector<Segment> pull_segments;  // where the response blocks go
+  // The request, encoded once (a retry sends it again), and the answer.
+  grpc::ByteBuffer request;
+  std::vector<Segment> pull_segments;  // where the answer's blocks go
 
-  // Fills the request's blocks; returns the number of keys. With `check_finite`, values
-  // holding a NaN or an Inf are INVALID_ARGUMENT (checked on the copy, while it is in cache).
-  static absl::StatusOr<int64_t> FillBlocks(
-      const std::vector<TableOp>& ops, const std::vector<int>& dims,
-      const std::vector<Segment>& segments, bool with_values, bool check_finite,
-      google::protobuf::RepeatedPtrField<v1::KeyBlock>* blocks) {
-    int64_t num_keys = 0;
-    for (const Segment& seg : segments) {
-      const TableOp& op = ops[seg.op];
-      v1::KeyBlock* b = blocks->Add();
-      b->set_table_id(op.table_id);
-      std::string* keys = b->mutable_keys();
-      keys->resize(seg.idx.size() * sizeof(uint64_t));
-      uint64_t* k = reinterpret_cast<uint64_t*>(keys->data());
-      for (uint32_t i : seg.idx) *k++ = op.keys[i];
-      num_keys += static_cast<int64_t>(seg.idx.size());
-      if (with_values) {
-        const size_t row = static_cast<size_t>(dims[seg.op]) * sizeof(float);
-        std::string* values = b->mutable_values();
-        values->resize(seg.idx.size() * row);
-        char* v = values->data();
-        uint32_t non_finite = 0;
-        for (uint32_t i : seg.idx) {
-          std::memcpy(v, op.grads + static_cast<size_t>(i) * dims[seg.op], row);
-          if (check_finite) non_finite |= NonFiniteBits(v, dims[seg.op]);  // still in L1
-          v += row;
-        }
-        if (non_finite != 0) return NonFiniteError(op, seg, dims[seg.op]);
+  // INVALID_ARGUMENT naming the first key whose gradient holds a NaN or an Inf.
+  static absl::Status CheckFinite(const std::vector<TableOp>& ops, const std::vector<int>& dims) {
+    for (size_t o = 0; o < ops.size(); ++o) {
+      const TableOp& op = ops[o];
+      const size_t n = op.keys.size() * static_cast<size_t>(dims[o]);
+      if (NonFiniteBits(reinterpret_cast<const char*>(op.grads), n) != 0) {
+        return NonFiniteError(op, dims[o]);
       }
     }
-    return num_keys;
+    return absl::OkStatus();
   }
 
   // Non-zero if one of the n floats at `p` is a NaN or an Inf. Branch-free, four floats per
@@ -284,9 +260,9 @@ class RpcClient::Call {
     return (bad[0] | bad[1] | bad[2] | bad[3] | tail) & 0x80000000u;
   }
 
-  static absl::Status NonFiniteError(const TableOp& op, const Segment& seg, int dim) {
-    for (uint32_t i : seg.idx) {
-      const char* row = reinterpret_cast<const char*>(op.grads + static_cast<size_t>(i) * dim);
+  static absl::Status NonFiniteError(const TableOp& op, int dim) {
+    for (size_t i = 0; i < op.keys.size(); ++i) {
+      const char* row = reinterpret_cast<const char*>(op.grads + i * dim);
       if (NonFiniteBits(row, dim) != 0) {
         return absl::InvalidArgumentError(absl::StrCat("push to table ", op.table_id,
                                                        ": the gradient of key ", op.keys[i],
@@ -312,21 +288,11 @@ class RpcClient::Call {
     c->ctx_->set_deadline(absl::ToChronoTime(absl::Now() + c->client_->options_.rpc_timeout));
     c->ctx_->set_wait_for_ready(true);
     if (c->client_->cancelled_.load()) c->ctx_->TryCancel();  // CancelInFlight raced us
-    auto* stub = c->client_->Stub(c->server_, c->index_);
+    grpc::GenericStub* stub = c->client_->DataStub(c->server_, c->index_);
     auto done = [self](grpc::Status s) { self->OnDone(self, s); };
-    switch (c->kind_) {
-      case kPull:
-        c->response_.Clear();
-        stub->async()->Pull(c->ctx_.get(), &c->pull, &c->response_, done);
-        break;
-      case kPush:
-        stub->async()->Push(c->ctx_.get(), &c->push, &c->push_response_, done);
-        break;
-      case kPushPull:
-        c->response_.Clear();
-        stub->async()->PushPull(c->ctx_.get(), &c->push_pull, &c->response_, done);
-        break;
-    }
+    c->response_.Clear();
+    stub->UnaryCall(c->ctx_.get(), kMethods[c->kind_], grpc::StubOptions(), &c->request,
+                    &c->response_, done);
   }
 
   void set_launcher(std::shared_ptr<Launcher> launcher) { launcher_ = std::move(launcher); }
@@ -371,10 +337,11 @@ class RpcClient::Call {
     int64_t min_clock = std::numeric_limits<int64_t>::max();
     absl::Duration wait;
     if (status.ok() && kind_ != kPush) {
-      status = Scatter();
-      min_clock = response_.min_clock();
-      wait = absl::Microseconds(response_.wait_micros());
+      int64_t wait_micros = 0;
+      status = DecodePullResponse(&response_, ops_, dims_, pull_segments, &min_clock, &wait_micros);
+      wait = absl::Microseconds(wait_micros);
     }
+    response_.Clear();
     if (status.ok() && observer != nullptr) {
       if (pushed_keys_ > 0) observer->OnPushAccepted(pushed_keys_);
       if (pulled_keys_ > 0) observer->OnPullAnswered(pulled_keys_);
@@ -388,30 +355,6 @@ class RpcClient::Call {
     state_->Finish(status, min_clock, wait);
   }
 
-  absl::Status Scatter() {
-    if (response_.blocks_size() != static_cast<int>(pull_segments.size())) {
-      return absl::InternalError(absl::StrCat("server answered ", response_.blocks_size(),
-                                              " blocks for ", pull_segments.size()));
-    }
-    for (size_t j = 0; j < pull_segments.size(); ++j) {
-      const Segment& seg = pull_segments[j];
-      const size_t row = static_cast<size_t>(dims_[seg.op]);
-      const std::string& values = response_.blocks(j).values();
-      if (values.size() != seg.idx.size() * row * sizeof(float)) {
-        return absl::InternalError(absl::StrCat("server answered ", values.size(),
-                                                " bytes of values for ", seg.idx.size(),
-                                                " keys of dim ", row));
-      }
-      const float* src = reinterpret_cast<const float*>(values.data());
-      float* out = ops_[seg.op].out;
-      for (uint32_t i : seg.idx) {
-        std::memcpy(out + i * row, src, row * sizeof(float));
-        src += row;
-      }
-    }
-    return absl::OkStatus();
-  }
-
   RpcClient* const client_;
   const Kind kind_;
   const int server_;
@@ -422,8 +365,7 @@ class RpcClient::Call {
   absl::Mutex ctx_mu_;
   std::unique_ptr<grpc::ClientContext> ctx_;
   std::shared_ptr<Launcher> launcher_;  // set while parts of its server wait in the queue
-  v1::PullResponse response_;
-  v1::PushResponse push_response_;
+  grpc::ByteBuffer response_;
   int attempts_ = 0;
   int64_t pushed_keys_ = 0;
   int64_t pulled_keys_ = 0;
@@ -453,6 +395,7 @@ RpcClient::RpcClient(RpcClientOptions options, ShardMap map)
       next_request_id_(static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()))) {
   for (const std::string& address : map_.servers()) {
     std::vector<std::unique_ptr<v1::ParameterServer::Stub>> channels;
+    std::vector<std::unique_ptr<grpc::GenericStub>> data;
     for (int c = 0; c < options_.channels_per_server; ++c) {
       grpc::ChannelArguments args;
       args.SetMaxReceiveMessageSize(-1);
@@ -460,9 +403,12 @@ RpcClient::RpcClient(RpcClientOptions options, ShardMap map)
       // A distinct channel per index: separate TCP connections, not one shared subchannel.
       args.SetInt("ps.channel_index", c);
       args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-      channels.push_back(v1::ParameterServer::NewStub(DialChannel(address, args)));
+      std::shared_ptr<grpc::Channel> channel = DialChannel(address, args);
+      channels.push_back(v1::ParameterServer::NewStub(channel));
+      data.push_back(std::make_unique<grpc::GenericStub>(channel));
     }
     stubs_.push_back(std::move(channels));
+    data_stubs_.push_back(std::move(data));
   }
 }
 
@@ -472,8 +418,8 @@ RpcClient::~RpcClient() {
       +[](int* live) { return *live == 0; }, &live_calls_));
 }
 
-v1::ParameterServer::Stub* RpcClient::Stub(int server, size_t part) {
-  return stubs_[server][part % stubs_[server].size()].get();
+grpc::GenericStub* RpcClient::DataStub(int server, size_t part) {
+  return data_stubs_[server][part % data_stubs_[server].size()].get();
 }
 
 void RpcClient::CancelInFlight() {
@@ -544,11 +490,12 @@ RpcHandle FailedHandle(const absl::Status& s) {
 }  // namespace
 
 RpcHandle RpcClient::StartRequest(std::vector<std::shared_ptr<Call>> calls,
-                                  std::shared_ptr<RpcHandle::State> state, size_t window) {
+                                  std::shared_ptr<RpcHandle::State> state, size_t window,
+                                  int borrowed) {
   if (calls.empty()) return FailedHandle(absl::OkStatus());
   {
     absl::MutexLock l(&state->mu);
-    state->pending = static_cast<int>(calls.size());
+    state->pending = static_cast<int>(calls.size()) + borrowed;
   }
   Launch(std::move(calls), window);
   return RpcHandle(std::move(state));
@@ -575,6 +522,32 @@ void RpcClient::Launch(std::vector<std::shared_ptr<Call>> calls, size_t window) 
   for (auto& c : now) Call::Start(std::move(c));
 }
 
+namespace {
+int64_t NumKeys(const std::vector<KeySegment>& segments) {
+  int64_t n = 0;
+  for (const KeySegment& seg : segments) n += static_cast<int64_t>(seg.idx.size());
+  return n;
+}
+
+// Finishes one unit of `state` (counted in its pending parts) when gRPC lets go of the caller's
+// gradients that a request borrowed: the handle is not done before.
+std::function<void()> ReleaseUnit(const std::shared_ptr<RpcHandle::State>& state) {
+  return [state] {
+    state->Finish(absl::OkStatus(), std::numeric_limits<int64_t>::max(), absl::ZeroDuration());
+  };
+}
+}  // namespace
+
+RequestHeader RpcClient::Header(int64_t clock) {
+  RequestHeader h;
+  h.job_id = options_.job_id;
+  h.worker_id = options_.worker_id;
+  h.clock = clock;
+  h.shard_epoch = map_.epoch();
+  h.lr_scale = lr_scale_.load();
+  return h;
+}
+
 RpcHandle RpcClient::PullAsync(std::vector<TableOp> ops) {
   std::vector<int> dims;
   absl::Status s = ResolveDims(ops, &dims);
@@ -584,20 +557,19 @@ RpcHandle RpcClient::PullAsync(std::vector<TableOp> ops) {
   auto state = std::make_shared<RpcHandle::State>();
   state->observer = observer_.load();
   state->pull_clock = clock_.load();
+  const RequestHeader header = Header(clock_.load());
   for (int server = 0; server < static_cast<int>(parts.size()); ++server) {
     for (size_t p = 0; p < parts[server].size(); ++p) {
       auto call = std::make_shared<Call>(this, Call::kPull, server, p, state, ops, dims);
-      call->pull.set_job_id(options_.job_id);
-      call->pull.set_worker_id(options_.worker_id);
-      call->pull.set_clock(clock_.load());
-      call->pull.set_shard_epoch(map_.epoch());
-      call->set_num_keys(0, *Call::FillBlocks(ops, dims, parts[server][p].segments, false, false,
-                                              call->pull.mutable_blocks()));
+      wire::MessageBuilder b(nullptr);  // borrows nothing: keys are copied
+      EncodePullRequest(header, ops, dims, parts[server][p].segments, &b);
+      call->request = b.Finish();
+      call->set_num_keys(0, NumKeys(parts[server][p].segments));
       call->pull_segments = std::move(parts[server][p].segments);
       calls.push_back(std::move(call));
     }
   }
-  return StartRequest(std::move(calls), std::move(state), options_.max_parts_in_flight);
+  return StartRequest(std::move(calls), std::move(state), options_.max_parts_in_flight, 0);
 }
 
 RpcHandle RpcClient::PushAsync(std::vector<TableOp> ops) {
@@ -610,35 +582,37 @@ RpcHandle RpcClient::PushAsync(std::vector<TableOp> ops) {
           absl::StrCat("push to table ", op.table_id, " has no gradients")));
     }
   }
+  if (options_.reject_nonfinite) {
+    s = Call::CheckFinite(ops, dims);
+    if (!s.ok()) return FailedHandle(s);
+  }
   auto parts = Split(ops, dims, /*with_values=*/true);
   std::vector<std::shared_ptr<Call>> calls;
   auto state = std::make_shared<RpcHandle::State>();
   state->observer = observer_.load();
+  RequestHeader header = Header(clock_.load());
+  int borrowed = 0;
   for (int server = 0; server < static_cast<int>(parts.size()); ++server) {
     for (size_t p = 0; p < parts[server].size(); ++p) {
       auto call =
           std::make_shared<Call>(this, Call::kPush, server, p, state, std::vector<TableOp>(), dims);
-      v1::PushRequest& r = call->push;
-      r.set_job_id(options_.job_id);
-      r.set_worker_id(options_.worker_id);
-      r.set_request_id(next_request_id_++);
-      r.set_clock(clock_.load());
-      r.set_shard_epoch(map_.epoch());
-      r.set_lr_scale(lr_scale_.load());
-      auto pushed = Call::FillBlocks(ops, dims, parts[server][p].segments, true,
-                                     options_.reject_nonfinite, r.mutable_blocks());
-      if (!pushed.ok()) return FailedHandle(pushed.status());
-      call->set_num_keys(*pushed, 0);
+      header.request_id = next_request_id_++;
+      wire::MessageBuilder b(ReleaseUnit(state));
+      EncodePushRequest(header, ops, dims, parts[server][p].segments, &b);
+      borrowed += b.borrowed() ? 1 : 0;
+      call->request = b.Finish();
+      call->set_num_keys(NumKeys(parts[server][p].segments), 0);
       calls.push_back(std::move(call));
     }
   }
-  return StartRequest(std::move(calls), std::move(state), options_.max_parts_in_flight);
+  return StartRequest(std::move(calls), std::move(state), options_.max_parts_in_flight, borrowed);
 }
 
 RpcHandle RpcClient::PushPullAsync(std::vector<TableOp> push_ops, std::vector<TableOp> pull_ops) {
   std::vector<int> push_dims, pull_dims;
   absl::Status s = ResolveDims(push_ops, &push_dims);
   if (s.ok()) s = ResolveDims(pull_ops, &pull_dims);
+  if (s.ok() && options_.reject_nonfinite) s = Call::CheckFinite(push_ops, push_dims);
   if (!s.ok()) return FailedHandle(s);
   auto push_parts = Split(push_ops, push_dims, true);
   auto pull_parts = Split(pull_ops, pull_dims, false);
@@ -648,6 +622,9 @@ RpcHandle RpcClient::PushPullAsync(std::vector<TableOp> push_ops, std::vector<Ta
   auto state = std::make_shared<RpcHandle::State>();
   state->observer = observer_.load();
   state->pull_clock = pull_ops.empty() ? -1 : clock + 1;
+  RequestHeader header = Header(clock);
+  const std::vector<Segment> none;
+  int borrowed = 0;
   for (int server = 0; server < static_cast<int>(push_parts.size()); ++server) {
     // Every server hears of the clock: at least one part each.
     const size_t n =
@@ -655,29 +632,18 @@ RpcHandle RpcClient::PushPullAsync(std::vector<TableOp> push_ops, std::vector<Ta
     for (size_t p = 0; p < n; ++p) {
       auto call =
           std::make_shared<Call>(this, Call::kPushPull, server, p, state, pull_ops, pull_dims);
-      v1::PushPullRequest& r = call->push_pull;
-      v1::PushRequest* push = r.mutable_push();
-      push->set_job_id(options_.job_id);
-      push->set_worker_id(options_.worker_id);
-      push->set_request_id(next_request_id_++);
-      push->set_clock(clock);
-      push->set_shard_epoch(map_.epoch());
-      push->set_lr_scale(lr_scale_.load());
-      r.set_advance_clock(true);
-      r.set_clock_parts(static_cast<uint32_t>(n));
-      int64_t pushed = 0, pulled = 0;
-      if (p < push_parts[server].size()) {
-        auto filled = Call::FillBlocks(push_ops, push_dims, push_parts[server][p].segments, true,
-                                       options_.reject_nonfinite, push->mutable_blocks());
-        if (!filled.ok()) return FailedHandle(filled.status());
-        pushed = *filled;
-      }
+      const std::vector<Segment>& pushed =
+          p < push_parts[server].size() ? push_parts[server][p].segments : none;
       if (p < pull_parts[server].size()) {
-        pulled = *Call::FillBlocks(pull_ops, pull_dims, pull_parts[server][p].segments, false,
-                                   false, r.mutable_pull_blocks());
         call->pull_segments = std::move(pull_parts[server][p].segments);
       }
-      call->set_num_keys(pushed, pulled);
+      header.request_id = next_request_id_++;
+      wire::MessageBuilder b(ReleaseUnit(state));
+      EncodePushPullRequest(header, static_cast<uint32_t>(n), push_ops, push_dims, pushed, pull_ops,
+                            pull_dims, call->pull_segments, &b);
+      borrowed += b.borrowed() ? 1 : 0;
+      call->request = b.Finish();
+      call->set_num_keys(NumKeys(pushed), NumKeys(call->pull_segments));
       calls.push_back(std::move(call));
     }
   }
@@ -685,7 +651,7 @@ RpcHandle RpcClient::PushPullAsync(std::vector<TableOp> push_ops, std::vector<Ta
   // All parts at once: a PushPull part's pull may wait for the clock to advance, which needs
   // every part of this worker to have arrived.
   const size_t all = calls.size();
-  return StartRequest(std::move(calls), std::move(state), all);
+  return StartRequest(std::move(calls), std::move(state), all, borrowed);
 }
 
 absl::Status RpcClient::Clock() {

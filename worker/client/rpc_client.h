@@ -5,6 +5,8 @@
 #ifndef PS_WORKER_CLIENT_RPC_CLIENT_H_
 #define PS_WORKER_CLIENT_RPC_CLIENT_H_
 
+#include <grpcpp/generic/generic_stub.h>
+
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -20,6 +22,7 @@
 #include "common/grpc_status.h"
 #include "common/shard_map.h"
 #include "ps/v1/parameter_server.grpc.pb.h"
+#include "worker/client/request_codec.h"
 
 namespace ps {
 
@@ -156,15 +159,19 @@ class RpcClient {
   const ShardMap& shard_map() const { return map_; }
 
  private:
-  struct Segment;
+  using Segment = KeySegment;
   struct Part;
   struct Launcher;
   class Call;
   // Starts the calls of one request, at most `window` per server at a time.
   void Launch(std::vector<std::shared_ptr<Call>> calls, size_t window);
   // The handle of a request of `calls` (done at once, OK, when there are none), launched.
+  // `borrowed`: requests among them that borrow the caller's gradients; each counts as one more
+  // unit of the handle, finished when gRPC lets go of them.
   RpcHandle StartRequest(std::vector<std::shared_ptr<Call>> calls,
-                         std::shared_ptr<RpcHandle::State> state, size_t window);
+                         std::shared_ptr<RpcHandle::State> state, size_t window, int borrowed);
+  // The header of a request at `clock` (request_id left 0).
+  RequestHeader Header(int64_t clock);
   explicit RpcClient(RpcClientOptions options, ShardMap map);
 
   // Returns dims for the ops' tables, describing unknown ones.
@@ -172,11 +179,13 @@ class RpcClient {
   // Groups keys by owning server and cuts them into parts of at most max_part_bytes.
   std::vector<std::vector<Part>> Split(const std::vector<TableOp>& ops,
                                        const std::vector<int>& dims, bool with_values) const;
-  v1::ParameterServer::Stub* Stub(int server, size_t part);
+  // The channel of `part` to `server`, for the data-plane calls (hand-encoded messages).
+  grpc::GenericStub* DataStub(int server, size_t part);
 
   const RpcClientOptions options_;
   const ShardMap map_;
   std::vector<std::vector<std::unique_ptr<v1::ParameterServer::Stub>>> stubs_;  // [server][channel]
+  std::vector<std::vector<std::unique_ptr<grpc::GenericStub>>> data_stubs_;     // the same channels
   // Calls in flight. The destructor waits for them: destroying a channel while one of its
   // callbacks still runs (and then frees its ClientContext) corrupts gRPC's call refcounts.
   absl::Mutex calls_mu_;

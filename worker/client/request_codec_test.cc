@@ -1,0 +1,223 @@
+// The hand-encoded data-plane messages are the protobuf messages of parameter_server.proto:
+// what we encode parses with protobuf, what protobuf serializes we decode, however gRPC cuts it
+// into slices; malformed answers are errors, never reads past the buffer.
+#include "worker/client/request_codec.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "ps/v1/parameter_server.pb.h"
+#include "worker/client/rpc_client.h"
+
+namespace ps {
+namespace {
+
+std::string Flatten(grpc::ByteBuffer* buffer) {
+  std::vector<grpc::Slice> slices;
+  EXPECT_TRUE(buffer->Dump(&slices).ok());
+  std::string s;
+  for (const auto& slice : slices)
+    s.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  return s;
+}
+
+// `bytes` as a ByteBuffer of pieces of `piece` bytes (the last shorter).
+grpc::ByteBuffer Pieces(const std::string& bytes, size_t piece) {
+  std::vector<grpc::Slice> slices;
+  for (size_t at = 0; at < bytes.size(); at += piece) {
+    slices.emplace_back(bytes.data() + at, std::min(piece, bytes.size() - at));
+  }
+  return grpc::ByteBuffer(slices.data(), slices.size());
+}
+
+RequestHeader Header() {
+  RequestHeader h;
+  h.job_id = "job-7";
+  h.worker_id = 3;
+  h.request_id = 1ull << 40;
+  h.clock = -1;  // negative int64: ten bytes on the wire
+  h.shard_epoch = 9;
+  h.lr_scale = 0.5f;
+  return h;
+}
+
+struct Fixture {
+  // Two tables: dim 1024 (4 KiB rows: borrowed) and dim 3 (12-byte rows: copied).
+  std::vector<uint64_t> keys0{5, 6, 7, 9}, keys1{100, 2, 300};
+  std::vector<float> grads0 = Iota(4 * 1024, 0.5f), grads1 = Iota(3 * 3, -4.0f);
+  std::vector<TableOp> ops;
+  std::vector<int> dims{1024, 3};
+  // Part: keys 0,1,3 of op 0 (runs 0-1 and 3) and keys 2,0 of op 1.
+  std::vector<KeySegment> segments{{0, {0, 1, 3}}, {1, {2, 0}}};
+
+  static std::vector<float> Iota(size_t n, float first) {
+    std::vector<float> v(n);
+    std::iota(v.begin(), v.end(), first);
+    return v;
+  }
+  Fixture() {
+    ops.push_back(TableOp{1, keys0, grads0.data(), nullptr});
+    ops.push_back(TableOp{2, keys1, grads1.data(), nullptr});
+  }
+  void ExpectBlocks(const google::protobuf::RepeatedPtrField<v1::KeyBlock>& blocks,
+                    bool with_values) const {
+    ASSERT_EQ(blocks.size(), 2);
+    for (int j = 0; j < 2; ++j) {
+      const KeySegment& seg = segments[j];
+      const TableOp& op = ops[seg.op];
+      EXPECT_EQ(blocks[j].table_id(), op.table_id);
+      std::string keys, values;
+      for (uint32_t i : seg.idx) {
+        keys.append(reinterpret_cast<const char*>(&op.keys[i]), 8);
+        values.append(reinterpret_cast<const char*>(op.grads + i * dims[seg.op]),
+                      dims[seg.op] * sizeof(float));
+      }
+      EXPECT_EQ(blocks[j].keys(), keys);
+      EXPECT_EQ(blocks[j].values(), with_values ? values : "");
+    }
+  }
+};
+
+TEST(RequestCodecTest, PushRequestParsesWithProtobufAndBorrowsLargeRuns) {
+  Fixture f;
+  std::atomic<int> released{0};
+  v1::PushRequest parsed;
+  {
+    grpc::ByteBuffer buffer;
+    {
+      wire::MessageBuilder b([&] { released++; });
+      EncodePushRequest(Header(), f.ops, f.dims, f.segments, &b);
+      EXPECT_TRUE(b.borrowed());  // the 8 KiB and 4 KiB runs of table 1
+      buffer = b.Finish();
+    }
+    EXPECT_EQ(released.load(), 0);  // the buffer still points at the gradients
+    ASSERT_TRUE(parsed.ParseFromString(Flatten(&buffer)));
+    // gRPC sends the caller's memory: a change before the send would be sent.
+    EXPECT_EQ(released.load(), 0);
+  }
+  EXPECT_EQ(released.load(), 1);
+  EXPECT_EQ(parsed.job_id(), "job-7");
+  EXPECT_EQ(parsed.worker_id(), 3u);
+  EXPECT_EQ(parsed.request_id(), 1ull << 40);
+  EXPECT_EQ(parsed.clock(), -1);
+  EXPECT_EQ(parsed.shard_epoch(), 9u);
+  EXPECT_EQ(parsed.lr_scale(), 0.5f);
+  f.ExpectBlocks(parsed.blocks(), /*with_values=*/true);
+}
+
+TEST(RequestCodecTest, PullAndPushPullRequestsParseWithProtobuf) {
+  Fixture f;
+  wire::MessageBuilder pull_builder(nullptr);
+  EncodePullRequest(Header(), f.ops, f.dims, f.segments, &pull_builder);
+  EXPECT_FALSE(pull_builder.borrowed());
+  grpc::ByteBuffer pull_buffer = pull_builder.Finish();
+  v1::PullRequest pull;
+  ASSERT_TRUE(pull.ParseFromString(Flatten(&pull_buffer)));
+  EXPECT_EQ(pull.job_id(), "job-7");
+  EXPECT_EQ(pull.worker_id(), 3u);
+  EXPECT_EQ(pull.clock(), -1);
+  EXPECT_EQ(pull.shard_epoch(), 9u);
+  f.ExpectBlocks(pull.blocks(), /*with_values=*/false);
+
+  wire::MessageBuilder b([] {});
+  EncodePushPullRequest(Header(), 4, f.ops, f.dims, f.segments, f.ops, f.dims, f.segments, &b);
+  grpc::ByteBuffer buffer = b.Finish();
+  v1::PushPullRequest pp;
+  ASSERT_TRUE(pp.ParseFromString(Flatten(&buffer)));
+  EXPECT_TRUE(pp.advance_clock());
+  EXPECT_EQ(pp.clock_parts(), 4u);
+  EXPECT_EQ(pp.push().request_id(), 1ull << 40);
+  EXPECT_EQ(pp.push().lr_scale(), 0.5f);
+  f.ExpectBlocks(pp.push().blocks(), /*with_values=*/true);
+  f.ExpectBlocks(pp.pull_blocks(), /*with_values=*/false);
+}
+
+v1::PullResponse Answer(const Fixture& f) {
+  v1::PullResponse r;
+  for (const KeySegment& seg : f.segments) {
+    v1::KeyBlock* b = r.add_blocks();
+    b->set_table_id(f.ops[seg.op].table_id);
+    for (uint32_t i : seg.idx) {
+      for (int d = 0; d < f.dims[seg.op]; ++d) {
+        const float v = 1000.0f * seg.op + 10.0f * i + 0.001f * d;
+        b->mutable_values()->append(reinterpret_cast<const char*>(&v), 4);
+      }
+    }
+  }
+  r.set_min_clock(-5);
+  r.set_wait_micros(1234);
+  return r;
+}
+
+TEST(RequestCodecTest, PullAnswersAreCopiedIntoTheCallersRowsHoweverTheyAreSliced) {
+  Fixture f;
+  const std::string bytes = Answer(f).SerializeAsString();
+  for (size_t piece : {size_t{1}, size_t{3}, size_t{7}, size_t{4096}, bytes.size()}) {
+    std::vector<float> out0(4 * 1024, -1.0f), out1(3 * 3, -1.0f);
+    std::vector<TableOp> ops = f.ops;
+    ops[0].out = out0.data();
+    ops[1].out = out1.data();
+    grpc::ByteBuffer buffer = Pieces(bytes, piece);
+    int64_t min_clock = 0, wait = 0;
+    ASSERT_TRUE(DecodePullResponse(&buffer, ops, f.dims, f.segments, &min_clock, &wait).ok())
+        << piece;
+    EXPECT_EQ(min_clock, -5);
+    EXPECT_EQ(wait, 1234);
+    for (const KeySegment& seg : f.segments) {
+      float* out = seg.op == 0 ? out0.data() : out1.data();
+      for (uint32_t i : seg.idx) {
+        for (int d = 0; d < f.dims[seg.op]; ++d) {
+          ASSERT_EQ(out[i * f.dims[seg.op] + d], 1000.0f * seg.op + 10.0f * i + 0.001f * d);
+        }
+      }
+    }
+    EXPECT_EQ(out0[2 * 1024], -1.0f);  // key index 2 of table 1 was not asked: untouched
+    EXPECT_EQ(out1[1 * 3], -1.0f);
+  }
+}
+
+TEST(RequestCodecTest, MalformedOrMismatchedAnswersAreInternalErrors) {
+  Fixture f;
+  std::vector<float> out0(4 * 1024), out1(3 * 3);
+  std::vector<TableOp> ops = f.ops;
+  ops[0].out = out0.data();
+  ops[1].out = out1.data();
+  auto decode = [&](const std::string& bytes) {
+    grpc::ByteBuffer buffer = Pieces(bytes, 5);
+    int64_t min_clock, wait;
+    return DecodePullResponse(&buffer, ops, f.dims, f.segments, &min_clock, &wait);
+  };
+  const v1::PullResponse good = Answer(f);
+  ASSERT_TRUE(decode(good.SerializeAsString()).ok());
+
+  const std::string bytes = good.SerializeAsString();
+  // Every truncation is an error (never a read past the end).
+  for (size_t n = 0; n < bytes.size(); n += 97) {
+    EXPECT_EQ(decode(bytes.substr(0, n)).code(), absl::StatusCode::kInternal) << n;
+  }
+  v1::PullResponse fewer = good;
+  fewer.mutable_blocks()->RemoveLast();
+  EXPECT_EQ(decode(fewer.SerializeAsString()).code(), absl::StatusCode::kInternal);
+  v1::PullResponse more = good;
+  *more.add_blocks() = good.blocks(1);
+  EXPECT_EQ(decode(more.SerializeAsString()).code(), absl::StatusCode::kInternal);
+  v1::PullResponse short_values = good;
+  short_values.mutable_blocks(1)->mutable_values()->resize(8);
+  EXPECT_EQ(decode(short_values.SerializeAsString()).code(), absl::StatusCode::kInternal);
+  // Garbage: a tag of field 0, an end-group wire type, a varint of eleven bytes.
+  EXPECT_FALSE(decode(std::string("\x00\x01", 2)).ok());
+  EXPECT_FALSE(decode("\x0c").ok());
+  EXPECT_FALSE(decode(std::string(11, '\xff')).ok());
+  // A length that runs past the message.
+  EXPECT_FALSE(decode("\x0a\xff\xff\x03").ok());
+  // Unknown fields are skipped, as protobuf does.
+  std::string extended = good.SerializeAsString() + std::string("\xa0\x06\x07", 3);
+  EXPECT_TRUE(decode(extended).ok());
+}
+
+}  // namespace
+}  // namespace ps
