@@ -1,6 +1,8 @@
 #include "server/parameter_service.h"
 
 #include <glog/logging.h>
+#include <grpcpp/impl/codegen/proto_utils.h>
+#include <grpcpp/support/method_handler.h>
 
 #include <algorithm>
 #include <cmath>
@@ -11,6 +13,7 @@
 #include "common/printable.h"
 #include "common/shard_map.h"
 #include "common/status_macros.h"
+#include "common/wire.h"
 #include "server/reject_reason.h"
 
 namespace ps {
@@ -18,6 +21,68 @@ namespace {
 
 // Longest an AwaitCheckpoint call waits (for callers that set no deadline).
 constexpr absl::Duration kMaxAwait = absl::Minutes(30);
+
+// Method indexes in the generated service (the order of ps.v1.ParameterServer's rpcs).
+constexpr int kPullMethod = 3, kPushPullMethod = 5;
+
+// A PullResponse whose rows are copied from the store straight into one outgoing slice: blocks
+// (table_id, values), then min_clock and wait_micros, as protobuf writes them.
+absl::StatusOr<grpc::ByteBuffer> WritePullAnswer(
+    TableStore* store, const google::protobuf::RepeatedPtrField<v1::KeyBlock>& blocks,
+    absl::Span<const TableStore::BlockView> views, int64_t min_clock, int64_t wait_micros) {
+  std::vector<size_t> block_sizes(views.size());
+  size_t total = wire::VarintFieldSize(2, static_cast<uint64_t>(min_clock)) +
+                 wire::VarintFieldSize(3, static_cast<uint64_t>(wait_micros));
+  for (size_t i = 0; i < views.size(); ++i) {
+    const size_t values = views[i].keys.size() * views[i].table->dim * sizeof(float);
+    block_sizes[i] = wire::VarintFieldSize(1, blocks[i].table_id()) +
+                     (values == 0 ? 0 : wire::LengthFieldSize(3, values));
+    total += wire::LengthFieldSize(1, block_sizes[i]);
+  }
+  grpc::Slice slice(total);  // uninitialized
+  char* const begin = reinterpret_cast<char*>(const_cast<uint8_t*>(slice.begin()));
+  char* p = begin;
+  for (size_t i = 0; i < views.size(); ++i) {
+    const size_t values = views[i].keys.size() * views[i].table->dim * sizeof(float);
+    p = wire::EncodeVarint((1 << 3) | wire::kLengthDelimited, p);
+    p = wire::EncodeVarint(block_sizes[i], p);
+    if (blocks[i].table_id() != 0) {
+      p = wire::EncodeVarint((1 << 3) | wire::kVarint, p);
+      p = wire::EncodeVarint(blocks[i].table_id(), p);
+    }
+    if (values == 0) continue;
+    p = wire::EncodeVarint((3 << 3) | wire::kLengthDelimited, p);
+    p = wire::EncodeVarint(values, p);
+    PS_RETURN_IF_ERROR(store->Pull(views[i], p));
+    p += values;
+  }
+  if (min_clock != 0) {
+    p = wire::EncodeVarint((2 << 3) | wire::kVarint, p);
+    p = wire::EncodeVarint(static_cast<uint64_t>(min_clock), p);
+  }
+  if (wait_micros != 0) {
+    p = wire::EncodeVarint((3 << 3) | wire::kVarint, p);
+    p = wire::EncodeVarint(static_cast<uint64_t>(wait_micros), p);
+  }
+  CHECK_EQ(static_cast<size_t>(p - begin), total);  // a sizing bug of ours, not input
+  return grpc::ByteBuffer(&slice, 1);
+}
+
+// Reads the one request message of a streamed unary call into `req`.
+template <typename Request>
+absl::Status ReadRequest(grpc::ServerUnaryStreamer<grpc::ByteBuffer, grpc::ByteBuffer>* stream,
+                         Request* req, size_t* bytes) {
+  grpc::ByteBuffer in;
+  if (!stream->Read(&in)) return absl::CancelledError("the request never arrived");
+  *bytes = in.Length();
+  grpc::Status s = grpc::SerializationTraits<Request>::Deserialize(&in, req);
+  if (!s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("malformed ", req->GetTypeName(), " (", *bytes,
+                     " bytes): not the protobuf encoding of that message"));
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace
 
@@ -30,7 +95,17 @@ ParameterService::ParameterService(TableStore* store, absl::Duration max_pull_wa
         store->ApplyAccumulated(job_id, from, to);
       }),
       restorer_(store, &gate_, metrics, checkpoints.roots),
-      checkpointer_(store, std::move(checkpoints), metrics) {}
+      checkpointer_(store, std::move(checkpoints), metrics) {
+  MarkMethodStreamed(
+      kPullMethod,
+      new grpc::internal::StreamedUnaryHandler<grpc::ByteBuffer, grpc::ByteBuffer>(
+          [this](grpc::ServerContext* ctx, RawStream* stream) { return PullRaw(ctx, stream); }));
+  MarkMethodStreamed(kPushPullMethod,
+                     new grpc::internal::StreamedUnaryHandler<grpc::ByteBuffer, grpc::ByteBuffer>(
+                         [this](grpc::ServerContext* ctx, RawStream* stream) {
+                           return PushPullRaw(ctx, stream);
+                         }));
+}
 
 void ParameterService::Shutdown() {
   gate_.Shutdown();
@@ -55,6 +130,15 @@ grpc::Status ParameterService::Finish(ServerMethod method, absl::Time start,
   if (metrics_ != nullptr) {
     metrics_->RecordRequest(method, status, req.ByteSizeLong(),
                             status.ok() ? resp.ByteSizeLong() : 0, absl::Now() - start);
+  }
+  return ToGrpcStatus(status);
+}
+
+grpc::Status ParameterService::FinishRaw(ServerMethod method, absl::Time start, size_t req_bytes,
+                                         size_t resp_bytes, const absl::Status& status) const {
+  if (metrics_ != nullptr) {
+    metrics_->RecordRequest(method, status, req_bytes, status.ok() ? resp_bytes : 0,
+                            absl::Now() - start);
   }
   return ToGrpcStatus(status);
 }
@@ -168,7 +252,7 @@ absl::Status ParameterService::ApplyPush(const v1::PushRequest& req, ServerMetri
 absl::Status ParameterService::DoPull(
     const std::string& job_id, int64_t clock,
     const google::protobuf::RepeatedPtrField<v1::KeyBlock>& blocks, absl::Time deadline,
-    v1::PullResponse* resp) {
+    v1::PullResponse* resp, grpc::ByteBuffer* raw) {
   const std::shared_ptr<ServerMetrics::Job> job =
       metrics_ == nullptr ? nullptr : metrics_->FindJob(job_id);
   std::vector<TableStore::BlockView> views(blocks.size());
@@ -181,14 +265,20 @@ absl::Status ParameterService::DoPull(
       ConsistencyGate::PullTicket ticket,
       gate_.WaitForPull(job_id, clock, deadline, job == nullptr ? nullptr : job->waiting_pulls));
   size_t keys = 0;
-  for (int i = 0; i < blocks.size(); ++i) {
-    v1::KeyBlock* out = resp->add_blocks();
-    out->set_table_id(blocks[i].table_id());
-    PS_RETURN_IF_ERROR(store_->Pull(views[i], out->mutable_values()));
-    keys += views[i].keys.size();
+  for (const auto& view : views) keys += view.keys.size();
+  const int64_t wait_micros = absl::ToInt64Microseconds(ticket.waited);
+  if (raw != nullptr) {
+    PS_ASSIGN_OR_RETURN(*raw,
+                        WritePullAnswer(store_, blocks, views, ticket.min_clock, wait_micros));
+  } else {
+    for (int i = 0; i < blocks.size(); ++i) {
+      v1::KeyBlock* out = resp->add_blocks();
+      out->set_table_id(blocks[i].table_id());
+      PS_RETURN_IF_ERROR(store_->Pull(views[i], out->mutable_values()));
+    }
+    resp->set_min_clock(ticket.min_clock);
+    resp->set_wait_micros(wait_micros);
   }
-  resp->set_min_clock(ticket.min_clock);
-  resp->set_wait_micros(absl::ToInt64Microseconds(ticket.waited));
   if (job != nullptr) {
     job->pull_wait->Observe(absl::ToDoubleSeconds(ticket.waited));
     job->pulled_keys->Increment(static_cast<double>(keys));
@@ -217,7 +307,7 @@ grpc::Status ParameterService::Push(grpc::ServerContext* ctx, const v1::PushRequ
 }
 
 absl::Status ParameterService::DoPushPull(const v1::PushPullRequest& req, absl::Time deadline,
-                                          v1::PullResponse* resp) {
+                                          v1::PullResponse* resp, grpc::ByteBuffer* raw) {
   const v1::PushRequest& push = req.push();
   PS_RETURN_IF_ERROR(CheckJob(push.job_id()));
   // Before anything else: a retried (duplicate) push skips the clock checks, and the pull's
@@ -240,7 +330,7 @@ absl::Status ParameterService::DoPushPull(const v1::PushPullRequest& req, absl::
       }
     }
   }
-  return DoPull(push.job_id(), pull_clock, req.pull_blocks(), deadline, resp);
+  return DoPull(push.job_id(), pull_clock, req.pull_blocks(), deadline, resp, raw);
 }
 
 grpc::Status ParameterService::PushPull(grpc::ServerContext* ctx, const v1::PushPullRequest* req,
@@ -249,6 +339,34 @@ grpc::Status ParameterService::PushPull(grpc::ServerContext* ctx, const v1::Push
   const absl::Time start = absl::Now();
   return Finish(ServerMethod::kPushPull, start, *req, *resp,
                 DoPushPull(*req, PullDeadline(ctx), resp));
+}
+
+grpc::Status ParameterService::PullRaw(grpc::ServerContext* ctx, RawStream* stream) {
+  PS_AUTHORIZE(authorizer_.get(), ctx, Access::kNode);
+  const absl::Time start = absl::Now();
+  v1::PullRequest req;
+  size_t req_bytes = 0;
+  grpc::ByteBuffer answer;
+  absl::Status s = ReadRequest(stream, &req, &req_bytes);
+  if (s.ok()) s = CheckJob(req.job_id());
+  if (s.ok()) s = store_->CheckShardEpoch(req.job_id(), req.shard_epoch());
+  if (s.ok()) {
+    s = DoPull(req.job_id(), req.clock(), req.blocks(), PullDeadline(ctx), nullptr, &answer);
+  }
+  if (s.ok() && !stream->Write(answer)) s = absl::CancelledError("the client went away");
+  return FinishRaw(ServerMethod::kPull, start, req_bytes, answer.Length(), s);
+}
+
+grpc::Status ParameterService::PushPullRaw(grpc::ServerContext* ctx, RawStream* stream) {
+  PS_AUTHORIZE(authorizer_.get(), ctx, Access::kNode);
+  const absl::Time start = absl::Now();
+  v1::PushPullRequest req;
+  size_t req_bytes = 0;
+  grpc::ByteBuffer answer;
+  absl::Status s = ReadRequest(stream, &req, &req_bytes);
+  if (s.ok()) s = DoPushPull(req, PullDeadline(ctx), nullptr, &answer);
+  if (s.ok() && !stream->Write(answer)) s = absl::CancelledError("the client went away");
+  return FinishRaw(ServerMethod::kPushPull, start, req_bytes, answer.Length(), s);
 }
 
 grpc::Status ParameterService::Clock(grpc::ServerContext* ctx, const v1::ClockRequest* req,

@@ -2,6 +2,9 @@
 #ifndef PS_SERVER_PARAMETER_SERVICE_H_
 #define PS_SERVER_PARAMETER_SERVICE_H_
 
+#include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/sync_stream.h>
+
 #include <memory>
 #include <string>
 
@@ -62,11 +65,13 @@ class ParameterService final : public v1::ParameterServer::Service {
   grpc::Status DropJob(grpc::ServerContext* ctx, const v1::DropJobRequest* req,
                        v1::DropJobResponse* resp) override;
 
-  // The library calls behind the handlers (usable without gRPC).
+  // The library calls behind the handlers (usable without gRPC). With `raw`, DoPull and
+  // DoPushPull write the answer there (the bytes of a PullResponse, rows copied straight into
+  // the outgoing buffer) and leave `resp` alone.
   absl::Status DoPush(const v1::PushRequest& req, bool* duplicate);
   absl::Status DoPull(const std::string& job_id, int64_t clock,
                       const google::protobuf::RepeatedPtrField<v1::KeyBlock>& blocks,
-                      absl::Time deadline, v1::PullResponse* resp);
+                      absl::Time deadline, v1::PullResponse* resp, grpc::ByteBuffer* raw = nullptr);
 
  private:
   std::shared_ptr<const Authorizer> authorizer_;
@@ -77,7 +82,16 @@ class ParameterService final : public v1::ParameterServer::Service {
   absl::Status ApplyPush(const v1::PushRequest& req, ServerMetrics::Job* job, bool* duplicate);
   absl::Status DoConfigureJob(const v1::ConfigureJobRequest& req, v1::ConfigureJobResponse* resp);
   absl::Status DoPushPull(const v1::PushPullRequest& req, absl::Time deadline,
-                          v1::PullResponse* resp);
+                          v1::PullResponse* resp, grpc::ByteBuffer* raw = nullptr);
+  // What gRPC calls for Pull and PushPull (registered as streamed unary methods): the request
+  // parsed by protobuf, the answer built in the outgoing buffer (DoPull's `raw`). A client sees
+  // plain unary calls and the same bytes.
+  using RawStream = grpc::ServerUnaryStreamer<grpc::ByteBuffer, grpc::ByteBuffer>;
+  grpc::Status PullRaw(grpc::ServerContext* ctx, RawStream* stream);
+  grpc::Status PushPullRaw(grpc::ServerContext* ctx, RawStream* stream);
+  // Finish for the raw handlers: request and answer sizes in bytes.
+  grpc::Status FinishRaw(ServerMethod method, absl::Time start, size_t req_bytes, size_t resp_bytes,
+                         const absl::Status& status) const;
   absl::Status DoCheckpoint(const v1::CheckpointRequest& req, v1::CheckpointResponse* resp);
   absl::Status DoRestore(const v1::RestoreRequest& req, absl::Time deadline,
                          v1::RestoreResponse* resp);

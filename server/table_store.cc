@@ -508,6 +508,20 @@ absl::Status TableStore::Pull(const BlockView& view, std::string* out) {
   return absl::OkStatus();
 }
 
+absl::Status TableStore::Pull(const BlockView& view, char* out) {
+  const Table& t = *view.table;
+  const size_t row_bytes = t.dim * sizeof(float);
+  for (uint64_t key : view.keys) {
+    Slot& slot = slots_[SlotOf(t.spec.table_id(), key)];
+    absl::MutexLock l(&slot.mu);
+    const Row* row = RowFor(slot, t, key);
+    if (row == nullptr) return TableDroppedError(t);
+    std::memcpy(out, row->data.get(), row_bytes);
+    out += row_bytes;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status TableStore::Apply(const BlockView& view, float lr_scale) {
   const Table& t = *view.table;
   const float* grad = view.values.data();

@@ -125,6 +125,8 @@ class TableStore {
   // Writes the keys' values (dim floats each, in key order) to `out`; creates missing sparse rows.
   // FAILED_PRECONDITION if the table was dropped meanwhile (DropJob).
   absl::Status Pull(const BlockView& view, std::string* out);
+  // The same into `out`, which has room for keys x dim floats (an outgoing gRPC buffer).
+  absl::Status Pull(const BlockView& view, char* out);
   // Applies the gradients now (async / ssp), the learning rate multiplied by `lr_scale`.
   // FAILED_PRECONDITION if the table was dropped meanwhile (the rows left were dropped too).
   absl::Status Apply(const BlockView& view, float lr_scale = 1.0f);
