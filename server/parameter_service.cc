@@ -353,7 +353,10 @@ grpc::Status ParameterService::PullRaw(grpc::ServerContext* ctx, RawStream* stre
   if (s.ok()) {
     s = DoPull(req.job_id(), req.clock(), req.blocks(), PullDeadline(ctx), nullptr, &answer);
   }
-  if (s.ok() && !stream->Write(answer)) s = absl::CancelledError("the client went away");
+  // Last message: sent with the status, no wait in between.
+  if (s.ok() && !stream->Write(answer, grpc::WriteOptions().set_last_message())) {
+    s = absl::CancelledError("the client went away");
+  }
   return FinishRaw(ServerMethod::kPull, start, req_bytes, answer.Length(), s);
 }
 
@@ -365,7 +368,10 @@ grpc::Status ParameterService::PushPullRaw(grpc::ServerContext* ctx, RawStream* 
   grpc::ByteBuffer answer;
   absl::Status s = ReadRequest(stream, &req, &req_bytes);
   if (s.ok()) s = DoPushPull(req, PullDeadline(ctx), nullptr, &answer);
-  if (s.ok() && !stream->Write(answer)) s = absl::CancelledError("the client went away");
+  // Last message: sent with the status, no wait in between.
+  if (s.ok() && !stream->Write(answer, grpc::WriteOptions().set_last_message())) {
+    s = absl::CancelledError("the client went away");
+  }
   return FinishRaw(ServerMethod::kPushPull, start, req_bytes, answer.Length(), s);
 }
 

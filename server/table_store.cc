@@ -33,6 +33,41 @@ absl::Status TableDroppedError(const TableStore::Table& t) {
                       "' was dropped from this server while the request ran (the job ended)")));
 }
 
+// Calls fn(slot, i) for every key i of `keys` while holding the lock of the key's slot. Keys of
+// one slot are visited under one lock (counting-sorted by slot first; a pull of 4096 random keys
+// locks each of the 1024 slots once instead of 4096 times), in their order within the slot. fn
+// starts with slot.mu.AssertHeld() (for clang's lock analysis). Stops at fn's first error.
+template <typename SlotT, typename Fn>
+absl::Status ForEachKeyBySlot(SlotT* slots, uint32_t table_id, absl::Span<const uint64_t> keys,
+                              Fn fn) {
+  constexpr size_t kGroupFrom = 64;  // fewer keys: one lock each (sorting costs more)
+  if (keys.size() < kGroupFrom) {
+    for (uint32_t i = 0; i < keys.size(); ++i) {
+      SlotT& slot = slots[SlotOf(table_id, keys[i])];
+      absl::MutexLock l(&slot.mu);
+      PS_RETURN_IF_ERROR(fn(slot, i));
+    }
+    return absl::OkStatus();
+  }
+  std::vector<uint32_t> slot_of(keys.size());
+  std::vector<uint32_t> start(kNumSlots + 1, 0);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    slot_of[i] = SlotOf(table_id, keys[i]);
+    ++start[slot_of[i] + 1];
+  }
+  for (uint32_t s = 0; s < kNumSlots; ++s) start[s + 1] += start[s];
+  std::vector<uint32_t> order(keys.size());
+  std::vector<uint32_t> next(start.begin(), start.end() - 1);
+  for (uint32_t i = 0; i < keys.size(); ++i) order[next[slot_of[i]]++] = i;
+  for (uint32_t s = 0; s < kNumSlots; ++s) {
+    if (start[s] == start[s + 1]) continue;
+    SlotT& slot = slots[s];
+    absl::MutexLock l(&slot.mu);
+    for (uint32_t j = start[s]; j < start[s + 1]; ++j) PS_RETURN_IF_ERROR(fn(slot, order[j]));
+  }
+  return absl::OkStatus();
+}
+
 // Erases the summed gradients (of every clock) of the rows whose table id passes `of_tables`
 // from a slot's pending map (clock -> (table id, key) -> sum), and the clocks left empty.
 template <typename PendingMap, typename Pred>
@@ -419,13 +454,13 @@ absl::Status TableStore::CheckNewRows(absl::Span<const BlockView> views) const {
   const std::string& job_id = views[0].table->spec.job_id();
   uint64_t held = JobBytes(job_id);
   for (const BlockView& v : views) {
-    const RowKey probe{v.table->spec.table_id(), 0};
+    const uint32_t table_id = v.table->spec.table_id();
     uint64_t missing = 0;
-    for (uint64_t key : v.keys) {
-      Slot& slot = slots_[SlotOf(probe.first, key)];
-      absl::MutexLock l(&slot.mu);
-      missing += !slot.rows.contains(RowKey{probe.first, key});
-    }
+    ForEachKeyBySlot(slots_.get(), table_id, v.keys, [&](Slot& slot, uint32_t i) {
+      slot.mu.AssertHeld();
+      missing += !slot.rows.contains(RowKey{table_id, v.keys[i]});
+      return absl::OkStatus();
+    }).IgnoreError();
     held += missing * static_cast<uint64_t>(v.table->row_floats) * sizeof(float);
     if (missing > 0 && held > options_.max_job_bytes) {
       return Rejected(
@@ -491,49 +526,34 @@ void TableStore::ApplyToRow(const Table& table, const float* grad, float lr_scal
 }
 
 absl::Status TableStore::Pull(const BlockView& view, std::string* out) {
-  const Table& t = *view.table;
-  const size_t row_bytes = t.dim * sizeof(float);
-  out->clear();
-  out->reserve(view.keys.size() * row_bytes);  // append, not resize: no zero-fill pass
-  for (uint64_t key : view.keys) {
-    Slot& slot = slots_[SlotOf(t.spec.table_id(), key)];
-    absl::MutexLock l(&slot.mu);
-    const Row* row = RowFor(slot, t, key);
-    if (row == nullptr) {
-      out->clear();
-      return TableDroppedError(t);
-    }
-    out->append(reinterpret_cast<const char*>(row->data.get()), row_bytes);
-  }
-  return absl::OkStatus();
+  out->resize(view.keys.size() * view.table->dim * sizeof(float));
+  absl::Status s = Pull(view, out->data());
+  if (!s.ok()) out->clear();
+  return s;
 }
 
 absl::Status TableStore::Pull(const BlockView& view, char* out) {
   const Table& t = *view.table;
   const size_t row_bytes = t.dim * sizeof(float);
-  for (uint64_t key : view.keys) {
-    Slot& slot = slots_[SlotOf(t.spec.table_id(), key)];
-    absl::MutexLock l(&slot.mu);
-    const Row* row = RowFor(slot, t, key);
+  return ForEachKeyBySlot(slots_.get(), t.spec.table_id(), view.keys, [&](Slot& slot, uint32_t i) {
+    slot.mu.AssertHeld();
+    const Row* row = RowFor(slot, t, view.keys[i]);
     if (row == nullptr) return TableDroppedError(t);
-    std::memcpy(out, row->data.get(), row_bytes);
-    out += row_bytes;
-  }
-  return absl::OkStatus();
+    std::memcpy(out + i * row_bytes, row->data.get(), row_bytes);
+    return absl::OkStatus();
+  });
 }
 
 absl::Status TableStore::Apply(const BlockView& view, float lr_scale) {
   const Table& t = *view.table;
   const float* grad = view.values.data();
-  for (uint64_t key : view.keys) {
-    Slot& slot = slots_[SlotOf(t.spec.table_id(), key)];
-    absl::MutexLock l(&slot.mu);
-    Row* row = RowFor(slot, t, key);
+  return ForEachKeyBySlot(slots_.get(), t.spec.table_id(), view.keys, [&](Slot& slot, uint32_t i) {
+    slot.mu.AssertHeld();
+    Row* row = RowFor(slot, t, view.keys[i]);
     if (row == nullptr) return TableDroppedError(t);
-    ApplyToRow(t, grad, lr_scale, *row);
-    grad += t.dim;
-  }
-  return absl::OkStatus();
+    ApplyToRow(t, grad + static_cast<size_t>(i) * t.dim, lr_scale, *row);
+    return absl::OkStatus();
+  });
 }
 
 absl::Status TableStore::Accumulate(const BlockView& view, int64_t clock, float lr_scale) {
