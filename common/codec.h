@@ -28,6 +28,8 @@ inline void AppendValues(const float* values, size_t n, std::string* out) {
 
 // True if every value is finite (no NaN, no Inf).
 bool AllFinite(absl::Span<const float> values);
+// Non-zero if one of the `n` floats at `data` (any alignment) is a NaN or an Inf.
+uint32_t NonFiniteBits(const void* data, size_t n);
 
 }  // namespace ps
 

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -39,6 +40,22 @@ TEST(CodecTest, AllFiniteSpotsNanAndInf) {
   EXPECT_FALSE(AllFinite(v));
   v[777] = std::numeric_limits<float>::max();
   EXPECT_TRUE(AllFinite(v));
+  // Every position (vector body and tail), every special value, any alignment.
+  for (float bad :
+       {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+        -std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::signaling_NaN()}) {
+    for (size_t at = 0; at < 11; ++at) {
+      std::vector<float> w(11, -0.0f);
+      w[5] = std::numeric_limits<float>::denorm_min();
+      w[at] = bad;
+      EXPECT_FALSE(AllFinite(w)) << at;
+      std::string bytes(1, 'x');  // misaligned by one byte
+      bytes.append(reinterpret_cast<const char*>(w.data()), w.size() * sizeof(float));
+      EXPECT_NE(NonFiniteBits(bytes.data() + 1, w.size()), 0u) << at;
+      w[at] = -std::numeric_limits<float>::max();
+      EXPECT_TRUE(AllFinite(w)) << at;
+    }
+  }
 }
 
 }  // namespace

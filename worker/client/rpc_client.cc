@@ -231,39 +231,16 @@ class RpcClient::Call {
     for (size_t o = 0; o < ops.size(); ++o) {
       const TableOp& op = ops[o];
       const size_t n = op.keys.size() * static_cast<size_t>(dims[o]);
-      if (NonFiniteBits(reinterpret_cast<const char*>(op.grads), n) != 0) {
+      if (NonFiniteBits(op.grads, n) != 0) {
         return NonFiniteError(op, dims[o]);
       }
     }
     return absl::OkStatus();
   }
 
-  // Non-zero if one of the n floats at `p` is a NaN or an Inf. Branch-free, four floats per
-  // vector operation (GCC's vector extension: SSE2 on x86-64): adding one exponent unit to a
-  // float's exponent bits carries into its sign bit only when they are all ones.
-  static uint32_t NonFiniteBits(const char* p, size_t n) {
-    typedef uint32_t U32x4 __attribute__((vector_size(16)));
-    constexpr uint32_t kExponent = 0x7f800000u, kOne = 0x00800000u;
-    U32x4 bad = {0, 0, 0, 0};
-    size_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-      U32x4 w;
-      std::memcpy(&w, p + i * sizeof(float), sizeof(w));
-      bad |= (w & kExponent) + kOne;
-    }
-    uint32_t tail = 0;
-    for (; i < n; ++i) {
-      uint32_t w;
-      std::memcpy(&w, p + i * sizeof(float), sizeof(w));
-      tail |= (w & kExponent) + kOne;
-    }
-    return (bad[0] | bad[1] | bad[2] | bad[3] | tail) & 0x80000000u;
-  }
-
   static absl::Status NonFiniteError(const TableOp& op, int dim) {
     for (size_t i = 0; i < op.keys.size(); ++i) {
-      const char* row = reinterpret_cast<const char*>(op.grads + i * dim);
-      if (NonFiniteBits(row, dim) != 0) {
+      if (NonFiniteBits(op.grads + i * dim, dim) != 0) {
         return absl::InvalidArgumentError(absl::StrCat("push to table ", op.table_id,
                                                        ": the gradient of key ", op.keys[i],
                                                        " holds a NaN or an Inf; nothing was sent"));
