@@ -68,6 +68,13 @@ absl::StatusOr<grpc::ByteBuffer> WritePullAnswer(
   return grpc::ByteBuffer(&slice, 1);
 }
 
+// Sends a raw handler's answer as the last message: it goes out with the status, no wait between.
+absl::Status WriteAnswer(grpc::ServerUnaryStreamer<grpc::ByteBuffer, grpc::ByteBuffer>* stream,
+                         const grpc::ByteBuffer& answer) {
+  if (stream->Write(answer, grpc::WriteOptions().set_last_message())) return absl::OkStatus();
+  return absl::CancelledError("the client went away");
+}
+
 // Reads the one request message of a streamed unary call into `req`.
 template <typename Request>
 absl::Status ReadRequest(grpc::ServerUnaryStreamer<grpc::ByteBuffer, grpc::ByteBuffer>* stream,
@@ -353,10 +360,7 @@ grpc::Status ParameterService::PullRaw(grpc::ServerContext* ctx, RawStream* stre
   if (s.ok()) {
     s = DoPull(req.job_id(), req.clock(), req.blocks(), PullDeadline(ctx), nullptr, &answer);
   }
-  // Last message: sent with the status, no wait in between.
-  if (s.ok() && !stream->Write(answer, grpc::WriteOptions().set_last_message())) {
-    s = absl::CancelledError("the client went away");
-  }
+  if (s.ok()) s = WriteAnswer(stream, answer);
   return FinishRaw(ServerMethod::kPull, start, req_bytes, answer.Length(), s);
 }
 
@@ -368,10 +372,7 @@ grpc::Status ParameterService::PushPullRaw(grpc::ServerContext* ctx, RawStream* 
   grpc::ByteBuffer answer;
   absl::Status s = ReadRequest(stream, &req, &req_bytes);
   if (s.ok()) s = DoPushPull(req, PullDeadline(ctx), nullptr, &answer);
-  // Last message: sent with the status, no wait in between.
-  if (s.ok() && !stream->Write(answer, grpc::WriteOptions().set_last_message())) {
-    s = absl::CancelledError("the client went away");
-  }
+  if (s.ok()) s = WriteAnswer(stream, answer);
   return FinishRaw(ServerMethod::kPushPull, start, req_bytes, answer.Length(), s);
 }
 
