@@ -14,6 +14,7 @@
 #include "common/shard_map.h"
 #include "common/status_macros.h"
 #include "common/wire.h"
+#include "server/internal/push_request.h"
 #include "server/reject_reason.h"
 
 namespace ps {
@@ -23,7 +24,7 @@ namespace {
 constexpr absl::Duration kMaxAwait = absl::Minutes(30);
 
 // Method indexes in the generated service (the order of ps.v1.ParameterServer's rpcs).
-constexpr int kPullMethod = 3, kPushPullMethod = 5;
+constexpr int kPullMethod = 3, kPushMethod = 4, kPushPullMethod = 5;
 
 // A PullResponse whose rows are copied from the store straight into one outgoing slice: blocks
 // (table_id, values), then min_clock and wait_micros, as protobuf writes them.
@@ -75,6 +76,15 @@ absl::Status WriteAnswer(grpc::ServerUnaryStreamer<grpc::ByteBuffer, grpc::ByteB
   return absl::CancelledError("the client went away");
 }
 
+// Reads the one request message of a streamed unary call into `in` and `reader` (over its slices).
+absl::Status ReadRequest(grpc::ServerUnaryStreamer<grpc::ByteBuffer, grpc::ByteBuffer>* stream,
+                         grpc::ByteBuffer* in, wire::SliceReader* reader, size_t* bytes) {
+  if (!stream->Read(in)) return absl::CancelledError("the request never arrived");
+  *bytes = in->Length();
+  if (!reader->Reset(in)) return absl::InvalidArgumentError("unreadable request");
+  return absl::OkStatus();
+}
+
 // Reads the one request message of a streamed unary call into `req`.
 template <typename Request>
 absl::Status ReadRequest(grpc::ServerUnaryStreamer<grpc::ByteBuffer, grpc::ByteBuffer>* stream,
@@ -107,6 +117,10 @@ ParameterService::ParameterService(TableStore* store, absl::Duration max_pull_wa
       kPullMethod,
       new grpc::internal::StreamedUnaryHandler<grpc::ByteBuffer, grpc::ByteBuffer>(
           [this](grpc::ServerContext* ctx, RawStream* stream) { return PullRaw(ctx, stream); }));
+  MarkMethodStreamed(
+      kPushMethod,
+      new grpc::internal::StreamedUnaryHandler<grpc::ByteBuffer, grpc::ByteBuffer>(
+          [this](grpc::ServerContext* ctx, RawStream* stream) { return PushRaw(ctx, stream); }));
   MarkMethodStreamed(kPushPullMethod,
                      new grpc::internal::StreamedUnaryHandler<grpc::ByteBuffer, grpc::ByteBuffer>(
                          [this](grpc::ServerContext* ctx, RawStream* stream) {
@@ -207,7 +221,8 @@ grpc::Status ParameterService::DescribeTable(grpc::ServerContext* ctx,
   return Finish(ServerMethod::kDescribeTable, start, *req, *resp, r.status());
 }
 
-absl::Status ParameterService::DoPush(const v1::PushRequest& req, bool* duplicate) {
+absl::Status ParameterService::DoPush(const v1::PushRequest& req, bool* duplicate,
+                                      const std::deque<ScatteredValues>* values) {
   *duplicate = false;
   PS_RETURN_IF_ERROR(CheckJob(req.job_id()));
   const std::shared_ptr<ServerMetrics::Job> job =
@@ -221,21 +236,25 @@ absl::Status ParameterService::DoPush(const v1::PushRequest& req, bool* duplicat
   }
   PS_RETURN_IF_ERROR(store_->CheckShardEpoch(req.job_id(), req.shard_epoch()));
   return gate_.CheckPushAndRun(req.job_id(), req.worker_id(), req.clock(), req.shard_epoch(),
-                               [&] { return ApplyPush(req, job.get(), duplicate); });
+                               [&] { return ApplyPush(req, values, job.get(), duplicate); });
 }
 
-absl::Status ParameterService::ApplyPush(const v1::PushRequest& req, ServerMetrics::Job* job,
-                                         bool* duplicate) {
+absl::Status ParameterService::ApplyPush(const v1::PushRequest& req,
+                                         const std::deque<ScatteredValues>* values,
+                                         ServerMetrics::Job* job, bool* duplicate) {
   const float lr_scale = req.lr_scale() == 0.0f ? 1.0f : req.lr_scale();
   if (!std::isfinite(lr_scale) || lr_scale < 0.0f || lr_scale > 1000.0f) {
     return Rejected(RejectReason::kBadLrScale,
                     absl::InvalidArgumentError(absl::StrCat(
                         "lr_scale ", req.lr_scale(), " is not in [0, 1000]; nothing was applied")));
   }
+  if (values != nullptr && values->size() != static_cast<size_t>(req.blocks_size())) {
+    return absl::InternalError("a push read in place lost track of its blocks' values");
+  }
   std::vector<TableStore::BlockView> views(req.blocks_size());
   for (int i = 0; i < req.blocks_size(); ++i) {
-    PS_RETURN_IF_ERROR(
-        store_->Resolve(req.job_id(), req.blocks(i), /*with_values=*/true, &views[i]));
+    PS_RETURN_IF_ERROR(store_->Resolve(req.job_id(), req.blocks(i), /*with_values=*/true,
+                                       &views[i], values == nullptr ? nullptr : &(*values)[i]));
   }
   PS_RETURN_IF_ERROR(store_->CheckNewRows(views));
   if (!deduper_.FirstTime(req.job_id(), req.worker_id(), req.request_id())) {
@@ -314,7 +333,8 @@ grpc::Status ParameterService::Push(grpc::ServerContext* ctx, const v1::PushRequ
 }
 
 absl::Status ParameterService::DoPushPull(const v1::PushPullRequest& req, absl::Time deadline,
-                                          v1::PullResponse* resp, grpc::ByteBuffer* raw) {
+                                          v1::PullResponse* resp, grpc::ByteBuffer* raw,
+                                          const std::deque<ScatteredValues>* values) {
   const v1::PushRequest& push = req.push();
   PS_RETURN_IF_ERROR(CheckJob(push.job_id()));
   // Before anything else: a retried (duplicate) push skips the clock checks, and the pull's
@@ -323,7 +343,7 @@ absl::Status ParameterService::DoPushPull(const v1::PushPullRequest& req, absl::
   // Also for a retried (duplicate) push: the pull part must not be served from a stale map.
   PS_RETURN_IF_ERROR(store_->CheckShardEpoch(push.job_id(), push.shard_epoch()));
   bool duplicate = false;
-  PS_RETURN_IF_ERROR(DoPush(push, &duplicate));
+  PS_RETURN_IF_ERROR(DoPush(push, &duplicate, values));
   int64_t pull_clock = push.clock();
   if (req.advance_clock()) {
     pull_clock = push.clock() + 1;
@@ -364,14 +384,38 @@ grpc::Status ParameterService::PullRaw(grpc::ServerContext* ctx, RawStream* stre
   return FinishRaw(ServerMethod::kPull, start, req_bytes, answer.Length(), s);
 }
 
+grpc::Status ParameterService::PushRaw(grpc::ServerContext* ctx, RawStream* stream) {
+  PS_AUTHORIZE(authorizer_.get(), ctx, Access::kNode);
+  const absl::Time start = absl::Now();
+  grpc::ByteBuffer in;
+  wire::SliceReader reader;  // holds the slices the gradients are applied from
+  v1::PushRequest req;
+  std::deque<ScatteredValues> values;
+  size_t req_bytes = 0;
+  bool duplicate = false;
+  absl::Status s = ReadRequest(stream, &in, &reader, &req_bytes);
+  if (s.ok()) s = ReadPushRequest(&reader, &req, &values);
+  if (s.ok()) s = DoPush(req, &duplicate, &values);
+  // A PushResponse: `duplicate` (field 1) when set, else nothing.
+  static constexpr char kDuplicate[] = {0x08, 0x01};
+  grpc::Slice answer_slice(kDuplicate, duplicate ? sizeof(kDuplicate) : 0);
+  grpc::ByteBuffer answer(&answer_slice, 1);
+  if (s.ok()) s = WriteAnswer(stream, answer);
+  return FinishRaw(ServerMethod::kPush, start, req_bytes, answer.Length(), s);
+}
+
 grpc::Status ParameterService::PushPullRaw(grpc::ServerContext* ctx, RawStream* stream) {
   PS_AUTHORIZE(authorizer_.get(), ctx, Access::kNode);
   const absl::Time start = absl::Now();
+  grpc::ByteBuffer in;
+  wire::SliceReader reader;  // holds the slices the gradients are applied from
   v1::PushPullRequest req;
+  std::deque<ScatteredValues> values;
   size_t req_bytes = 0;
   grpc::ByteBuffer answer;
-  absl::Status s = ReadRequest(stream, &req, &req_bytes);
-  if (s.ok()) s = DoPushPull(req, PullDeadline(ctx), nullptr, &answer);
+  absl::Status s = ReadRequest(stream, &in, &reader, &req_bytes);
+  if (s.ok()) s = ReadPushPullRequest(&reader, &req, &values);
+  if (s.ok()) s = DoPushPull(req, PullDeadline(ctx), nullptr, &answer, &values);
   if (s.ok()) s = WriteAnswer(stream, answer);
   return FinishRaw(ServerMethod::kPushPull, start, req_bytes, answer.Length(), s);
 }

@@ -5,6 +5,7 @@
 #include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/sync_stream.h>
 
+#include <deque>
 #include <memory>
 #include <string>
 
@@ -68,7 +69,10 @@ class ParameterService final : public v1::ParameterServer::Service {
   // The library calls behind the handlers (usable without gRPC). With `raw`, DoPull and
   // DoPushPull write the answer there (the bytes of a PullResponse, rows copied straight into
   // the outgoing buffer) and leave `resp` alone.
-  absl::Status DoPush(const v1::PushRequest& req, bool* duplicate);
+  // `values` (if not null): block i's gradients are (*values)[i] (a request read in place; the
+  // blocks' own values are empty).
+  absl::Status DoPush(const v1::PushRequest& req, bool* duplicate,
+                      const std::deque<ScatteredValues>* values = nullptr);
   absl::Status DoPull(const std::string& job_id, int64_t clock,
                       const google::protobuf::RepeatedPtrField<v1::KeyBlock>& blocks,
                       absl::Time deadline, v1::PullResponse* resp, grpc::ByteBuffer* raw = nullptr);
@@ -79,15 +83,19 @@ class ParameterService final : public v1::ParameterServer::Service {
   // A well-formed job id of a job not dropped.
   absl::Status CheckJob(const std::string& job_id) const;
   // DoPush after the clock check, with the job's sync applies held off.
-  absl::Status ApplyPush(const v1::PushRequest& req, ServerMetrics::Job* job, bool* duplicate);
+  absl::Status ApplyPush(const v1::PushRequest& req, const std::deque<ScatteredValues>* values,
+                         ServerMetrics::Job* job, bool* duplicate);
   absl::Status DoConfigureJob(const v1::ConfigureJobRequest& req, v1::ConfigureJobResponse* resp);
   absl::Status DoPushPull(const v1::PushPullRequest& req, absl::Time deadline,
-                          v1::PullResponse* resp, grpc::ByteBuffer* raw = nullptr);
-  // What gRPC calls for Pull and PushPull (registered as streamed unary methods): the request
-  // parsed by protobuf, the answer built in the outgoing buffer (DoPull's `raw`). A client sees
-  // plain unary calls and the same bytes.
+                          v1::PullResponse* resp, grpc::ByteBuffer* raw = nullptr,
+                          const std::deque<ScatteredValues>* values = nullptr);
+  // What gRPC calls for Pull, Push and PushPull (registered as streamed unary methods): pushes
+  // are read in place (gradients applied from the received slices, internal/push_request.h),
+  // pulls parsed by protobuf, and pull answers built in the outgoing buffer (DoPull's `raw`). A
+  // client sees plain unary calls and the same bytes.
   using RawStream = grpc::ServerUnaryStreamer<grpc::ByteBuffer, grpc::ByteBuffer>;
   grpc::Status PullRaw(grpc::ServerContext* ctx, RawStream* stream);
+  grpc::Status PushRaw(grpc::ServerContext* ctx, RawStream* stream);
   grpc::Status PushPullRaw(grpc::ServerContext* ctx, RawStream* stream);
   // Finish for the raw handlers: request and answer sizes in bytes.
   grpc::Status FinishRaw(ServerMethod method, absl::Time start, size_t req_bytes, size_t resp_bytes,

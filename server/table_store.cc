@@ -313,7 +313,8 @@ uint64_t TableStore::NumRows(uint32_t table_id) const {
 }
 
 absl::Status TableStore::Resolve(const std::string& job_id, const v1::KeyBlock& block,
-                                 bool with_values, BlockView* view) const {
+                                 bool with_values, BlockView* view,
+                                 const ScatteredValues* scattered) const {
   TableRef t = FindTable(block.table_id());
   if (t == nullptr || (t->dropped.load() && t->spec.job_id() == job_id)) {
     PS_RETURN_IF_ERROR(CheckNotDropped(job_id));  // the clearer error for a late request
@@ -380,27 +381,39 @@ absl::Status TableStore::Resolve(const std::string& job_id, const v1::KeyBlock& 
     }
   }
   view->values = {};
+  view->scattered = nullptr;
   if (with_values) {
-    s = DecodeValues(block.values(), &view->values);
-    if (!s.ok()) {
-      return Rejected(RejectReason::kBadSize,
-                      absl::InvalidArgumentError(
-                          absl::StrCat("table ", t->spec.table_id(), ": ", s.message())));
+    if (scattered != nullptr && !block.values().empty()) {
+      return absl::InternalError("a block read in place has its values in two places");
     }
-    if (view->values.size() != view->keys.size() * t->dim) {
+    const size_t bytes = scattered != nullptr ? scattered->bytes() : block.values().size();
+    if (bytes % sizeof(float) != 0) {
+      return Rejected(RejectReason::kBadSize,
+                      absl::InvalidArgumentError(absl::StrCat(
+                          "table ", t->spec.table_id(), ": values are ", bytes,
+                          " bytes, not a multiple of 4 (packed float32)")));
+    }
+    const size_t num_values = bytes / sizeof(float);
+    if (num_values != view->keys.size() * t->dim) {
       return Rejected(RejectReason::kBadSize,
                       absl::InvalidArgumentError(
-                          absl::StrCat("table ", t->spec.table_id(), ": ", view->values.size(),
+                          absl::StrCat("table ", t->spec.table_id(), ": ", num_values,
                                        " values for ", view->keys.size(), " keys of dim ", t->dim,
                                        " (want ", view->keys.size() * t->dim, ")")));
     }
-    if (options_.nonfinite == NonFinitePolicy::kReject && !AllFinite(view->values)) {
+    if (scattered != nullptr) {
+      view->scattered = scattered;
+    } else {
+      PS_RETURN_IF_ERROR(DecodeValues(block.values(), &view->values));  // the size is checked
+    }
+    if (options_.nonfinite == NonFinitePolicy::kReject &&
+        !(scattered != nullptr ? scattered->AllFinite() : AllFinite(view->values))) {
       return Rejected(
           RejectReason::kNonFinite,
           absl::InvalidArgumentError(absl::StrCat(
               "table ", t->spec.table_id(), ": gradient holds NaN or Inf; nothing was applied")));
     }
-  } else if (!block.values().empty()) {
+  } else if (!block.values().empty() || scattered != nullptr) {
     return Rejected(RejectReason::kBadSize,
                     absl::InvalidArgumentError(absl::StrCat(
                         "table ", t->spec.table_id(), ": a pull block must not carry values")));
@@ -512,12 +525,12 @@ absl::Status TableStore::Pull(const BlockView& view, char* out) {
 
 absl::Status TableStore::Apply(const BlockView& view, float lr_scale) {
   const Table& t = *view.table;
-  const float* grad = view.values.data();
+  std::vector<float> scratch(view.scattered != nullptr ? t.dim : 0);
   return ForEachKeyBySlot(slots_.get(), t.spec.table_id(), view.keys, [&](Slot& slot, uint32_t i) {
     slot.mu.AssertHeld();
     Row* row = RowFor(slot, t, view.keys[i]);
     if (row == nullptr) return TableDroppedError(t);
-    ApplyToRow(t, grad + static_cast<size_t>(i) * t.dim, lr_scale, *row);
+    ApplyToRow(t, view.Grad(i, scratch.data()), lr_scale, *row);
     return absl::OkStatus();
   });
 }
@@ -530,14 +543,13 @@ absl::Status TableStore::Accumulate(const BlockView& view, int64_t clock, float 
     if (t.dropped.load()) return TableDroppedError(t);
     pending_scale_[{t.spec.job_id(), clock}] = lr_scale;
   }
-  const float* grad = view.values.data();
+  std::vector<float> scratch(view.scattered != nullptr ? t.dim : 0);
   const bool skip_nonfinite = options_.nonfinite == NonFinitePolicy::kSkipRow;
-  for (uint64_t key : view.keys) {
+  for (size_t k = 0; k < view.keys.size(); ++k) {
+    const uint64_t key = view.keys[k];
+    const float* grad = view.Grad(k, scratch.data());
     // Skipped here, per push: one worker's bad row must not void the others' gradients.
-    if (skip_nonfinite && !AllFinite(absl::MakeConstSpan(grad, t.dim))) {
-      grad += t.dim;
-      continue;
-    }
+    if (skip_nonfinite && !AllFinite(absl::MakeConstSpan(grad, t.dim))) continue;
     Slot& slot = slots_[SlotOf(t.spec.table_id(), key)];
     absl::MutexLock l(&slot.mu);
     if (t.dropped.load()) return TableDroppedError(t);
@@ -547,7 +559,6 @@ absl::Status TableStore::Accumulate(const BlockView& view, int64_t clock, float 
     } else {
       for (int i = 0; i < t.dim; ++i) sum[i] += grad[i];
     }
-    grad += t.dim;
   }
   return absl::OkStatus();
 }

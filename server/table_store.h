@@ -19,6 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "ps/v1/parameter_server.pb.h"
+#include "server/internal/scattered_values.h"
 #include "server/optimizer.h"
 #include "server/server_metrics.h"
 #include "server/slot_rows.h"
@@ -76,7 +77,15 @@ class TableStore {
   struct BlockView {
     std::shared_ptr<const Table> table;
     absl::Span<const uint64_t> keys;
-    absl::Span<const float> values;  // gradients (push); empty for pull
+    absl::Span<const float> values;  // gradients (push), contiguous; empty for pull
+    // Or the gradients where they arrived (a push read in place; then `values` is empty).
+    const ScatteredValues* scattered = nullptr;
+    // The gradient of key i (dim floats): in `values`, else in `scattered`, copied into
+    // `scratch` (room for dim floats) if it is not in one aligned piece there.
+    const float* Grad(size_t i, float* scratch) const {
+      const size_t dim = static_cast<size_t>(table->dim);
+      return scattered == nullptr ? values.data() + i * dim : scattered->Floats(i * dim, dim, scratch);
+    }
   };
   // What DropJob freed.
   struct DroppedJob {
@@ -110,9 +119,10 @@ class TableStore {
 
   // Checks a block before anything is touched: known table of `job_id`, packed keys with no
   // duplicates, dense keys in range, keys in slots this server owns, and (if `with_values`)
-  // values of keys*dim floats, finite unless the policy skips bad rows.
+  // values of keys*dim floats, finite unless the policy skips bad rows. With `scattered` (a
+  // push read in place), the values are those and `block.values()` must be empty.
   absl::Status Resolve(const std::string& job_id, const v1::KeyBlock& block, bool with_values,
-                       BlockView* view) const;
+                       BlockView* view, const ScatteredValues* scattered = nullptr) const;
 
   // RESOURCE_EXHAUSTED (naming the job, the table and the cap) if the rows the blocks would
   // create (keys not held yet) would take the job past max_job_bytes.

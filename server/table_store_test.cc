@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <string>
 #include <thread>
 #include <vector>
@@ -293,6 +294,60 @@ TEST(TableStoreTest, SkipRowPolicyLeavesOnlyNonFiniteRowsUnchanged) {
   store.ApplyAccumulated(kJob, 0);
   EXPECT_EQ(Floats(PullBytes(store, 1, {0, 1, 2, 3})),
             std::vector<float>({-2, -2, 0, 0, -3, -3, 1, 1}));
+}
+
+// A push read in place (ParameterService's Push and PushPull) applies its gradients from the
+// received pieces: misaligned, rows cut across pieces; the rows end as with one contiguous copy.
+TEST(TableStoreTest, GradientsReadInPlaceApplyAsContiguousOnes) {
+  TableStore contiguous{TableStoreOptions()}, in_place{TableStoreOptions()};
+  for (TableStore* store : {&contiguous, &in_place}) {
+    ASSERT_TRUE(store->CreateTable(DenseSpec(1, 5, 300)).ok());
+  }
+  std::vector<uint64_t> keys(200);
+  std::vector<float> grads(200 * 5);
+  for (size_t i = 0; i < keys.size(); ++i) keys[i] = (i * 37) % 300;
+  for (size_t i = 0; i < grads.size(); ++i) grads[i] = 0.01f * static_cast<float>(i % 97) - 0.3f;
+  const KeyBlock block = Block(1, keys, grads);
+  // The values cut into 7-byte pieces, each one byte past an aligned address.
+  std::vector<std::string> storage;
+  ScatteredValues scattered;
+  for (size_t at = 0; at < block.values().size(); at += 7) {
+    storage.push_back("x" + block.values().substr(at, 7));
+  }
+  for (const std::string& piece : storage) scattered.Add(piece.data() + 1, piece.size() - 1);
+  KeyBlock keys_only = block;
+  keys_only.clear_values();
+  for (int64_t clock : {-1, 0}) {  // async apply, then a sync clock
+    ASSERT_TRUE(Push(contiguous, {block}).ok());
+    TableStore::BlockView view;
+    ASSERT_TRUE(in_place.Resolve(kJob, keys_only, /*with_values=*/true, &view, &scattered).ok());
+    if (clock < 0) {
+      ASSERT_TRUE(in_place.Apply(view).ok());
+    } else {
+      Accumulate(contiguous, block, clock);
+      ASSERT_TRUE(in_place.Accumulate(view, clock).ok());
+      ASSERT_TRUE(in_place.Apply(view).ok());
+      contiguous.ApplyAccumulated(kJob, clock);
+      in_place.ApplyAccumulated(kJob, clock);
+    }
+  }
+  std::vector<uint64_t> all(300);
+  std::iota(all.begin(), all.end(), 0);
+  EXPECT_EQ(PullBytes(in_place, 1, all), PullBytes(contiguous, 1, all));
+  // Bad sizes and non-finite values are refused as for a contiguous block.
+  storage.back()[1] = '\xff';
+  storage.back()[2] = '\xff';
+  storage.back()[3] = '\xff';
+  storage.back()[4] = '\xff';
+  TableStore::BlockView view;
+  const absl::Status nan = in_place.Resolve(kJob, keys_only, true, &view, &scattered);
+  EXPECT_EQ(nan.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(nan.message().find("NaN or Inf"), std::string::npos) << nan;
+  ScatteredValues short_by_one;
+  short_by_one.Add(block.values().data(), block.values().size() - 4);
+  const absl::Status size = in_place.Resolve(kJob, keys_only, true, &view, &short_by_one);
+  EXPECT_EQ(size.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(size.message().find("999 values for 200 keys of dim 5"), std::string::npos) << size;
 }
 
 TEST(TableStoreTest, AccumulateThenApplyAccumulatedEqualsOneApplyOfTheSum) {

@@ -10,7 +10,7 @@ many slices) and a sparse table of dim 64, with SGD (learning rate 0.5) from zer
   - Push then Pull of every dense row: each value is -0.5 x the gradient, exactly;
   - PushPull: the push applied, the pull at the new clock sees it;
   - Pull of new sparse keys: rows of zeros, in request order; a pull of no keys;
-  - garbage bytes as a Pull or PushPull request: INVALID_ARGUMENT, and the rows are intact.
+  - garbage bytes as a Pull, Push or PushPull request: INVALID_ARGUMENT, and the rows are intact.
 Prints one line per check; exit 0 if all passed.
 """
 import struct
@@ -83,7 +83,7 @@ def main():
           r.blocks[1].table_id == 71 and r.blocks[1].values == b"",
           "sparse pull of 3 new keys: rows of zeros; an empty block answers empty")
 
-    for method in ("Pull", "PushPull"):
+    for method in ("Pull", "Push", "PushPull"):
         raw = channel.unary_unary("/ps.v1.ParameterServer/" + method,
                                   request_serializer=lambda b: b,
                                   response_deserializer=lambda b: b)

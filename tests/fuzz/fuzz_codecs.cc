@@ -1,12 +1,14 @@
 // The key/value codecs (common/codec.h), the slot bitmap (common/shard_map.h), the shard-map
 // file parser, the checks a restore order's shard list passes (HeldSlots, as Restorer
 // validates an order), and the client's hand-written parser of pull answers
-// (worker/client/request_codec.h, over common/wire.h). Input: [selector byte][payload].
+// (worker/client/request_codec.h, over common/wire.h), and the server's in-place reader of
+// pushes (server/internal/push_request.h). Input: [selector byte][payload].
 #include <google/protobuf/stubs/logging.h>
 
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <string>
 #include <vector>
 
@@ -15,6 +17,7 @@
 #include "ps/v1/checkpoint.pb.h"
 #include "ps/v1/parameter_server.pb.h"
 #include "server/checkpoint_io.h"
+#include "server/internal/push_request.h"
 #include "worker/client/request_codec.h"
 #include "worker/client/rpc_client.h"
 
@@ -97,6 +100,56 @@ void FuzzPullAnswer(const std::string& payload) {
   Require(parsed.min_clock() == min_clock && parsed.wait_micros() == wait);
 }
 
+// A Push (even piece byte) or PushPull request (odd) read in place, cut into slices of
+// [piece size] bytes. Whatever the bytes, the reader stays in the buffer; when it accepts them,
+// protobuf parses them to the same message (unknown fields aside), values included.
+void FuzzPushRequest(const std::string& payload) {
+  if (payload.empty()) return;
+  const uint8_t selector = static_cast<uint8_t>(payload[0]);
+  const size_t piece = 1 + selector / 2;
+  const std::string bytes = payload.substr(1);
+  std::vector<grpc::Slice> slices;
+  for (size_t at = 0; at < bytes.size(); at += piece) {
+    slices.emplace_back(bytes.data() + at, std::min(piece, bytes.size() - at));
+  }
+  grpc::ByteBuffer buffer(slices.data(), slices.size());
+  ps::wire::SliceReader reader;
+  Require(reader.Reset(&buffer));
+  std::deque<ps::ScatteredValues> values;
+  auto restore = [&values](ps::v1::PushRequest* push) {
+    Require(values.size() == static_cast<size_t>(push->blocks_size()));
+    for (int i = 0; i < push->blocks_size(); ++i) {
+      Require(push->blocks(i).values().empty());
+      std::string v(values[i].bytes(), '\0');
+      values[i].CopyTo(v.data());
+      if (v.size() % 4 == 0) {
+        (void)values[i].AllFinite();
+        std::vector<float> scratch(v.size() / 4);
+        const float* f = values[i].Floats(0, v.size() / 4, scratch.data());
+        Require(v.empty() || std::memcmp(f, v.data(), v.size()) == 0);
+      }
+      push->mutable_blocks(i)->set_values(v);
+    }
+  };
+  if (selector % 2 == 0) {
+    ps::v1::PushRequest got;
+    if (!ps::ReadPushRequest(&reader, &got, &values).ok()) return;
+    restore(&got);
+    ps::v1::PushRequest parsed;
+    Require(parsed.ParseFromString(bytes));
+    parsed.DiscardUnknownFields();
+    Require(parsed.SerializeAsString() == got.SerializeAsString());
+  } else {
+    ps::v1::PushPullRequest got;
+    if (!ps::ReadPushPullRequest(&reader, &got, &values).ok()) return;
+    restore(got.mutable_push());
+    ps::v1::PushPullRequest parsed;
+    Require(parsed.ParseFromString(bytes));
+    parsed.DiscardUnknownFields();
+    Require(parsed.SerializeAsString() == got.SerializeAsString());
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
@@ -107,7 +160,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const std::string payload(reinterpret_cast<const char*>(data) + 1, size - 1);
-  switch (data[0] % 5) {
+  switch (data[0] % 6) {
     case 0:
       FuzzCodecs(payload);
       break;
@@ -122,6 +175,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     case 4:
       FuzzPullAnswer(payload);
+      break;
+    case 5:
+      FuzzPushRequest(payload);
       break;
   }
   return 0;

@@ -88,6 +88,18 @@ def codecs():
         "pull-answer": b"\x04\x04" + encode("PullResponse", """
             blocks { table_id: 1 values: "%s" } min_clock: -3 wait_micros: 12""" %
                                                 floats(1, 2, 3, 4, 5, 6)),
+        # A push of two blocks, slices of 3 bytes (piece byte 4: PushRequest, (4 / 2) + 1).
+        "push-request": b"\x05\x04" + encode("PushRequest", """
+            job_id: "job-1" worker_id: 2 request_id: 99 clock: -1 shard_epoch: 3 lr_scale: 0.5
+            blocks { table_id: 1 keys: "%s" values: "%s" }
+            blocks { table_id: 2 keys: "%s" values: "%s" }""" % (
+                keys(4, 5), floats(1, 2, 3, 4), keys(7), floats(float("nan"), 1))),
+        # A PushPull (odd piece byte), slices of 8 bytes.
+        "pushpull-request": b"\x05\x0f" + encode("PushPullRequest", """
+            push { job_id: "j" worker_id: 1 request_id: 5 clock: 2
+                   blocks { table_id: 1 keys: "%s" values: "%s" } }
+            advance_clock: true clock_parts: 2 pull_blocks { table_id: 1 keys: "%s" }""" % (
+                keys(1), floats(0.25, -0.5), keys(1, 2))),
     }
 
 

@@ -1,0 +1,30 @@
+// Push and PushPull requests read in place from the slices gRPC received them in: every field is
+// parsed as protobuf would parse it, except the pushed blocks' values, which stay where they
+// arrived (ScatteredValues) and are applied from there.
+#ifndef PS_SERVER_INTERNAL_PUSH_REQUEST_H_
+#define PS_SERVER_INTERNAL_PUSH_REQUEST_H_
+
+#include <deque>
+
+#include "absl/status/status.h"
+#include "common/wire.h"
+#include "ps/v1/parameter_server.pb.h"
+#include "server/internal/scattered_values.h"
+
+namespace ps {
+
+// Reads a PushRequest from `r` into `req` (cleared first), with every block's values left empty:
+// block i's values are (*values)[i], pieces of the reader's slices (the reader must outlive
+// them). INVALID_ARGUMENT "malformed PushRequest ..." where protobuf would not parse the bytes.
+// Job ids must be ASCII (protobuf would also refuse invalid UTF-8; no valid job id is
+// anything but ASCII).
+absl::Status ReadPushRequest(wire::SliceReader* r, v1::PushRequest* req,
+                             std::deque<ScatteredValues>* values);
+// The same for a PushPullRequest: the push's blocks' values go to `values`; the pull blocks are
+// parsed whole.
+absl::Status ReadPushPullRequest(wire::SliceReader* r, v1::PushPullRequest* req,
+                                 std::deque<ScatteredValues>* values);
+
+}  // namespace ps
+
+#endif  // PS_SERVER_INTERNAL_PUSH_REQUEST_H_
