@@ -142,7 +142,8 @@ void FuzzPushRequest(const std::string& payload) {
   } else {
     ps::v1::PushPullRequest got;
     if (!ps::ReadPushPullRequest(&reader, &got, &values).ok()) return;
-    restore(got.mutable_push());
+    if (got.has_push()) restore(got.mutable_push());
+    Require(got.has_push() || values.empty());
     ps::v1::PushPullRequest parsed;
     Require(parsed.ParseFromString(bytes));
     parsed.DiscardUnknownFields();
