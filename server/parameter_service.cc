@@ -76,14 +76,26 @@ absl::Status WriteAnswer(grpc::ServerUnaryStreamer<grpc::ByteBuffer, grpc::ByteB
   return absl::CancelledError("the client went away");
 }
 
-// Reads the one request message of a streamed unary call into `in` and `reader` (over its slices).
-absl::Status ReadRequest(grpc::ServerUnaryStreamer<grpc::ByteBuffer, grpc::ByteBuffer>* stream,
-                         grpc::ByteBuffer* in, wire::SliceReader* reader, size_t* bytes) {
-  if (!stream->Read(in)) return absl::CancelledError("the request never arrived");
-  *bytes = in->Length();
-  if (!reader->Reset(in)) return absl::InvalidArgumentError("unreadable request");
-  return absl::OkStatus();
-}
+// A Push or PushPull request read in place (internal/push_request.h): the received buffer and
+// the reader over its slices live as long as this, while the gradients are applied from them.
+template <typename Request>
+struct InPlaceRequest {
+  using Parser = absl::Status (*)(wire::SliceReader*, Request*, std::deque<ScatteredValues>*);
+
+  absl::Status Read(grpc::ServerUnaryStreamer<grpc::ByteBuffer, grpc::ByteBuffer>* stream,
+                    Parser parse) {
+    if (!stream->Read(&in)) return absl::CancelledError("the request never arrived");
+    bytes = in.Length();
+    if (!reader.Reset(&in)) return absl::InvalidArgumentError("unreadable request");
+    return parse(&reader, &req, &values);
+  }
+
+  grpc::ByteBuffer in;
+  wire::SliceReader reader;
+  Request req;
+  std::deque<ScatteredValues> values;  // block i's gradients
+  size_t bytes = 0;
+};
 
 // Reads the one request message of a streamed unary call into `req`.
 template <typename Request>
@@ -253,8 +265,8 @@ absl::Status ParameterService::ApplyPush(const v1::PushRequest& req,
   }
   std::vector<TableStore::BlockView> views(req.blocks_size());
   for (int i = 0; i < req.blocks_size(); ++i) {
-    PS_RETURN_IF_ERROR(store_->Resolve(req.job_id(), req.blocks(i), /*with_values=*/true,
-                                       &views[i], values == nullptr ? nullptr : &(*values)[i]));
+    PS_RETURN_IF_ERROR(store_->Resolve(req.job_id(), req.blocks(i), /*with_values=*/true, &views[i],
+                                       values == nullptr ? nullptr : &(*values)[i]));
   }
   PS_RETURN_IF_ERROR(store_->CheckNewRows(views));
   if (!deduper_.FirstTime(req.job_id(), req.worker_id(), req.request_id())) {
@@ -387,37 +399,27 @@ grpc::Status ParameterService::PullRaw(grpc::ServerContext* ctx, RawStream* stre
 grpc::Status ParameterService::PushRaw(grpc::ServerContext* ctx, RawStream* stream) {
   PS_AUTHORIZE(authorizer_.get(), ctx, Access::kNode);
   const absl::Time start = absl::Now();
-  grpc::ByteBuffer in;
-  wire::SliceReader reader;  // holds the slices the gradients are applied from
-  v1::PushRequest req;
-  std::deque<ScatteredValues> values;
-  size_t req_bytes = 0;
+  InPlaceRequest<v1::PushRequest> r;
   bool duplicate = false;
-  absl::Status s = ReadRequest(stream, &in, &reader, &req_bytes);
-  if (s.ok()) s = ReadPushRequest(&reader, &req, &values);
-  if (s.ok()) s = DoPush(req, &duplicate, &values);
+  absl::Status s = r.Read(stream, ReadPushRequest);
+  if (s.ok()) s = DoPush(r.req, &duplicate, &r.values);
   // A PushResponse: `duplicate` (field 1) when set, else nothing.
   static constexpr char kDuplicate[] = {0x08, 0x01};
   grpc::Slice answer_slice(kDuplicate, duplicate ? sizeof(kDuplicate) : 0);
   grpc::ByteBuffer answer(&answer_slice, 1);
   if (s.ok()) s = WriteAnswer(stream, answer);
-  return FinishRaw(ServerMethod::kPush, start, req_bytes, answer.Length(), s);
+  return FinishRaw(ServerMethod::kPush, start, r.bytes, answer.Length(), s);
 }
 
 grpc::Status ParameterService::PushPullRaw(grpc::ServerContext* ctx, RawStream* stream) {
   PS_AUTHORIZE(authorizer_.get(), ctx, Access::kNode);
   const absl::Time start = absl::Now();
-  grpc::ByteBuffer in;
-  wire::SliceReader reader;  // holds the slices the gradients are applied from
-  v1::PushPullRequest req;
-  std::deque<ScatteredValues> values;
-  size_t req_bytes = 0;
+  InPlaceRequest<v1::PushPullRequest> r;
   grpc::ByteBuffer answer;
-  absl::Status s = ReadRequest(stream, &in, &reader, &req_bytes);
-  if (s.ok()) s = ReadPushPullRequest(&reader, &req, &values);
-  if (s.ok()) s = DoPushPull(req, PullDeadline(ctx), nullptr, &answer, &values);
+  absl::Status s = r.Read(stream, ReadPushPullRequest);
+  if (s.ok()) s = DoPushPull(r.req, PullDeadline(ctx), nullptr, &answer, &r.values);
   if (s.ok()) s = WriteAnswer(stream, answer);
-  return FinishRaw(ServerMethod::kPushPull, start, req_bytes, answer.Length(), s);
+  return FinishRaw(ServerMethod::kPushPull, start, r.bytes, answer.Length(), s);
 }
 
 grpc::Status ParameterService::Clock(grpc::ServerContext* ctx, const v1::ClockRequest* req,
