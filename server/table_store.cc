@@ -389,17 +389,17 @@ absl::Status TableStore::Resolve(const std::string& job_id, const v1::KeyBlock& 
     const size_t bytes = scattered != nullptr ? scattered->bytes() : block.values().size();
     if (bytes % sizeof(float) != 0) {
       return Rejected(RejectReason::kBadSize,
-                      absl::InvalidArgumentError(absl::StrCat(
-                          "table ", t->spec.table_id(), ": values are ", bytes,
-                          " bytes, not a multiple of 4 (packed float32)")));
+                      absl::InvalidArgumentError(
+                          absl::StrCat("table ", t->spec.table_id(), ": values are ", bytes,
+                                       " bytes, not a multiple of 4 (packed float32)")));
     }
     const size_t num_values = bytes / sizeof(float);
     if (num_values != view->keys.size() * t->dim) {
-      return Rejected(RejectReason::kBadSize,
-                      absl::InvalidArgumentError(
-                          absl::StrCat("table ", t->spec.table_id(), ": ", num_values,
-                                       " values for ", view->keys.size(), " keys of dim ", t->dim,
-                                       " (want ", view->keys.size() * t->dim, ")")));
+      return Rejected(
+          RejectReason::kBadSize,
+          absl::InvalidArgumentError(absl::StrCat(
+              "table ", t->spec.table_id(), ": ", num_values, " values for ", view->keys.size(),
+              " keys of dim ", t->dim, " (want ", view->keys.size() * t->dim, ")")));
     }
     if (scattered != nullptr) {
       view->scattered = scattered;

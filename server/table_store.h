@@ -84,7 +84,8 @@ class TableStore {
     // `scratch` (room for dim floats) if it is not in one aligned piece there.
     const float* Grad(size_t i, float* scratch) const {
       const size_t dim = static_cast<size_t>(table->dim);
-      return scattered == nullptr ? values.data() + i * dim : scattered->Floats(i * dim, dim, scratch);
+      return scattered == nullptr ? values.data() + i * dim
+                                  : scattered->Floats(i * dim, dim, scratch);
     }
   };
   // What DropJob freed.

@@ -65,8 +65,7 @@ TEST(ScatteredValuesTest, AlignedRowsInOnePieceAreReadInPlace) {
 }
 
 TEST(ScatteredValuesTest, NonFiniteFloatIsFoundAnywhereEvenCutInTwo) {
-  for (float bad : {std::numeric_limits<float>::quiet_NaN(),
-                    std::numeric_limits<float>::infinity(),
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
                     -std::numeric_limits<float>::infinity()}) {
     for (size_t at : {0, 1, 6, 17}) {
       std::vector<float> floats(18, 2.0f);
