@@ -86,7 +86,9 @@ struct InPlaceRequest {
                     Parser parse) {
     if (!stream->Read(&in)) return absl::CancelledError("the request never arrived");
     bytes = in.Length();
-    if (!reader.Reset(&in)) return absl::InvalidArgumentError("unreadable request");
+    if (!CoalesceIfFragmented(&in) || !reader.Reset(&in)) {
+      return absl::InvalidArgumentError("unreadable request");
+    }
     return parse(&reader, &req, &values);
   }
 

@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -93,6 +94,21 @@ absl::Status ReadPushFields(wire::SliceReader* r, v1::PushRequest* req,
 }
 
 }  // namespace
+
+bool CoalesceIfFragmented(grpc::ByteBuffer* buffer) {
+  std::vector<grpc::Slice> slices;
+  if (!buffer->Dump(&slices).ok()) return false;
+  const size_t bytes = buffer->Length();
+  if (slices.size() <= 64 || slices.size() <= bytes / 1024) return true;
+  grpc::Slice whole(bytes);  // uninitialized
+  char* out = reinterpret_cast<char*>(const_cast<uint8_t*>(whole.begin()));
+  for (const grpc::Slice& s : slices) {
+    std::memcpy(out, s.begin(), s.size());
+    out += s.size();
+  }
+  *buffer = grpc::ByteBuffer(&whole, 1);
+  return true;
+}
 
 absl::Status ReadPushRequest(wire::SliceReader* r, v1::PushRequest* req,
                              std::deque<ScatteredValues>* values) {

@@ -13,6 +13,11 @@
 
 namespace ps {
 
+// A message cut into pieces smaller than 1 KiB on average (more than 64 of them) is copied into
+// one slice: a client may send tiny HTTP/2 frames, and reading in place keeps a record per
+// piece. Normal messages (pieces of tens of KiB here) are left alone. False if unreadable.
+bool CoalesceIfFragmented(grpc::ByteBuffer* buffer);
+
 // Reads a PushRequest from `r` into `req` (cleared first), with every block's values left empty:
 // block i's values are (*values)[i], pieces of the reader's slices (the reader must outlive
 // them). INVALID_ARGUMENT "malformed PushRequest ..." where protobuf would not parse the bytes.

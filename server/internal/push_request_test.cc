@@ -137,5 +137,27 @@ TEST(PushRequestTest, TruncatedOrMalformedRequestsAreInvalidArgument) {
   }
 }
 
+TEST(PushRequestTest, TinyPiecesAreCoalescedNormalOnesLeftInPlace) {
+  const std::string bytes = Request().SerializeAsString();  // about 3.7 KiB
+  auto count = [](grpc::ByteBuffer* b) {
+    std::vector<grpc::Slice> slices;
+    EXPECT_TRUE(b->Dump(&slices).ok());
+    return slices.size();
+  };
+  grpc::ByteBuffer tiny = Pieces(bytes, 7);  // hundreds of 7-byte pieces
+  ASSERT_GT(count(&tiny), 64u);
+  ASSERT_TRUE(CoalesceIfFragmented(&tiny));
+  EXPECT_EQ(count(&tiny), 1u);
+  wire::SliceReader reader;
+  ASSERT_TRUE(reader.Reset(&tiny));
+  v1::PushRequest got;
+  std::deque<ScatteredValues> values;
+  ASSERT_TRUE(ReadPushRequest(&reader, &got, &values).ok());
+  EXPECT_EQ(WithValues(got, values).SerializeAsString(), bytes);
+  grpc::ByteBuffer few = Pieces(bytes, 100);  // 38 pieces: left alone
+  ASSERT_TRUE(CoalesceIfFragmented(&few));
+  EXPECT_EQ(count(&few), (bytes.size() + 99) / 100);
+}
+
 }  // namespace
 }  // namespace ps
