@@ -66,11 +66,15 @@ void InitializeRow(const InitializerSpec& spec, uint32_t table_id, uint64_t key,
       for (int i = 0; i < dim; ++i) out[i] = spec.value();
       return;
     case InitializerSpec::UNIFORM: {
-      const float span = spec.high() - spec.low();
+      const float low = spec.low();
+      const float span = spec.high() - low;
+      // low + span * u can round up to high; clamped to keep the interval half-open. (Computed
+      // once: per value, these calls cost more than the random bits. No value is NaN, so the
+      // comparison picks what fmin would.)
+      const float below_high = std::nextafter(spec.high(), low);
       for (int i = 0; i < dim; ++i) {
-        // low + span * u can round up to high; clamp to keep the interval half-open.
-        out[i] =
-            std::fmin(spec.low() + span * rnd.Uniform(i), std::nextafter(spec.high(), spec.low()));
+        const float v = low + span * rnd.Uniform(i);
+        out[i] = v < below_high ? v : below_high;
       }
       return;
     }

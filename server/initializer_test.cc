@@ -116,6 +116,14 @@ TEST(InitializerTest, UniformNeverReturnsHighEvenWhenTheSumRoundsUp) {
   }
 }
 
+// Rows are created wherever a key is first used, by whichever server version: the values of a
+// (seed, table, key) must not change. Pinned from the release before the uniform loop was made
+// faster (it computed nextafter and fmin per value).
+TEST(InitializerTest, UniformValuesArePinned) {
+  EXPECT_EQ(Row(Uniform(-0.1f, 0.1f, 7), 3, 42, 4),
+            (std::vector<float>{0x1.88e066p-4f, -0x1.4aa406p-5f, -0x1.cbbecp-5f, -0x1.eb0d3p-6f}));
+}
+
 TEST(InitializerTest, NormalHasRoughlyTheRequestedMeanAndStddev) {
   const InitializerSpec spec = Normal(0.1f, 11);
   ASSERT_TRUE(ValidateInitializer(spec).ok());
