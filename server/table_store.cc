@@ -179,7 +179,7 @@ TableStore::DroppedJob TableStore::DropJob(const std::string& job_id) {
       }
       CountErasedRow(*table->second);
       dropped.bytes += static_cast<uint64_t>(table->second->row_floats) * sizeof(float);
-      slot.rows.erase(it++);
+      slot.rows.erase(it++);  // its floats go back with the table's arena
     }
     ErasePendingIf(slot.pending, [&](uint32_t id) { return ids.contains(id); });
   }
@@ -222,6 +222,7 @@ absl::Status TableStore::CreateTable(const TableSpec& spec) {
   table->dim = static_cast<int>(spec.dim());
   table->row_floats = table->dim * (1 + (*optimizer)->state_per_value());
   table->optimizer = std::move(*optimizer);
+  table->arena = std::make_unique<RowArena>(table->row_floats);
   const uint64_t row_bytes = static_cast<uint64_t>(table->row_floats) * sizeof(float);
   if (spec.kind() == v1::DENSE) {
     // Divided, not multiplied: num_rows x row bytes could wrap around.
@@ -476,10 +477,9 @@ absl::Status TableStore::CheckPullSize(absl::Span<const BlockView> views) const 
 
 TableStore::Row TableStore::NewRow(const Table& table, uint64_t key) const {
   Row row;
-  row.data.reset(new float[table.row_floats]);
-  InitializeRow(table.spec.initializer(), InitializerStream(table.spec), key, row.data.get(),
-                table.dim);
-  table.optimizer->InitState(row.data.get(), row.data.get() + table.dim, table.dim);
+  row.data = table.arena->Allocate();
+  InitializeRow(table.spec.initializer(), InitializerStream(table.spec), key, row.data, table.dim);
+  table.optimizer->InitState(row.data, row.data + table.dim, table.dim);
   return row;
 }
 
@@ -488,12 +488,73 @@ TableStore::Row* TableStore::RowFor(Slot& slot, const Table& table, uint64_t key
   const RowKey rk{table.spec.table_id(), key};
   auto it = slot.rows.find(rk);
   if (it != slot.rows.end()) return &it->second;
+  return InsertRow(slot, table, rk);
+}
+
+TableStore::Row* TableStore::InsertRow(Slot& slot, const Table& table, const RowKey& rk) {
   table.bytes.fetch_add(static_cast<uint64_t>(table.row_floats) * sizeof(float));
   if (table.metrics != nullptr) {
     table.metrics->rows->Increment();
     table.metrics->bytes->Increment(static_cast<double>(table.row_floats) * sizeof(float));
   }
-  return &slot.rows.emplace(rk, NewRow(table, key)).first->second;
+  return &slot.rows.emplace(rk, NewRow(table, rk.second)).first->second;
+}
+
+template <typename Fn>
+absl::Status TableStore::ForEachRow(const Table& t, absl::Span<const uint64_t> keys,
+                                    size_t prefetch_bytes, bool for_write, Fn fn) {
+  constexpr size_t kProbeAhead = 8;  // hash entries are fetched this many keys ahead
+  constexpr size_t kRowsAhead = 4;   // rows are fetched this many keys ahead of fn
+  constexpr size_t kLine = 64;
+  prefetch_bytes = std::min<size_t>(prefetch_bytes, 4 * kLine);  // the hardware fetches the rest
+  const uint32_t table_id = t.spec.table_id();
+  auto fetch_row = [&](const float* data) {
+    const char* p = reinterpret_cast<const char*>(data);
+    for (size_t off = 0; off < prefetch_bytes; off += kLine) {
+      if (for_write) {
+        __builtin_prefetch(p + off, 1);
+      } else {
+        __builtin_prefetch(p + off, 0);
+      }
+    }
+  };
+  return ForEachSlotGroup(
+      slots_.get(), table_id, keys, [&](Slot& slot, absl::Span<const uint32_t> group) {
+        slot.mu.AssertHeld();
+        // Checked once per slot: DropJob sets the flag before it takes the slot locks to erase.
+        if (t.dropped.load()) return TableDroppedError(t);
+        const size_t n = group.size();
+        auto key_at = [&](size_t j) { return RowKey{table_id, keys[group[j]]}; };
+        for (size_t j = 0; j < std::min(n, kProbeAhead); ++j) slot.rows.prefetch(key_at(j));
+        // Rows found and waiting for fn: pointers into the map, valid until the next insertion
+        // (which may move every row), so the ring is emptied before each insertion.
+        std::pair<Row*, uint32_t> ring[kRowsAhead];
+        size_t head = 0;  // rows put in the ring
+        size_t tail = 0;  // rows handed to fn
+        auto drain_to = [&](size_t keep) {
+          while (head - tail > keep) {
+            const auto& [row, i] = ring[tail++ % kRowsAhead];
+            fn(*row, i);
+          }
+        };
+        for (size_t j = 0; j < n; ++j) {
+          if (j + kProbeAhead < n) slot.rows.prefetch(key_at(j + kProbeAhead));
+          const RowKey rk = key_at(j);
+          auto it = slot.rows.find(rk);
+          Row* row = nullptr;
+          if (it != slot.rows.end()) {
+            row = &it->second;
+            fetch_row(row->data);
+          } else {
+            drain_to(0);
+            row = InsertRow(slot, t, rk);
+          }
+          drain_to(kRowsAhead - 1);
+          ring[head++ % kRowsAhead] = {row, group[j]};
+        }
+        drain_to(0);
+        return absl::OkStatus();
+      });
 }
 
 void TableStore::CountErasedRow(const Table& table) const {
@@ -510,8 +571,8 @@ void TableStore::ApplyToRow(const Table& table, const float* grad, float lr_scal
     return;
   }
   ++row.updates;
-  table.optimizer->ApplyScaled(grad, table.dim, row.updates, lr_scale, row.data.get(),
-                               row.data.get() + table.dim);
+  table.optimizer->ApplyScaled(grad, table.dim, row.updates, lr_scale, row.data,
+                               row.data + table.dim);
 }
 
 absl::Status TableStore::Pull(const BlockView& view, std::string* out) {
@@ -524,25 +585,17 @@ absl::Status TableStore::Pull(const BlockView& view, std::string* out) {
 absl::Status TableStore::Pull(const BlockView& view, char* out) {
   const Table& t = *view.table;
   const size_t row_bytes = t.dim * sizeof(float);
-  return ForEachKeyBySlot(slots_.get(), t.spec.table_id(), view.keys, [&](Slot& slot, uint32_t i) {
-    slot.mu.AssertHeld();
-    const Row* row = RowFor(slot, t, view.keys[i]);
-    if (row == nullptr) return TableDroppedError(t);
-    std::memcpy(out + i * row_bytes, row->data.get(), row_bytes);
-    return absl::OkStatus();
+  return ForEachRow(t, view.keys, row_bytes, /*for_write=*/false, [&](const Row& row, uint32_t i) {
+    std::memcpy(out + i * row_bytes, row.data, row_bytes);
   });
 }
 
 absl::Status TableStore::Apply(const BlockView& view, float lr_scale) {
   const Table& t = *view.table;
   std::vector<float> scratch(view.scattered != nullptr ? t.dim : 0);
-  return ForEachKeyBySlot(slots_.get(), t.spec.table_id(), view.keys, [&](Slot& slot, uint32_t i) {
-    slot.mu.AssertHeld();
-    Row* row = RowFor(slot, t, view.keys[i]);
-    if (row == nullptr) return TableDroppedError(t);
-    ApplyToRow(t, view.Grad(i, scratch.data()), lr_scale, *row);
-    return absl::OkStatus();
-  });
+  return ForEachRow(
+      t, view.keys, t.row_floats * sizeof(float), /*for_write=*/true,
+      [&](Row& row, uint32_t i) { ApplyToRow(t, view.Grad(i, scratch.data()), lr_scale, row); });
 }
 
 absl::Status TableStore::Accumulate(const BlockView& view, int64_t clock, float lr_scale) {
@@ -708,7 +761,7 @@ JobSnapshot TableStore::Snapshot(const std::string& job_id) const {
       SlotRows& r = *out[it->second];
       r.keys.push_back(rk.second);
       r.updates.push_back(row.updates);
-      r.data.insert(r.data.end(), row.data.get(), row.data.get() + r.row_floats);
+      r.data.insert(r.data.end(), row.data, row.data + r.row_floats);
     }
   }
   for (const SlotRows& r : snap.rows) {
@@ -787,6 +840,7 @@ absl::Status TableStore::LoadSlots(const std::string& job_id, const std::vector<
         continue;
       }
       CountErasedRow(*table->second);
+      table->second->arena->Free(it->second.data);
       slot.rows.erase(it++);
     }
     ErasePendingIf(slot.pending, [&](uint32_t id) { return tables.contains(id); });
@@ -794,13 +848,15 @@ absl::Status TableStore::LoadSlots(const std::string& job_id, const std::vector<
       const Table& t = *tables.at(r->table_id);
       slot.rows.reserve(slot.rows.size() + r->size());
       for (size_t i = 0; i < r->size(); ++i) {
-        Row row;
-        row.data.reset(new float[r->row_floats]);
-        std::memcpy(row.data.get(), r->row(i), r->row_floats * sizeof(float));
-        row.updates = r->updates[i];
-        if (slot.rows.insert_or_assign(RowKey{r->table_id, r->keys[i]}, std::move(row)).second) {
+        // A key listed twice is loaded once (its last row wins).
+        auto [it, inserted] = slot.rows.try_emplace(RowKey{r->table_id, r->keys[i]});
+        Row& row = it->second;
+        if (inserted) {
+          row.data = t.arena->Allocate();
           t.bytes.fetch_add(static_cast<uint64_t>(r->row_floats) * sizeof(float));
         }
+        std::memcpy(row.data, r->row(i), r->row_floats * sizeof(float));
+        row.updates = r->updates[i];
       }
       if (t.metrics != nullptr) {
         t.metrics->rows->Increment(static_cast<double>(r->size()));
@@ -840,7 +896,7 @@ void TableStore::ForEachRow(
     absl::MutexLock l(&slots_[s].mu);
     for (const auto& [rk, row] : slots_[s].rows) {
       if (rk.first == table_id) {
-        fn(rk.second, row.updates, absl::MakeConstSpan(row.data.get(), t->row_floats));
+        fn(rk.second, row.updates, absl::MakeConstSpan(row.data, t->row_floats));
       }
     }
   }

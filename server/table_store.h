@@ -19,6 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "ps/v1/parameter_server.pb.h"
+#include "server/internal/row_arena.h"
 #include "server/internal/scattered_values.h"
 #include "server/optimizer.h"
 #include "server/server_metrics.h"
@@ -64,6 +65,9 @@ class TableStore {
     std::unique_ptr<RowOptimizer> optimizer;
     int dim = 0;
     int row_floats = 0;  // dim * (1 + optimizer state per value)
+    // Where its rows' floats live (each row's memory goes back here when the row is erased; all
+    // of it when the table is destroyed, after its rows are).
+    std::unique_ptr<RowArena> arena;
     // Null without metrics; the series go with the last table of their job and name.
     std::unique_ptr<ServerMetrics::Table> metrics;
     // Row bytes held on this server (rows x row_floats x 4).
@@ -201,7 +205,7 @@ class TableStore {
  private:
   using RowKey = std::pair<uint32_t, uint64_t>;  // (table id, key)
   struct Row {
-    std::unique_ptr<float[]> data;  // values, then optimizer state
+    float* data = nullptr;  // values, then optimizer state; in its table's arena
     int64_t updates = 0;
   };
   struct Slot {
@@ -233,6 +237,17 @@ class TableStore {
   Row NewRow(const Table& table, uint64_t key) const;
   // The row of `key`, created if missing; null if the table was dropped.
   Row* RowFor(Slot& slot, const Table& table, uint64_t key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
+  // Creates the row `rk` (not in the slot) of `table`, counted in its bytes and gauges.
+  Row* InsertRow(Slot& slot, const Table& table, const RowKey& rk)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
+  // Calls fn(row, i) for every key i of `keys`, creating missing rows, slot by slot under each
+  // slot's lock (fn must not call the store). While fn runs on one row, the hash entries and the
+  // rows of the next keys are fetched into cache: a lookup costs a few cache misses, and fetched
+  // together they overlap. `prefetch_bytes` of each row are fetched (`for_write`: to be written).
+  // FAILED_PRECONDITION if the table was dropped.
+  template <typename Fn>
+  absl::Status ForEachRow(const Table& table, absl::Span<const uint64_t> keys,
+                          size_t prefetch_bytes, bool for_write, Fn fn);
   // Takes a row of `table` that the caller erases off the accounting (bytes and gauges).
   void CountErasedRow(const Table& table) const;
   void ApplyToRow(const Table& table, const float* grad, float lr_scale, Row& row) const;

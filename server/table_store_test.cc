@@ -121,6 +121,39 @@ TEST(TableStoreTest, PullOfUnknownSparseKeyCreatesInitializedRow) {
   EXPECT_EQ(store.NumRows(2), 2u);
 }
 
+// Large requests go slot by slot with the next rows fetched ahead, and a row created on the way
+// may move the slot's others: rows new and old, many per slot, must each get their own values.
+TEST(TableStoreTest, LargeRequestsMixingNewAndExistingRowsMatchKeyByKeyOnes) {
+  TableStore batched({});
+  TableStore single({});
+  const TableSpec spec = SparseSpec(2, 5);
+  ASSERT_TRUE(batched.CreateTable(spec).ok());
+  ASSERT_TRUE(single.CreateTable(spec).ok());
+  // 20000 keys over 1024 slots (about 20 per slot); a third of them exist before.
+  std::vector<uint64_t> keys(20000);
+  for (size_t i = 0; i < keys.size(); ++i) keys[i] = i * 0x9E3779B97F4A7C15ull;
+  std::vector<uint64_t> existing;
+  for (size_t i = 0; i < keys.size(); i += 3) existing.push_back(keys[i]);
+  PullBytes(batched, 2, existing);
+  std::vector<float> grad(keys.size() * 5);
+  for (size_t i = 0; i < grad.size(); ++i) grad[i] = static_cast<float>(i % 1009) / 1024.0f;
+  ASSERT_TRUE(Push(batched, {Block(2, keys, grad)}).ok());
+  const std::string pulled = PullBytes(batched, 2, keys);
+  // The same, one key per request.
+  for (uint64_t key : existing) PullBytes(single, 2, {key});
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_TRUE(
+        Push(single, {Block(2, {keys[i]}, std::vector<float>(&grad[i * 5], &grad[i * 5 + 5]))})
+            .ok());
+  }
+  std::string want;
+  for (uint64_t key : keys) want += PullBytes(single, 2, {key});
+  EXPECT_EQ(Floats(pulled), Floats(want));
+  EXPECT_EQ(batched.NumRows(2), keys.size());
+  // A pull of more keys than one request's group threshold, with every row existing.
+  EXPECT_EQ(PullBytes(batched, 2, existing).size(), existing.size() * 5 * sizeof(float));
+}
+
 TEST(TableStoreTest, SameSpecTwiceIsOkAnotherSpecIsAlreadyExists) {
   TableStore store({});
   ASSERT_TRUE(store.CreateTable(DenseSpec(1, 2, 4)).ok());

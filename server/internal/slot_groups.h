@@ -13,19 +13,20 @@
 
 namespace ps {
 
-// Calls fn(slot, i) for every key i of `keys` while holding the lock of the key's slot. Keys of
-// one slot are visited under one lock (counting-sorted by slot first; a pull of 4096 random keys
-// locks each of the 1024 slots once instead of 4096 times), in their order within the slot. fn
-// starts with slot.mu.AssertHeld() (for clang's lock analysis). Stops at fn's first error.
+// Calls fn(slot, group) while holding the slot's lock, `group` being the indices (into `keys`) of
+// the keys of that slot, in their order in `keys`. Keys of one slot are visited under one lock
+// (counting-sorted by slot first; a pull of 4096 random keys locks each of the 1024 slots once
+// instead of 4096 times). fn starts with slot.mu.AssertHeld() (for clang's lock analysis). Stops
+// at fn's first error.
 template <typename SlotT, typename Fn>
-absl::Status ForEachKeyBySlot(SlotT* slots, uint32_t table_id, absl::Span<const uint64_t> keys,
+absl::Status ForEachSlotGroup(SlotT* slots, uint32_t table_id, absl::Span<const uint64_t> keys,
                               Fn fn) {
   constexpr size_t kGroupFrom = 64;  // fewer keys: one lock each (sorting costs more)
   if (keys.size() < kGroupFrom) {
     for (uint32_t i = 0; i < keys.size(); ++i) {
       SlotT& slot = slots[SlotOf(table_id, keys[i])];
       absl::MutexLock l(&slot.mu);
-      PS_RETURN_IF_ERROR(fn(slot, i));
+      PS_RETURN_IF_ERROR(fn(slot, absl::Span<const uint32_t>(&i, 1)));
     }
     return absl::OkStatus();
   }
@@ -43,9 +44,22 @@ absl::Status ForEachKeyBySlot(SlotT* slots, uint32_t table_id, absl::Span<const 
     if (start[s] == start[s + 1]) continue;
     SlotT& slot = slots[s];
     absl::MutexLock l(&slot.mu);
-    for (uint32_t j = start[s]; j < start[s + 1]; ++j) PS_RETURN_IF_ERROR(fn(slot, order[j]));
+    PS_RETURN_IF_ERROR(
+        fn(slot, absl::Span<const uint32_t>(order.data() + start[s], start[s + 1] - start[s])));
   }
   return absl::OkStatus();
+}
+
+// The same, key by key: fn(slot, i) for every key i, in their order within the slot.
+template <typename SlotT, typename Fn>
+absl::Status ForEachKeyBySlot(SlotT* slots, uint32_t table_id, absl::Span<const uint64_t> keys,
+                              Fn fn) {
+  return ForEachSlotGroup(slots, table_id, keys,
+                          [&](SlotT& slot, absl::Span<const uint32_t> group) {
+                            slot.mu.AssertHeld();
+                            for (uint32_t i : group) PS_RETURN_IF_ERROR(fn(slot, i));
+                            return absl::OkStatus();
+                          });
 }
 
 }  // namespace ps
