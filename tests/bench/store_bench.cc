@@ -1,0 +1,192 @@
+// store_bench: keys/s of a server's sparse row path alone, in process (no gRPC, no client):
+//   create  pulls of keys never seen (each creates and initializes its row)
+//   pull    pulls of random existing rows (the answer assembled from the rows)
+//   push    pushes of gradients to random existing rows (the optimizer applied to each)
+//
+//   store_bench --dims=8,64,256 --rows=1048576 --keys_per_request=4096 --seconds=1
+//
+// One line per dim and phase: keys/s and the row bytes moved per second (values; 1 GB = 1e9
+// bytes). This is the ceiling a sparse pull or push through ps_bench can reach on one server
+// thread; ps_bench's figures add the wire and the client. Benchmarks report figures; nothing
+// here asserts on speed.
+#include <glog/logging.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/flags_usage.h"
+#include "common/status_macros.h"
+#include "server/table_store.h"
+
+ABSL_FLAG(std::string, dims, "8,64,256", "floats per row, comma-separated: one table each");
+ABSL_FLAG(uint64_t, rows, uint64_t{1} << 20,
+          "rows created (a multiple of --keys_per_request; then pulled and pushed at random)");
+ABSL_FLAG(uint64_t, keys_per_request, 4096, "keys per pull or push (4096 x dim 64 = 1 MiB)");
+ABSL_FLAG(double, seconds, 1.0, "seconds of each of the pull and push phases");
+ABSL_FLAG(std::string, optimizer, "sgd",
+          "the table's optimizer: sgd (no state), momentum / adagrad (1 float per value), "
+          "adam / ftrl (2)");
+
+namespace ps {
+namespace {
+
+struct BenchOptions {
+  std::vector<int> dims;
+  uint64_t rows = 0;
+  uint64_t keys_per_request = 0;
+  double seconds = 0;
+  v1::OptimizerSpec::Kind optimizer = v1::OptimizerSpec::SGD;
+};
+
+absl::StatusOr<BenchOptions> OptionsFromFlags() {
+  BenchOptions o;
+  for (absl::string_view d : absl::StrSplit(absl::GetFlag(FLAGS_dims), ',', absl::SkipEmpty())) {
+    int dim = 0;
+    if (!absl::SimpleAtoi(d, &dim) || dim < 1 || dim > 65536) {
+      return absl::InvalidArgumentError(absl::StrCat("--dims: '", d, "' is not in 1..65536"));
+    }
+    o.dims.push_back(dim);
+  }
+  if (o.dims.empty()) return absl::InvalidArgumentError("--dims names no dim");
+  o.rows = absl::GetFlag(FLAGS_rows);
+  o.keys_per_request = absl::GetFlag(FLAGS_keys_per_request);
+  o.seconds = absl::GetFlag(FLAGS_seconds);
+  if (o.keys_per_request == 0 || o.rows < o.keys_per_request || !(o.seconds > 0)) {
+    return absl::InvalidArgumentError(
+        "--keys_per_request and --seconds must be > 0, --rows at least --keys_per_request");
+  }
+  std::string name = absl::AsciiStrToUpper(absl::GetFlag(FLAGS_optimizer));
+  if (!v1::OptimizerSpec::Kind_Parse(name, &o.optimizer)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--optimizer: unknown '", absl::GetFlag(FLAGS_optimizer), "'"));
+  }
+  return o;
+}
+
+constexpr char kJob[] = "bench";
+
+v1::TableSpec Spec(uint32_t id, int dim, v1::OptimizerSpec::Kind optimizer) {
+  v1::TableSpec spec;
+  spec.set_table_id(id);
+  spec.set_name(absl::StrCat("dim", dim));
+  spec.set_job_id(kJob);
+  spec.set_kind(v1::SPARSE);
+  spec.set_dim(static_cast<uint32_t>(dim));
+  spec.mutable_initializer()->set_kind(v1::InitializerSpec::UNIFORM);
+  spec.mutable_initializer()->set_low(-0.1f);
+  spec.mutable_initializer()->set_high(0.1f);
+  spec.mutable_optimizer()->set_kind(optimizer);
+  spec.mutable_optimizer()->set_learning_rate(1e-3f);
+  return spec;
+}
+
+// Keys that spread over the slots as a real job's hashed ids do.
+uint64_t KeyOf(uint64_t n) { return n * 0x9E3779B97F4A7C15ull; }
+
+void Report(int dim, const char* phase, uint64_t keys, double seconds) {
+  absl::PrintF("dim %-5d %-7s %12.0f keys/s %8.3f GB/s  (%llu keys in %.3f s)\n", dim, phase,
+               keys / seconds, keys * dim * sizeof(float) / seconds / 1e9,
+               static_cast<unsigned long long>(keys), seconds);
+  std::fflush(stdout);
+}
+
+absl::Status RunDim(const BenchOptions& o, TableStore& store, uint32_t table_id, int dim) {
+  PS_RETURN_IF_ERROR(store.CreateTable(Spec(table_id, dim, o.optimizer)));
+  const uint64_t n = o.keys_per_request;
+  std::vector<uint64_t> keys(n);
+  std::vector<float> grad(n * dim);
+  for (size_t i = 0; i < grad.size(); ++i) grad[i] = 1e-3f * static_cast<float>(i % 97) - 0.05f;
+  std::string out;
+  auto request = [&](bool push) -> absl::Status {
+    v1::KeyBlock block;
+    block.set_table_id(table_id);
+    block.set_keys(reinterpret_cast<const char*>(keys.data()), n * sizeof(uint64_t));
+    if (push) block.set_values(reinterpret_cast<const char*>(grad.data()), grad.size() * 4);
+    TableStore::BlockView view;
+    PS_RETURN_IF_ERROR(store.Resolve(kJob, block, push, &view));
+    return push ? store.Apply(view) : store.Pull(view, &out);
+  };
+
+  uint64_t done = 0;
+  absl::Time start = absl::Now();
+  for (uint64_t first = 0; first + n <= o.rows; first += n) {
+    for (uint64_t i = 0; i < n; ++i) keys[i] = KeyOf(first + i);
+    PS_RETURN_IF_ERROR(request(false));
+    done += n;
+  }
+  Report(dim, "create", done, absl::ToDoubleSeconds(absl::Now() - start));
+
+  // Random requests without a key twice (the server refuses those): consecutive runs of a
+  // shuffled list of every key.
+  std::vector<uint64_t> shuffled(o.rows);
+  for (uint64_t i = 0; i < o.rows; ++i) shuffled[i] = KeyOf(i);
+  std::shuffle(shuffled.begin(), shuffled.end(), std::mt19937_64(dim));
+  const uint64_t runs = o.rows / n;
+  for (bool push : {false, true}) {
+    done = 0;
+    start = absl::Now();
+    const absl::Time end = start + absl::Seconds(o.seconds);
+    for (uint64_t r = 0; absl::Now() < end; ++r) {
+      std::copy_n(shuffled.begin() + (r % runs) * n, n, keys.begin());
+      PS_RETURN_IF_ERROR(request(push));
+      done += n;
+    }
+    Report(dim, push ? "push" : "pull", done, absl::ToDoubleSeconds(absl::Now() - start));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Run(const BenchOptions& o) {
+  absl::PrintF("%llu rows per dim, %llu keys per request, optimizer %s\n",
+               static_cast<unsigned long long>(o.rows),
+               static_cast<unsigned long long>(o.keys_per_request),
+               v1::OptimizerSpec::Kind_Name(o.optimizer));
+  for (size_t i = 0; i < o.dims.size(); ++i) {
+    // A store per dim: the rows of one do not crowd the caches of the next.
+    TableStoreOptions options;
+    options.max_job_bytes = uint64_t{1} << 50;
+    options.max_pull_bytes = uint64_t{1} << 40;
+    TableStore store(options);
+    PS_RETURN_IF_ERROR(RunDim(o, store, static_cast<uint32_t>(i + 1), o.dims[i]));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace ps
+
+int main(int argc, char** argv) {
+  ps::SetUsage(
+      "Keys/s of the server's sparse row path (create, pull, push), in process: no network.\n"
+      "Example: store_bench --dims=8,64,256 --rows=1048576 --keys_per_request=4096",
+      __FILE__);
+  absl::ParseCommandLine(argc, argv);
+  google::InitGoogleLogging(argv[0]);
+  FLAGS_logtostderr = true;
+  auto options = ps::OptionsFromFlags();
+  if (!options.ok()) {
+    absl::FPrintF(stderr, "store_bench: %s\n", options.status().ToString());
+    return 2;
+  }
+  const absl::Status s = ps::Run(*options);
+  if (!s.ok()) {
+    absl::FPrintF(stderr, "store_bench: %s\n", s.ToString());
+    return 1;
+  }
+  return 0;
+}
