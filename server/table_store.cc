@@ -488,16 +488,22 @@ TableStore::Row* TableStore::RowFor(Slot& slot, const Table& table, uint64_t key
   const RowKey rk{table.spec.table_id(), key};
   auto it = slot.rows.find(rk);
   if (it != slot.rows.end()) return &it->second;
+  CountNewRows(table, 1);
   return InsertRow(slot, table, rk);
 }
 
 TableStore::Row* TableStore::InsertRow(Slot& slot, const Table& table, const RowKey& rk) {
-  table.bytes.fetch_add(static_cast<uint64_t>(table.row_floats) * sizeof(float));
-  if (table.metrics != nullptr) {
-    table.metrics->rows->Increment();
-    table.metrics->bytes->Increment(static_cast<double>(table.row_floats) * sizeof(float));
-  }
   return &slot.rows.emplace(rk, NewRow(table, rk.second)).first->second;
+}
+
+void TableStore::CountNewRows(const Table& table, uint64_t rows) const {
+  if (rows == 0) return;
+  const uint64_t bytes = rows * table.row_floats * sizeof(float);
+  table.bytes.fetch_add(bytes);
+  if (table.metrics != nullptr) {
+    table.metrics->rows->Increment(static_cast<double>(rows));
+    table.metrics->bytes->Increment(static_cast<double>(bytes));
+  }
 }
 
 template <typename Fn>
@@ -518,7 +524,8 @@ absl::Status TableStore::ForEachRow(const Table& t, absl::Span<const uint64_t> k
       }
     }
   };
-  return ForEachSlotGroup(
+  uint64_t created = 0;  // rows created, counted once at the end
+  absl::Status status = ForEachSlotGroup(
       slots_.get(), table_id, keys, [&](Slot& slot, absl::Span<const uint32_t> group) {
         slot.mu.AssertHeld();
         // Checked once per slot: DropJob sets the flag before it takes the slot locks to erase.
@@ -548,6 +555,7 @@ absl::Status TableStore::ForEachRow(const Table& t, absl::Span<const uint64_t> k
           } else {
             drain_to(0);
             row = InsertRow(slot, t, rk);
+            ++created;
           }
           drain_to(kRowsAhead - 1);
           ring[head++ % kRowsAhead] = {row, group[j]};
@@ -555,6 +563,8 @@ absl::Status TableStore::ForEachRow(const Table& t, absl::Span<const uint64_t> k
         drain_to(0);
         return absl::OkStatus();
       });
+  CountNewRows(t, created);
+  return status;
 }
 
 void TableStore::CountErasedRow(const Table& table) const {

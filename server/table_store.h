@@ -237,9 +237,12 @@ class TableStore {
   Row NewRow(const Table& table, uint64_t key) const;
   // The row of `key`, created if missing; null if the table was dropped.
   Row* RowFor(Slot& slot, const Table& table, uint64_t key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
-  // Creates the row `rk` (not in the slot) of `table`, counted in its bytes and gauges.
+  // Creates the row `rk` (not in the slot) of `table`; the caller counts it (CountNewRows).
   Row* InsertRow(Slot& slot, const Table& table, const RowKey& rk)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
+  // Adds `rows` new rows of `table` to its bytes and gauges (once per request, not per row: the
+  // gauges are shared by every server thread).
+  void CountNewRows(const Table& table, uint64_t rows) const;
   // Calls fn(row, i) for every key i of `keys`, creating missing rows, slot by slot under each
   // slot's lock (fn must not call the store). While fn runs on one row, the hash entries and the
   // rows of the next keys are fetched into cache: a lookup costs a few cache misses, and fetched
