@@ -76,40 +76,39 @@ absl::Status WriteAnswer(grpc::ServerUnaryStreamer<grpc::ByteBuffer, grpc::ByteB
   return absl::CancelledError("the client went away");
 }
 
-// A Push or PushPull request read in place (internal/push_request.h): the received buffer and
-// the reader over its slices live as long as this, while the gradients are applied from them.
+// Reads the one request message of a streamed unary call.
+absl::Status ReadBuffer(grpc::ServerUnaryStreamer<grpc::ByteBuffer, grpc::ByteBuffer>* stream,
+                        grpc::ByteBuffer* in) {
+  if (!stream->Read(in)) return absl::CancelledError("the request never arrived");
+  return absl::OkStatus();
+}
+
+// A Push or PushPull request read in place (internal/push_request.h) from a received buffer,
+// which must outlive this: the gradients are applied from its slices.
 template <typename Request>
 struct InPlaceRequest {
   using Parser = absl::Status (*)(wire::SliceReader*, Request*, std::deque<ScatteredValues>*);
 
-  absl::Status Read(grpc::ServerUnaryStreamer<grpc::ByteBuffer, grpc::ByteBuffer>* stream,
-                    Parser parse) {
-    if (!stream->Read(&in)) return absl::CancelledError("the request never arrived");
-    bytes = in.Length();
-    if (!CoalesceIfFragmented(&in) || !reader.Reset(&in)) {
+  absl::Status Parse(grpc::ByteBuffer* in, Parser parse) {
+    if (!CoalesceIfFragmented(in) || !reader.Reset(in)) {
       return absl::InvalidArgumentError("unreadable request");
     }
     return parse(&reader, &req, &values);
   }
 
-  grpc::ByteBuffer in;
   wire::SliceReader reader;
   Request req;
   std::deque<ScatteredValues> values;  // block i's gradients
-  size_t bytes = 0;
 };
 
-// Reads the one request message of a streamed unary call into `req`.
+// Parses a request buffer with protobuf.
 template <typename Request>
-absl::Status ReadRequest(grpc::ServerUnaryStreamer<grpc::ByteBuffer, grpc::ByteBuffer>* stream,
-                         Request* req, size_t* bytes) {
-  grpc::ByteBuffer in;
-  if (!stream->Read(&in)) return absl::CancelledError("the request never arrived");
-  *bytes = in.Length();
-  grpc::Status s = grpc::SerializationTraits<Request>::Deserialize(&in, req);
+absl::Status ParseRequest(grpc::ByteBuffer* in, Request* req) {
+  const size_t bytes = in->Length();
+  grpc::Status s = grpc::SerializationTraits<Request>::Deserialize(in, req);
   if (!s.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("malformed ", req->GetTypeName(), " (", *bytes,
+        absl::StrCat("malformed ", req->GetTypeName(), " (", bytes,
                      " bytes): not the protobuf encoding of that message"));
   }
   return absl::OkStatus();
@@ -382,18 +381,42 @@ grpc::Status ParameterService::PushPull(grpc::ServerContext* ctx, const v1::Push
                 DoPushPull(*req, PullDeadline(ctx), resp));
 }
 
+absl::Status ParameterService::ServePull(grpc::ByteBuffer* request, absl::Time deadline,
+                                         grpc::ByteBuffer* answer) {
+  v1::PullRequest req;
+  PS_RETURN_IF_ERROR(ParseRequest(request, &req));
+  PS_RETURN_IF_ERROR(CheckJob(req.job_id()));
+  PS_RETURN_IF_ERROR(store_->CheckShardEpoch(req.job_id(), req.shard_epoch()));
+  return DoPull(req.job_id(), req.clock(), req.blocks(), deadline, nullptr, answer);
+}
+
+absl::Status ParameterService::ServePush(grpc::ByteBuffer* request, grpc::ByteBuffer* answer) {
+  InPlaceRequest<v1::PushRequest> r;
+  bool duplicate = false;
+  PS_RETURN_IF_ERROR(r.Parse(request, ReadPushRequest));
+  PS_RETURN_IF_ERROR(DoPush(r.req, &duplicate, &r.values));
+  // A PushResponse: `duplicate` (field 1) when set, else nothing.
+  static constexpr char kDuplicate[] = {0x08, 0x01};
+  grpc::Slice answer_slice(kDuplicate, duplicate ? sizeof(kDuplicate) : 0);
+  *answer = grpc::ByteBuffer(&answer_slice, 1);
+  return absl::OkStatus();
+}
+
+absl::Status ParameterService::ServePushPull(grpc::ByteBuffer* request, absl::Time deadline,
+                                             grpc::ByteBuffer* answer) {
+  InPlaceRequest<v1::PushPullRequest> r;
+  PS_RETURN_IF_ERROR(r.Parse(request, ReadPushPullRequest));
+  return DoPushPull(r.req, deadline, nullptr, answer, &r.values);
+}
+
 grpc::Status ParameterService::PullRaw(grpc::ServerContext* ctx, RawStream* stream) {
   PS_AUTHORIZE(authorizer_.get(), ctx, Access::kNode);
   const absl::Time start = absl::Now();
-  v1::PullRequest req;
-  size_t req_bytes = 0;
+  grpc::ByteBuffer in;
   grpc::ByteBuffer answer;
-  absl::Status s = ReadRequest(stream, &req, &req_bytes);
-  if (s.ok()) s = CheckJob(req.job_id());
-  if (s.ok()) s = store_->CheckShardEpoch(req.job_id(), req.shard_epoch());
-  if (s.ok()) {
-    s = DoPull(req.job_id(), req.clock(), req.blocks(), PullDeadline(ctx), nullptr, &answer);
-  }
+  absl::Status s = ReadBuffer(stream, &in);
+  const size_t req_bytes = in.Length();
+  if (s.ok()) s = ServePull(&in, PullDeadline(ctx), &answer);
   if (s.ok()) s = WriteAnswer(stream, answer);
   return FinishRaw(ServerMethod::kPull, start, req_bytes, answer.Length(), s);
 }
@@ -401,27 +424,25 @@ grpc::Status ParameterService::PullRaw(grpc::ServerContext* ctx, RawStream* stre
 grpc::Status ParameterService::PushRaw(grpc::ServerContext* ctx, RawStream* stream) {
   PS_AUTHORIZE(authorizer_.get(), ctx, Access::kNode);
   const absl::Time start = absl::Now();
-  InPlaceRequest<v1::PushRequest> r;
-  bool duplicate = false;
-  absl::Status s = r.Read(stream, ReadPushRequest);
-  if (s.ok()) s = DoPush(r.req, &duplicate, &r.values);
-  // A PushResponse: `duplicate` (field 1) when set, else nothing.
-  static constexpr char kDuplicate[] = {0x08, 0x01};
-  grpc::Slice answer_slice(kDuplicate, duplicate ? sizeof(kDuplicate) : 0);
-  grpc::ByteBuffer answer(&answer_slice, 1);
+  grpc::ByteBuffer in;
+  grpc::ByteBuffer answer;
+  absl::Status s = ReadBuffer(stream, &in);
+  const size_t req_bytes = in.Length();
+  if (s.ok()) s = ServePush(&in, &answer);
   if (s.ok()) s = WriteAnswer(stream, answer);
-  return FinishRaw(ServerMethod::kPush, start, r.bytes, answer.Length(), s);
+  return FinishRaw(ServerMethod::kPush, start, req_bytes, answer.Length(), s);
 }
 
 grpc::Status ParameterService::PushPullRaw(grpc::ServerContext* ctx, RawStream* stream) {
   PS_AUTHORIZE(authorizer_.get(), ctx, Access::kNode);
   const absl::Time start = absl::Now();
-  InPlaceRequest<v1::PushPullRequest> r;
+  grpc::ByteBuffer in;
   grpc::ByteBuffer answer;
-  absl::Status s = r.Read(stream, ReadPushPullRequest);
-  if (s.ok()) s = DoPushPull(r.req, PullDeadline(ctx), nullptr, &answer, &r.values);
+  absl::Status s = ReadBuffer(stream, &in);
+  const size_t req_bytes = in.Length();
+  if (s.ok()) s = ServePushPull(&in, PullDeadline(ctx), &answer);
   if (s.ok()) s = WriteAnswer(stream, answer);
-  return FinishRaw(ServerMethod::kPushPull, start, r.bytes, answer.Length(), s);
+  return FinishRaw(ServerMethod::kPushPull, start, req_bytes, answer.Length(), s);
 }
 
 grpc::Status ParameterService::Clock(grpc::ServerContext* ctx, const v1::ClockRequest* req,

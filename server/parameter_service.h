@@ -76,6 +76,14 @@ class ParameterService final : public v1::ParameterServer::Service {
   absl::Status DoPull(const std::string& job_id, int64_t clock,
                       const google::protobuf::RepeatedPtrField<v1::KeyBlock>& blocks,
                       absl::Time deadline, v1::PullResponse* resp, grpc::ByteBuffer* raw = nullptr);
+  // What gRPC's Pull, Push and PushPull handlers do with a received request (the bytes of a
+  // PullRequest, PushRequest or PushPullRequest, cut into any slices): read it (pushes in place,
+  // `request` possibly coalesced first; pulls by protobuf), serve it, and put the bytes of the
+  // RPC's response in `answer` (pull rows copied straight there). For in-process callers too.
+  absl::Status ServePull(grpc::ByteBuffer* request, absl::Time deadline, grpc::ByteBuffer* answer);
+  absl::Status ServePush(grpc::ByteBuffer* request, grpc::ByteBuffer* answer);
+  absl::Status ServePushPull(grpc::ByteBuffer* request, absl::Time deadline,
+                             grpc::ByteBuffer* answer);
 
  private:
   std::shared_ptr<const Authorizer> authorizer_;
@@ -89,10 +97,10 @@ class ParameterService final : public v1::ParameterServer::Service {
   absl::Status DoPushPull(const v1::PushPullRequest& req, absl::Time deadline,
                           v1::PullResponse* resp, grpc::ByteBuffer* raw = nullptr,
                           const std::deque<ScatteredValues>* values = nullptr);
-  // What gRPC calls for Pull, Push and PushPull (registered as streamed unary methods): pushes
-  // are read in place (gradients applied from the received slices, internal/push_request.h),
-  // pulls parsed by protobuf, and pull answers built in the outgoing buffer (DoPull's `raw`). A
-  // client sees plain unary calls and the same bytes.
+  // What gRPC calls for Pull, Push and PushPull (registered as streamed unary methods): the
+  // Serve* methods on the received buffer. Pushes are read in place (gradients applied from the
+  // received slices, internal/push_request.h), pulls parsed by protobuf, and pull answers built
+  // in the outgoing buffer (DoPull's `raw`). A client sees plain unary calls and the same bytes.
   using RawStream = grpc::ServerUnaryStreamer<grpc::ByteBuffer, grpc::ByteBuffer>;
   grpc::Status PullRaw(grpc::ServerContext* ctx, RawStream* stream);
   grpc::Status PushRaw(grpc::ServerContext* ctx, RawStream* stream);
