@@ -6,8 +6,31 @@
 #include <cstdint>
 #include <new>
 
+#if defined(__SANITIZE_ADDRESS__)
+#define PS_ROW_ARENA_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define PS_ROW_ARENA_ASAN 1
+#endif
+#endif
+
+#ifdef PS_ROW_ARENA_ASAN
+#include <sanitizer/asan_interface.h>
+#define PS_POISON(p, n) ASAN_POISON_MEMORY_REGION(p, n)
+#define PS_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
+#else
+#define PS_POISON(p, n) ((void)(p), (void)(n))
+#define PS_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
 namespace ps {
 namespace {
+
+#ifdef PS_ROW_ARENA_ASAN
+constexpr size_t kRedzone = 32;  // poisoned bytes after each row
+#else
+constexpr size_t kRedzone = 0;
+#endif
 
 size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
@@ -37,14 +60,15 @@ char* MapHuge(size_t bytes) {
 }  // namespace
 
 RowArena::RowArena(size_t row_floats)
-    : stride_([&] {
-        const size_t bytes = std::max<size_t>(row_floats, 1) * sizeof(float);
+    : row_bytes_(std::max<size_t>(row_floats, 1) * sizeof(float)), stride_([&] {
+        const size_t bytes = row_bytes_ + kRedzone;
         return bytes % 64 == 0 ? bytes : RoundUp(bytes, 16);
       }()) {}
 
 RowArena::~RowArena() {
   absl::MutexLock l(&mu_);
   for (const Chunk& c : chunks_) {
+    PS_UNPOISON(c.data, c.bytes);  // the next owner of these addresses starts clean
     if (c.mapped) {
       munmap(c.data, c.bytes);
     } else {
@@ -68,6 +92,7 @@ void RowArena::NewChunk() {
   if (c.data == nullptr) {  // small, or no mapping to be had (e.g. vm.max_map_count reached)
     c.data = static_cast<char*>(::operator new (c.bytes, std::align_val_t{64}));
   }
+  PS_POISON(c.data, c.bytes);  // rows are unpoisoned as they are handed out
   chunks_.push_back(c);
   reserved_ += c.bytes;
   next_ = c.data;
@@ -79,17 +104,20 @@ float* RowArena::Allocate() {
   if (!free_.empty()) {
     float* row = free_.back();
     free_.pop_back();
+    PS_UNPOISON(row, row_bytes_);
     return row;
   }
   if (static_cast<size_t>(end_ - next_) < stride_) NewChunk();
   float* row = reinterpret_cast<float*>(next_);
   next_ += stride_;
+  PS_UNPOISON(row, row_bytes_);
   return row;
 }
 
 void RowArena::Free(float* row) {
   if (row == nullptr) return;
   absl::MutexLock l(&mu_);
+  PS_POISON(row, row_bytes_);
   free_.push_back(row);
 }
 

@@ -16,6 +16,8 @@ namespace ps {
 // costs cache misses but rarely a page walk. Rows given back are reused before new memory is
 // carved; memory goes back to the system when the arena is destroyed (its table dropped).
 // Rows start 16-byte aligned, 64-byte aligned when their size is a multiple of 64 bytes.
+// Under AddressSanitizer, rows are fenced by poisoned bytes and memory not handed out (or given
+// back) is poisoned, so a row overrun is caught as it was with one allocation per row.
 // Thread-safe.
 class RowArena {
  public:
@@ -31,6 +33,8 @@ class RowArena {
 
   // Bytes of the chunks taken from the system (rows in use, rows given back, room not carved).
   size_t reserved_bytes() const;
+  // Bytes from one row to the next: the row's size rounded up (plus a fence under ASan).
+  size_t stride() const { return stride_; }
 
   static constexpr size_t kFirstChunkBytes = size_t{64} << 10;
   static constexpr size_t kHugeChunkBytes = size_t{2} << 20;
@@ -43,6 +47,7 @@ class RowArena {
   };
   void NewChunk() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  const size_t row_bytes_;
   const size_t stride_;  // bytes from one row to the next
   mutable absl::Mutex mu_;
   std::vector<Chunk> chunks_ ABSL_GUARDED_BY(mu_);

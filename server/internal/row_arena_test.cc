@@ -25,7 +25,9 @@ TEST(RowArenaTest, RowsAreDistinctAlignedAndKeepTheirValues) {
       float* row = arena.Allocate();
       ASSERT_NE(row, nullptr);
       EXPECT_EQ(Addr(row) % 16, 0u);
-      if (row_floats * sizeof(float) % 64 == 0) EXPECT_EQ(Addr(row) % 64, 0u);
+      if (arena.stride() % 64 == 0) {
+        EXPECT_EQ(Addr(row) % 64, 0u);
+      }
       for (size_t f = 0; f < row_floats; ++f) row[f] = static_cast<float>(i * 7 + f);
       rows.push_back(row);
     }
@@ -41,14 +43,15 @@ TEST(RowArenaTest, RowsAreDistinctAlignedAndKeepTheirValues) {
 
 TEST(RowArenaTest, ChunksGrowFrom64KiBTo2MiBAndASmallTableStaysSmall) {
   RowArena arena(64);  // 256-byte rows
+  const size_t per_first_chunk = RowArena::kFirstChunkBytes / arena.stride();
   arena.Allocate();
   EXPECT_EQ(arena.reserved_bytes(), RowArena::kFirstChunkBytes);
-  for (size_t i = 1; i < RowArena::kFirstChunkBytes / 256; ++i) arena.Allocate();
-  EXPECT_EQ(arena.reserved_bytes(), RowArena::kFirstChunkBytes);  // exactly full
+  for (size_t i = 1; i < per_first_chunk; ++i) arena.Allocate();
+  EXPECT_EQ(arena.reserved_bytes(), RowArena::kFirstChunkBytes);  // full
   arena.Allocate();
   EXPECT_EQ(arena.reserved_bytes(), 3 * RowArena::kFirstChunkBytes);  // then 128 KiB
   // 64 + 128 + ... + 2048 KiB, then 2 MiB chunks: 30 MiB of rows take 32 MiB at most.
-  for (size_t i = 0; i < (size_t{30} << 20) / 256; ++i) arena.Allocate();
+  for (size_t i = 0; i < (size_t{30} << 20) / arena.stride(); ++i) arena.Allocate();
   EXPECT_LE(arena.reserved_bytes(), size_t{32} << 20);
 }
 
@@ -116,6 +119,28 @@ TEST(RowArenaTest, ThreadsAllocateDistinctRows) {
     }
   }
 }
+
+#if defined(__SANITIZE_ADDRESS__)
+#define PS_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define PS_TEST_ASAN 1
+#endif
+#endif
+
+#ifdef PS_TEST_ASAN
+// Rows share chunks, yet an overrun past a row, or a use after Free, is reported.
+TEST(RowArenaDeathTest, OverrunAndUseAfterFreeAreCaughtUnderAsan) {
+  RowArena arena(8);
+  float* row = arena.Allocate();
+  arena.Allocate();  // a neighbour
+  volatile float* v = row;
+  v[7] = 1.0f;  // the row's last float: fine
+  EXPECT_DEATH(v[8] = 1.0f, "use-after-poison");
+  arena.Free(row);
+  EXPECT_DEATH(v[0] = 1.0f, "use-after-poison");
+}
+#endif
 
 }  // namespace
 }  // namespace ps
