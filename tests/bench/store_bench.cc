@@ -30,6 +30,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/flags_usage.h"
+#include "common/process_tuning.h"
 #include "common/status_macros.h"
 #include "server/table_store.h"
 
@@ -176,6 +177,7 @@ int main(int argc, char** argv) {
       "Example: store_bench --dims=8,64,256 --rows=1048576 --keys_per_request=4096",
       __FILE__);
   absl::ParseCommandLine(argc, argv);
+  ps::TuneProcessForServing();  // as ps_server does: the same allocator and lock settings
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
   auto options = ps::OptionsFromFlags();
