@@ -44,6 +44,10 @@ ABSL_FLAG(uint64_t, max_job_bytes, uint64_t{16} << 30,
           "dense tables count with this server's share at CreateTable, sparse rows as new keys "
           "are pulled or pushed; beyond it RESOURCE_EXHAUSTED (default 16 GiB). A job's rows "
           "are freed when it ends (the scheduler's DropJob)");
+ABSL_FLAG(bool, huge_pages, true,
+          "keep table rows in 2 MiB chunks marked for transparent huge pages (madvise): fewer "
+          "TLB misses on random row lookups. false where first-touching huge pages is slow (some "
+          "VMs): new rows are then cheaper to create");
 ABSL_FLAG(std::string, port_file, "", "if set, write the bound port here once serving");
 ABSL_FLAG(std::string, scheduler, "",
           "the scheduler's host:port: register there and heartbeat (jobs then configure this "
@@ -127,6 +131,7 @@ int main(int argc, char** argv) {
   options.max_pull_wait = absl::GetFlag(FLAGS_max_pull_wait);
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_mb) << 20;
   options.max_job_bytes = absl::GetFlag(FLAGS_max_job_bytes);
+  options.huge_pages = absl::GetFlag(FLAGS_huge_pages);
   options.checkpoint_write_delay = absl::GetFlag(FLAGS_checkpoint_write_delay);
   options.checkpoint_roots = absl::GetFlag(FLAGS_checkpoint_roots);
   const std::string nonfinite = absl::GetFlag(FLAGS_nonfinite);

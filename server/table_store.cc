@@ -222,7 +222,7 @@ absl::Status TableStore::CreateTable(const TableSpec& spec) {
   table->dim = static_cast<int>(spec.dim());
   table->row_floats = table->dim * (1 + (*optimizer)->state_per_value());
   table->optimizer = std::move(*optimizer);
-  table->arena = std::make_unique<RowArena>(table->row_floats);
+  table->arena = std::make_unique<RowArena>(table->row_floats, options_.huge_pages);
   const uint64_t row_bytes = static_cast<uint64_t>(table->row_floats) * sizeof(float);
   if (spec.kind() == v1::DENSE) {
     // Divided, not multiplied: num_rows x row bytes could wrap around.

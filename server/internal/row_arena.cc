@@ -34,9 +34,9 @@ constexpr size_t kRedzone = 0;
 
 size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
-// `bytes` (a multiple of kHugeChunkBytes) aligned to kHugeChunkBytes and marked for huge pages;
-// null if the system refuses a mapping.
-char* MapHuge(size_t bytes) {
+// `bytes` (a multiple of kHugeChunkBytes) aligned to kHugeChunkBytes, marked for huge pages if
+// `huge`; null if the system refuses a mapping.
+char* MapAligned(size_t bytes, bool huge) {
 #if defined(__linux__)
   const size_t align = RowArena::kHugeChunkBytes;
   void* p =
@@ -48,19 +48,24 @@ char* MapHuge(size_t bytes) {
   if (aligned > start) munmap(p, aligned - start);
   munmap(reinterpret_cast<void*>(aligned + bytes), align - (aligned - start));
 #ifdef MADV_HUGEPAGE
-  madvise(reinterpret_cast<void*>(aligned), bytes, MADV_HUGEPAGE);  // a hint: may be refused
+  if (huge) madvise(reinterpret_cast<void*>(aligned), bytes, MADV_HUGEPAGE);  // may be refused
+#else
+  (void)huge;
 #endif
   return reinterpret_cast<char*>(aligned);
 #else
   (void)bytes;
+  (void)huge;
   return nullptr;
 #endif
 }
 
 }  // namespace
 
-RowArena::RowArena(size_t row_floats)
-    : row_bytes_(std::max<size_t>(row_floats, 1) * sizeof(float)), stride_([&] {
+RowArena::RowArena(size_t row_floats, bool huge_pages)
+    : huge_pages_(huge_pages),
+      row_bytes_(std::max<size_t>(row_floats, 1) * sizeof(float)),
+      stride_([&] {
         const size_t bytes = row_bytes_ + kRedzone;
         return bytes % 64 == 0 ? bytes : RoundUp(bytes, 16);
       }()) {}
@@ -86,7 +91,7 @@ void RowArena::NewChunk() {
   Chunk c{nullptr, bytes, false};
   if (bytes >= kHugeChunkBytes) {
     c.bytes = RoundUp(bytes, kHugeChunkBytes);
-    c.data = MapHuge(c.bytes);
+    c.data = MapAligned(c.bytes, huge_pages_);
     c.mapped = c.data != nullptr;
   }
   if (c.data == nullptr) {  // small, or no mapping to be had (e.g. vm.max_map_count reached)

@@ -13,15 +13,17 @@ namespace ps {
 // Rows of `row_floats` floats. Chunks grow from 64 KiB to 2 MiB; the 2 MiB ones are aligned to
 // 2 MiB and marked for transparent huge pages (madvise), so that a table of millions of rows is
 // reached through few TLB entries and faulted in 2 MiB at a time: a random row's lookup then
-// costs cache misses but rarely a page walk. Rows given back are reused before new memory is
-// carved; memory goes back to the system when the arena is destroyed (its table dropped).
-// Rows start 16-byte aligned, 64-byte aligned when their size is a multiple of 64 bytes.
-// Under AddressSanitizer, rows are fenced by poisoned bytes and memory not handed out (or given
-// back) is poisoned, so a row overrun is caught as it was with one allocation per row.
-// Thread-safe.
+// costs cache misses but rarely a page walk. (Where the kernel's huge pages are slow to fault in
+// the first time, as on some VMs, creating rows costs more: `huge_pages` false turns it off.) Rows
+// given back are reused before new memory is carved; memory goes back to the system when the arena
+// is destroyed (its table dropped). Rows start 16-byte aligned, 64-byte aligned when their size is
+// a multiple of 64 bytes. Under AddressSanitizer, rows are fenced by poisoned bytes and memory not
+// handed out (or given back) is poisoned, so a row overrun is caught as it was with one allocation
+// per row. Thread-safe.
 class RowArena {
  public:
-  explicit RowArena(size_t row_floats);
+  // `huge_pages` false: 2 MiB chunks are not marked for huge pages.
+  explicit RowArena(size_t row_floats, bool huge_pages = true);
   ~RowArena();
   RowArena(const RowArena&) = delete;
   RowArena& operator=(const RowArena&) = delete;
@@ -47,6 +49,7 @@ class RowArena {
   };
   void NewChunk() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  const bool huge_pages_;
   const size_t row_bytes_;
   const size_t stride_;  // bytes from one row to the next
   mutable absl::Mutex mu_;

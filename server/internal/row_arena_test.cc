@@ -56,14 +56,20 @@ TEST(RowArenaTest, ChunksGrowFrom64KiBTo2MiBAndASmallTableStaysSmall) {
 }
 
 TEST(RowArenaTest, HugeChunksAreAlignedForHugePages) {
-  RowArena arena(256);  // 1 KiB rows
-  // Past the growing chunks (64 KiB .. 1 MiB, 1984 KiB in all), rows come from 2 MiB chunks.
-  std::vector<float*> rows;
-  for (size_t i = 0; i < 8192; ++i) rows.push_back(arena.Allocate());
-  const float* last = rows.back();
-  const uintptr_t chunk = Addr(last) & ~(uintptr_t{RowArena::kHugeChunkBytes} - 1);
-  // The 2 MiB-aligned block holding the last row is all rows: a chunk starts at the boundary.
-  EXPECT_TRUE(absl::c_any_of(rows, [&](float* r) { return Addr(r) == chunk; }));
+  for (bool huge_pages : {true, false}) {  // false: the same chunks, not marked
+    RowArena arena(256, huge_pages);       // 1 KiB rows
+    // Past the growing chunks (64 KiB .. 1 MiB, 1984 KiB in all), rows come from 2 MiB chunks.
+    std::vector<float*> rows;
+    for (size_t i = 0; i < 8192; ++i) {
+      rows.push_back(arena.Allocate());
+      rows.back()[255] = static_cast<float>(i);
+    }
+    const float* last = rows.back();
+    const uintptr_t chunk = Addr(last) & ~(uintptr_t{RowArena::kHugeChunkBytes} - 1);
+    // The 2 MiB-aligned block holding the last row is all rows: a chunk starts at the boundary.
+    EXPECT_TRUE(absl::c_any_of(rows, [&](float* r) { return Addr(r) == chunk; }));
+    EXPECT_EQ(rows[5000][255], 5000.0f);
+  }
 }
 
 TEST(RowArenaTest, RowsLargerThanAChunkGetTheirOwn) {
