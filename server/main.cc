@@ -44,10 +44,10 @@ ABSL_FLAG(uint64_t, max_job_bytes, uint64_t{16} << 30,
           "dense tables count with this server's share at CreateTable, sparse rows as new keys "
           "are pulled or pushed; beyond it RESOURCE_EXHAUSTED (default 16 GiB). A job's rows "
           "are freed when it ends (the scheduler's DropJob)");
-ABSL_FLAG(bool, huge_pages, true,
-          "keep table rows in 2 MiB chunks marked for transparent huge pages (madvise): fewer "
-          "TLB misses on random row lookups. false where first-touching huge pages is slow (some "
-          "VMs): new rows are then cheaper to create");
+ABSL_FLAG(bool, huge_pages, false,
+          "mark the 2 MiB chunks that hold table rows for transparent huge pages (madvise): "
+          "fewer TLB misses on random row lookups of large tables, but new rows cost more to "
+          "create where first-touching a huge page is slow (some VMs)");
 ABSL_FLAG(std::string, port_file, "", "if set, write the bound port here once serving");
 ABSL_FLAG(std::string, scheduler, "",
           "the scheduler's host:port: register there and heartbeat (jobs then configure this "

@@ -37,7 +37,7 @@ struct ParameterServerOptions {
   // new keys create them). Beyond it: RESOURCE_EXHAUSTED naming the job, table and cap.
   uint64_t max_job_bytes = uint64_t{16} << 30;
   // Rows in 2 MiB chunks marked for transparent huge pages (TableStoreOptions::huge_pages).
-  bool huge_pages = true;
+  bool huge_pages = false;
   // gRPC server threads serving requests (0: gRPC's default).
   int num_threads = 0;
   // Fault-injection test hook: each checkpoint write starts this long after its snapshot, so

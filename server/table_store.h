@@ -53,10 +53,10 @@ struct TableStoreOptions {
   // created (by a pull or push of a new key). Beyond it, CreateTable and requests that would
   // create rows are RESOURCE_EXHAUSTED. Concurrent requests may overshoot it by their own rows.
   uint64_t max_job_bytes = uint64_t{16} << 30;
-  // Sparse and dense rows live in per-table arenas whose 2 MiB chunks are marked for transparent
-  // huge pages (madvise): fewer TLB misses when rows are looked up at random. Off: the same
-  // chunks on normal pages (where first-touching a huge page costs more, e.g. some VMs).
-  bool huge_pages = true;
+  // Rows live in per-table arenas; with this, their 2 MiB chunks are marked for transparent huge
+  // pages (madvise): fewer TLB misses when rows are looked up at random, but where the kernel is
+  // slow to fault huge pages in the first time (some VMs), new rows cost more to create.
+  bool huge_pages = false;
 };
 
 // Thread-safe. Each slot has its own lock: requests touching different slots never wait on each

@@ -11,10 +11,10 @@
 namespace ps {
 
 // Rows of `row_floats` floats. Chunks grow from 64 KiB to 2 MiB; the 2 MiB ones are aligned to
-// 2 MiB and marked for transparent huge pages (madvise), so that a table of millions of rows is
-// reached through few TLB entries and faulted in 2 MiB at a time: a random row's lookup then
-// costs cache misses but rarely a page walk. (Where the kernel's huge pages are slow to fault in
-// the first time, as on some VMs, creating rows costs more: `huge_pages` false turns it off.) Rows
+// 2 MiB and, with `huge_pages`, marked for transparent huge pages (madvise), so that a table of
+// millions of rows is reached through few TLB entries and faulted in 2 MiB at a time: a random
+// row's lookup then costs cache misses but rarely a page walk. (Where the kernel's huge pages are
+// slow to fault in the first time, as on some VMs, creating rows then costs more.) Rows
 // given back are reused before new memory is carved; memory goes back to the system when the arena
 // is destroyed (its table dropped). Rows start 16-byte aligned, 64-byte aligned when their size is
 // a multiple of 64 bytes. Under AddressSanitizer, rows are fenced by poisoned bytes and memory not
@@ -22,8 +22,8 @@ namespace ps {
 // per row. Thread-safe.
 class RowArena {
  public:
-  // `huge_pages` false: 2 MiB chunks are not marked for huge pages.
-  explicit RowArena(size_t row_floats, bool huge_pages = true);
+  // `huge_pages`: 2 MiB chunks are marked for transparent huge pages.
+  explicit RowArena(size_t row_floats, bool huge_pages = false);
   ~RowArena();
   RowArena(const RowArena&) = delete;
   RowArena& operator=(const RowArena&) = delete;
