@@ -2,6 +2,7 @@
 
 #include <glog/logging.h>
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -15,6 +16,9 @@ namespace {
 
 // A write of a large table takes a while; this bounds how long a dead server can hold it up.
 constexpr absl::Duration kAwaitTimeout = absl::Minutes(30);
+// AwaitCheckpoint is asked in tries of this long, so that the end of the run (the destructor)
+// is noticed between two.
+constexpr absl::Duration kAwaitTry = absl::Seconds(2);
 constexpr absl::Duration kSchedulerTimeout = absl::Seconds(10);
 // BeginCheckpoint runs in a training step: a scheduler that is away (restarting, partitioned
 // from this worker) holds the step up this long at most, then training goes on without it.
@@ -38,6 +42,10 @@ JobCheckpointer::JobCheckpointer(v1::Scheduler::StubInterface* scheduler, RpcCli
       requests_done_(requests_done) {}
 
 JobCheckpointer::~JobCheckpointer() {
+  {
+    absl::MutexLock l(&mu_);
+    stopping_ = true;
+  }
   if (writer_.joinable()) writer_.join();
 }
 
@@ -103,7 +111,24 @@ void JobCheckpointer::MaybeCheckpoint(int64_t clock, int64_t previous) {
 }
 
 void JobCheckpointer::Finish(uint64_t id, absl::Time begun) {
-  auto written = JobAdmin(*client_).AwaitCheckpoint(id, kAwaitTimeout);
+  const absl::Time give_up = begun + kAwaitTimeout;
+  absl::StatusOr<std::vector<v1::CheckpointResponse>> written;
+  while (true) {
+    // DEADLINE_EXCEEDED: a server still writes, or did not answer within the try.
+    written = JobAdmin(*client_).AwaitCheckpoint(id, std::min(kAwaitTry, give_up - absl::Now()));
+    if (written.ok() || written.status().code() != absl::StatusCode::kDeadlineExceeded ||
+        absl::Now() >= give_up) {
+      break;
+    }
+    absl::MutexLock l(&mu_);
+    if (stopping_) {
+      written = absl::CancelledError(
+          absl::StrCat("the run ended (a new shard map, or the job stopped) before every server "
+                       "confirmed its write; last: ",
+                       written.status().message()));
+      break;
+    }
+  }
   v1::FinishCheckpointRequest finish;
   finish.set_job_id(job_id_);
   finish.set_checkpoint_id(id);

@@ -35,7 +35,9 @@ class JobCheckpointer {
   JobCheckpointer(v1::Scheduler::StubInterface* scheduler, RpcClient* client, std::string job_id,
                   v1::CheckpointPolicy policy, uint64_t shard_epoch,
                   std::function<uint64_t()> requests, uint64_t requests_done);
-  // Waits for a background write to be reported.
+  // Stops waiting for a background write that servers have not confirmed (reported FAILED: a
+  // server cut off from this worker would otherwise hold the run's end for kAwaitTimeout) and
+  // waits for its report.
   ~JobCheckpointer();
 
   // After a step that moved the clock from `previous` (default clock - 1) to `clock`: every_steps
@@ -65,6 +67,7 @@ class JobCheckpointer {
   mutable absl::Mutex mu_;
   uint64_t requests_done_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;  // the destructor runs
   std::thread writer_;
 };
 
