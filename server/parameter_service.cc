@@ -409,40 +409,39 @@ absl::Status ParameterService::ServePushPull(grpc::ByteBuffer* request, absl::Ti
   return DoPushPull(r.req, deadline, nullptr, answer, &r.values);
 }
 
-grpc::Status ParameterService::PullRaw(grpc::ServerContext* ctx, RawStream* stream) {
-  PS_AUTHORIZE(authorizer_.get(), ctx, Access::kNode);
+grpc::Status ParameterService::RawCall(
+    RawStream* stream, ServerMethod method,
+    absl::FunctionRef<absl::Status(grpc::ByteBuffer* in, grpc::ByteBuffer* answer)> serve) {
   const absl::Time start = absl::Now();
   grpc::ByteBuffer in;
   grpc::ByteBuffer answer;
   absl::Status s = ReadBuffer(stream, &in);
   const size_t req_bytes = in.Length();
-  if (s.ok()) s = ServePull(&in, PullDeadline(ctx), &answer);
+  if (s.ok()) s = serve(&in, &answer);
   if (s.ok()) s = WriteAnswer(stream, answer);
-  return FinishRaw(ServerMethod::kPull, start, req_bytes, answer.Length(), s);
+  return FinishRaw(method, start, req_bytes, answer.Length(), s);
+}
+
+grpc::Status ParameterService::PullRaw(grpc::ServerContext* ctx, RawStream* stream) {
+  PS_AUTHORIZE(authorizer_.get(), ctx, Access::kNode);
+  return RawCall(stream, ServerMethod::kPull, [&](grpc::ByteBuffer* in, grpc::ByteBuffer* answer) {
+    return ServePull(in, PullDeadline(ctx), answer);
+  });
 }
 
 grpc::Status ParameterService::PushRaw(grpc::ServerContext* ctx, RawStream* stream) {
   PS_AUTHORIZE(authorizer_.get(), ctx, Access::kNode);
-  const absl::Time start = absl::Now();
-  grpc::ByteBuffer in;
-  grpc::ByteBuffer answer;
-  absl::Status s = ReadBuffer(stream, &in);
-  const size_t req_bytes = in.Length();
-  if (s.ok()) s = ServePush(&in, &answer);
-  if (s.ok()) s = WriteAnswer(stream, answer);
-  return FinishRaw(ServerMethod::kPush, start, req_bytes, answer.Length(), s);
+  return RawCall(stream, ServerMethod::kPush, [&](grpc::ByteBuffer* in, grpc::ByteBuffer* answer) {
+    return ServePush(in, answer);
+  });
 }
 
 grpc::Status ParameterService::PushPullRaw(grpc::ServerContext* ctx, RawStream* stream) {
   PS_AUTHORIZE(authorizer_.get(), ctx, Access::kNode);
-  const absl::Time start = absl::Now();
-  grpc::ByteBuffer in;
-  grpc::ByteBuffer answer;
-  absl::Status s = ReadBuffer(stream, &in);
-  const size_t req_bytes = in.Length();
-  if (s.ok()) s = ServePushPull(&in, PullDeadline(ctx), &answer);
-  if (s.ok()) s = WriteAnswer(stream, answer);
-  return FinishRaw(ServerMethod::kPushPull, start, req_bytes, answer.Length(), s);
+  return RawCall(stream, ServerMethod::kPushPull,
+                 [&](grpc::ByteBuffer* in, grpc::ByteBuffer* answer) {
+                   return ServePushPull(in, PullDeadline(ctx), answer);
+                 });
 }
 
 grpc::Status ParameterService::Clock(grpc::ServerContext* ctx, const v1::ClockRequest* req,

@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -105,6 +106,11 @@ class ParameterService final : public v1::ParameterServer::Service {
   grpc::Status PullRaw(grpc::ServerContext* ctx, RawStream* stream);
   grpc::Status PushRaw(grpc::ServerContext* ctx, RawStream* stream);
   grpc::Status PushPullRaw(grpc::ServerContext* ctx, RawStream* stream);
+  // A raw handler's call once authorized: reads the request, `serve`s it into an answer, sends
+  // that, and counts the call (FinishRaw).
+  grpc::Status RawCall(
+      RawStream* stream, ServerMethod method,
+      absl::FunctionRef<absl::Status(grpc::ByteBuffer* in, grpc::ByteBuffer* answer)> serve);
   // Finish for the raw handlers: request and answer sizes in bytes.
   grpc::Status FinishRaw(ServerMethod method, absl::Time start, size_t req_bytes, size_t resp_bytes,
                          const absl::Status& status) const;
