@@ -184,11 +184,31 @@ bool SliceReader::ReadVarint(uint64_t* v) {
   return false;
 }
 
+bool SliceReader::ReadVarint32(int max_fifth_byte, uint32_t* v) {
+  uint32_t result = 0;
+  for (int i = 0; i < 5; ++i) {
+    size_t avail;
+    const char* p = Peek(&avail);
+    if (p == nullptr || avail == 0) return false;
+    const uint8_t byte = static_cast<uint8_t>(*p);
+    Advance(1);
+    if (i == 4 && byte > max_fifth_byte) return false;
+    result |= static_cast<uint32_t>(byte & 0x7f) << (7 * i);  // bits past 32 are dropped
+    if ((byte & 0x80) == 0) {
+      *v = result;
+      return true;
+    }
+  }
+  return false;
+}
+
 bool SliceReader::ReadTag(uint32_t* field, WireType* type) {
-  uint64_t tag;
-  if (!ReadVarint(&tag) || tag > 0xffffffffu) return false;
-  *field = static_cast<uint32_t>(tag >> 3);
-  const uint32_t t = static_cast<uint32_t>(tag & 7);
+  // As protobuf reads a tag: at most 5 bytes (a longer one is malformed, even if its value is
+  // small), the bits past 32 dropped.
+  uint32_t tag;
+  if (!ReadVarint32(0x7f, &tag)) return false;
+  *field = tag >> 3;
+  const uint32_t t = tag & 7;
   if (*field == 0 || (t != kVarint && t != kFixed64 && t != kLengthDelimited && t != kFixed32)) {
     return false;
   }
@@ -197,8 +217,9 @@ bool SliceReader::ReadTag(uint32_t* field, WireType* type) {
 }
 
 bool SliceReader::ReadLength(size_t* len) {
-  uint64_t v;
-  if (!ReadVarint(&v) || v > remaining()) return false;
+  // As protobuf reads a length: at most 5 bytes, below 2 GiB.
+  uint32_t v;
+  if (!ReadVarint32(0x07, &v) || v > remaining()) return false;
   *len = static_cast<size_t>(v);
   return true;
 }

@@ -88,11 +88,12 @@ class SliceReader {
   bool done() const { return pos_ == limit_; }
 
   bool ReadVarint(uint64_t* v);
-  // A field's tag; false at a malformed tag (field 0, wire types 3, 4, 6, 7).
+  // A field's tag; false at a malformed tag (field 0, wire types 3, 4, 6, 7, more than 5 bytes:
+  // protobuf's parser refuses those too).
   bool ReadTag(uint32_t* field, WireType* type);
   // Skips a field's value of the given wire type.
   bool SkipField(WireType type);
-  // A length prefix that fits in what is left.
+  // A length prefix that fits in what is left (at most 5 bytes and below 2 GiB, as protobuf's).
   bool ReadLength(size_t* len);
   bool ReadFixed32(uint32_t* v);
   bool Copy(void* dst, size_t n);
@@ -108,6 +109,9 @@ class SliceReader {
   void PopLimit(size_t old_limit) { limit_ = old_limit; }
 
  private:
+  // A varint of at most 5 bytes whose fifth byte is at most `max_fifth_byte` (protobuf's rule
+  // for tags and lengths); bits past 32 are dropped.
+  bool ReadVarint32(int max_fifth_byte, uint32_t* v);
   // The piece at the cursor: pointer and contiguous bytes left in it.
   const char* Peek(size_t* avail);
   void Advance(size_t n);

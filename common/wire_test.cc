@@ -6,6 +6,8 @@
 #include <limits>
 #include <string>
 
+#include "ps/v1/parameter_server.pb.h"
+
 namespace ps::wire {
 namespace {
 
@@ -51,6 +53,60 @@ TEST(WireTest, ReaderChecksBoundsAndLimits) {
   EXPECT_EQ(v, 42u);
   EXPECT_FALSE(r.ReadVarint(&v));  // nothing left
   EXPECT_FALSE(r.Skip(1));
+}
+
+// Tags and lengths are read as protobuf reads them: a fuzzer found a 6-byte tag (its value
+// small) that the reader took and protobuf's parser refused. Each case is also parsed by
+// protobuf, as a message whose field 2 is a varint and field 4 a string (ClockRequest's
+// worker_id; CheckpointRequest's path).
+TEST(WireTest, TagsAndLengthsFollowProtobufsLimits) {
+  struct Case {
+    std::string bytes;  // a tag of field 2 (varint), then the value 5
+    bool ok;
+    uint32_t field;
+  };
+  const Case tags[] = {
+      {std::string("\x10\x05", 2), true, 2},
+      {std::string("\x90\x80\x80\x80\x00\x05", 6), true, 2},       // 5 bytes, over-long
+      {std::string("\x90\x80\x80\x80\x80\x00\x05", 7), false, 0},  // 6 bytes
+      {std::string("\x90\x80\x80\x80\x70\x05", 6), true, 2},       // 0x70 << 28 is past 32 bits
+  };
+  for (const Case& c : tags) {
+    SCOPED_TRACE(testing::PrintToString(c.bytes));
+    v1::ClockRequest parsed;
+    EXPECT_EQ(parsed.ParseFromString(c.bytes), c.ok);
+    if (c.ok) EXPECT_EQ(parsed.worker_id(), 5u);
+    SliceReader r;
+    r.Reset(c.bytes);
+    uint32_t field = 0;
+    WireType type;
+    EXPECT_EQ(r.ReadTag(&field, &type), c.ok);
+    if (c.ok) EXPECT_EQ(field, c.field);
+  }
+  struct Length {
+    std::string bytes;  // a tag of field 4 (length-delimited), a length, "xyz"
+    bool ok;
+  };
+  const Length lengths[] = {
+      {std::string("\x22\x03xyz", 5), true},
+      {std::string("\x22\x83\x80\x80\x80\x00xyz", 9), true},        // 5 bytes, over-long
+      {std::string("\x22\x83\x80\x80\x80\x80\x00xyz", 10), false},  // 6 bytes
+      {std::string("\x22\x83\x80\x80\x80\x08xyz", 9), false},       // 2 GiB + 3
+  };
+  for (const Length& c : lengths) {
+    SCOPED_TRACE(testing::PrintToString(c.bytes));
+    v1::CheckpointRequest parsed;
+    EXPECT_EQ(parsed.ParseFromString(c.bytes), c.ok);
+    if (c.ok) EXPECT_EQ(parsed.path(), "xyz");
+    SliceReader r;
+    r.Reset(c.bytes);
+    uint32_t field = 0;
+    WireType type;
+    ASSERT_TRUE(r.ReadTag(&field, &type));
+    size_t len = 0;
+    EXPECT_EQ(r.ReadLength(&len), c.ok);
+    if (c.ok) EXPECT_EQ(len, 3u);
+  }
 }
 
 TEST(WireTest, BuilderCopiesSmallSpansAndBorrowsLargeOnes) {

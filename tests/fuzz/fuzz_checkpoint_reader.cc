@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -37,8 +38,11 @@ std::vector<ps::v1::TableSpec> TargetTables() {
   return tables;
 }
 
-void Require(bool ok) {
-  if (!ok) std::abort();
+// Aborts (a finding) naming the check's line when `ok` is false.
+void Require(bool ok, int line = __builtin_LINE()) {
+  if (ok) return;
+  std::fprintf(stderr, "%s:%d: check failed\n", __FILE__, line);
+  std::abort();
 }
 
 }  // namespace

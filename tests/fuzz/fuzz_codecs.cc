@@ -6,6 +6,7 @@
 #include <google/protobuf/stubs/logging.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -23,8 +24,11 @@
 
 namespace {
 
-void Require(bool ok) {
-  if (!ok) std::abort();
+// Aborts (a finding) naming the check's line when `ok` is false.
+void Require(bool ok, int line = __builtin_LINE()) {
+  if (ok) return;
+  std::fprintf(stderr, "%s:%d: check failed\n", __FILE__, line);
+  std::abort();
 }
 
 void FuzzCodecs(const std::string& bytes) {

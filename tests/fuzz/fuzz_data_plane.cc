@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -39,8 +40,11 @@ constexpr char kProbe[] = "probe";
 constexpr uint32_t kProbeTable = 901;
 constexpr float kProbeValue = 0.25f;
 
-void Require(bool ok) {
-  if (!ok) std::abort();
+// Aborts (a finding) naming the check's line when `ok` is false.
+void Require(bool ok, int line = __builtin_LINE()) {
+  if (ok) return;
+  std::fprintf(stderr, "%s:%d: check failed\n", __FILE__, line);
+  std::abort();
 }
 
 ps::TableStoreOptions StoreOptions() {
