@@ -5,6 +5,7 @@
 #include <cmath>
 #include <map>
 #include <memory>
+#include <numeric>
 #include <thread>
 #include <vector>
 
@@ -445,6 +446,100 @@ INSTANTIATE_TEST_SUITE_P(Modes, JoinTest,
                          [](const ::testing::TestParamInfo<JoinTest::ParamType>& info) {
                            return v1::ConsistencySpec::Mode_Name(info.param);
                          });
+
+// Records the thread that reported each answered part.
+class ThreadObserver : public ClientObserver {
+ public:
+  void OnPushAccepted(int64_t) override { Record(); }
+  void OnPullAnswered(int64_t) override { Record(); }
+  void OnPullStaleness(int64_t) override {}
+  void OnRetry() override {}
+  void OnBlocked(absl::Duration) override {}
+  std::vector<std::thread::id> Take() {
+    absl::MutexLock l(&mu_);
+    return std::move(threads_);
+  }
+
+ private:
+  void Record() {
+    absl::MutexLock l(&mu_);
+    threads_.push_back(std::this_thread::get_id());
+  }
+  absl::Mutex mu_;
+  std::vector<std::thread::id> threads_ ABSL_GUARDED_BY(mu_);
+};
+
+// A waited-for request of one part runs on the caller's thread, which reads its own answer (one
+// thread hop less per round trip); an async request, or one of several parts, is answered on
+// gRPC's threads. The values are the same either way.
+TEST(ClusterTest, WaitedRequestsOfOnePartRunOnTheCallersThread) {
+  auto cluster = LocalCluster::Start(1);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const std::string job = "here";
+  auto client = Connect(*cluster, job, 0, /*max_part_bytes=*/4096);
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(
+      client->CreateTable(Table(1, job, v1::SPARSE, 4, 0, v1::OptimizerSpec::SGD, 1.0f)).ok());
+  ASSERT_TRUE(JobAdmin(*client).ConfigureJob(Mode(v1::ConsistencySpec::ASYNC), {0}).ok());
+  ThreadObserver observer;
+  client->set_observer(&observer);
+  const std::thread::id me = std::this_thread::get_id();
+  const std::vector<uint64_t> keys = {1, 2, 3};
+  const std::vector<float> grads(12, 0.5f);
+  std::vector<float> here(12), there(12);
+  ASSERT_TRUE(client->Pull({TableOp{1, keys, nullptr, here.data()}}).ok());
+  ASSERT_TRUE(client->Push({TableOp{1, keys, grads.data(), nullptr}}).ok());
+  ASSERT_TRUE(client
+                  ->PushPull({TableOp{1, keys, grads.data(), nullptr}},
+                             {TableOp{1, keys, nullptr, here.data()}})
+                  .ok());
+  // Pull, push, and the push-pull's push and pull.
+  EXPECT_EQ(observer.Take(), std::vector<std::thread::id>(4, me));
+
+  ASSERT_TRUE(client->PullAsync({TableOp{1, keys, nullptr, there.data()}}).Wait().ok());
+  EXPECT_EQ(there, here);
+  std::vector<std::thread::id> threads = observer.Take();
+  ASSERT_EQ(threads.size(), 1u);
+  EXPECT_NE(threads[0], me);
+
+  // 300 keys of dim 4 are 7200 bytes: two parts of at most 4096.
+  std::vector<uint64_t> many(300);
+  std::iota(many.begin(), many.end(), 0);
+  std::vector<float> all(many.size() * 4);
+  ASSERT_TRUE(client->Pull({TableOp{1, many, nullptr, all.data()}}).ok());
+  EXPECT_EQ(std::vector<float>(all.begin() + 4, all.begin() + 16), here);  // keys 1, 2, 3
+  threads = observer.Take();
+  ASSERT_EQ(threads.size(), 2u);
+  EXPECT_NE(threads[0], me);
+  EXPECT_NE(threads[1], me);
+  client->set_observer(nullptr);
+}
+
+// A waited-for request on the caller's thread that waits in the servers' consistency gate (a
+// sync job's other worker never pushes) still ends at CancelInFlight from another thread.
+TEST(ClusterTest, AWaitedRequestBlockedOnTheCallersThreadIsCancelled) {
+  auto cluster = LocalCluster::Start(1);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const std::string job = "cancel_here";
+  auto client = Connect(*cluster, job, 0);
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(
+      client->CreateTable(Table(1, job, v1::DENSE, 1, 4, v1::OptimizerSpec::SGD, 1.0f)).ok());
+  ASSERT_TRUE(JobAdmin(*client).ConfigureJob(Mode(v1::ConsistencySpec::SYNC), {0, 1}).ok());
+  const std::vector<uint64_t> keys = DenseKeys(4);
+  const std::vector<float> grads(4, 1.0f);
+  std::vector<float> out(4);
+  std::thread canceller([&] {
+    absl::SleepFor(absl::Milliseconds(300));
+    client->CancelInFlight();
+  });
+  const absl::Time start = absl::Now();
+  absl::Status s = client->PushPull({TableOp{1, keys, grads.data(), nullptr}},
+                                    {TableOp{1, keys, nullptr, out.data()}});
+  canceller.join();
+  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << s;
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(250));  // it did wait for worker 1
+}
 
 }  // namespace
 }  // namespace ps

@@ -325,6 +325,39 @@ class Client::Impl {
     return absl::OkStatus();
   }
 
+  // A pull, push or push-pull request, sent. `caller_waits`: the caller waits for it at once
+  // (then a request of one part runs on the caller's thread: RpcClient::StartPull).
+  std::shared_ptr<Pending::Impl> Pull(std::vector<PullOp> ops, bool caller_waits) {
+    auto pending = std::make_shared<Pending::Impl>();
+    std::vector<TableOp> rpc_ops;
+    pending->early = CheckOpen();
+    if (pending->early.ok()) pending->early = ToPullOps(ops, pending.get(), &rpc_ops);
+    Start(pending.get(),
+          [&](RpcClient& rpc) { return rpc.StartPull(std::move(rpc_ops), caller_waits); });
+    return pending;
+  }
+  std::shared_ptr<Pending::Impl> Push(std::vector<PushOp> ops, bool caller_waits) {
+    auto pending = std::make_shared<Pending::Impl>();
+    std::vector<TableOp> rpc_ops;
+    pending->early = CheckOpen();
+    if (pending->early.ok()) pending->early = ToPushOps(ops, pending.get(), &rpc_ops);
+    Start(pending.get(),
+          [&](RpcClient& rpc) { return rpc.StartPush(std::move(rpc_ops), caller_waits); });
+    return pending;
+  }
+  std::shared_ptr<Pending::Impl> PushPull(std::vector<PushOp> push, std::vector<PullOp> pull,
+                                          bool caller_waits) {
+    auto pending = std::make_shared<Pending::Impl>();
+    std::vector<TableOp> push_ops, pull_ops;
+    pending->early = CheckOpen();
+    if (pending->early.ok()) pending->early = ToPushOps(push, pending.get(), &push_ops);
+    if (pending->early.ok()) pending->early = ToPullOps(pull, pending.get(), &pull_ops);
+    Start(pending.get(), [&](RpcClient& rpc) {
+      return rpc.StartPushPull(std::move(push_ops), std::move(pull_ops), caller_waits);
+    });
+    return pending;
+  }
+
   // Sends a request (unless refused early, or skipped in an interrupted step of a Session).
   template <typename Send>
   void Start(Pending::Impl* pending, Send send) {
@@ -578,21 +611,11 @@ absl::StatusOr<Table> Client::OpenTableById(uint32_t id) {
 }
 
 Pending Client::PullAsync(std::vector<PullOp> ops) {
-  auto pending = std::make_shared<Pending::Impl>();
-  std::vector<TableOp> rpc_ops;
-  pending->early = impl_->CheckOpen();
-  if (pending->early.ok()) pending->early = impl_->ToPullOps(ops, pending.get(), &rpc_ops);
-  impl_->Start(pending.get(), [&](RpcClient& rpc) { return rpc.PullAsync(std::move(rpc_ops)); });
-  return Pending(std::move(pending));
+  return Pending(impl_->Pull(std::move(ops), /*caller_waits=*/false));
 }
 
 Pending Client::PushAsync(std::vector<PushOp> ops) {
-  auto pending = std::make_shared<Pending::Impl>();
-  std::vector<TableOp> rpc_ops;
-  pending->early = impl_->CheckOpen();
-  if (pending->early.ok()) pending->early = impl_->ToPushOps(ops, pending.get(), &rpc_ops);
-  impl_->Start(pending.get(), [&](RpcClient& rpc) { return rpc.PushAsync(std::move(rpc_ops)); });
-  return Pending(std::move(pending));
+  return Pending(impl_->Push(std::move(ops), /*caller_waits=*/false));
 }
 
 Pending Client::PullAsync(const Table& table, absl::Span<const uint64_t> keys,
@@ -607,28 +630,20 @@ Pending Client::PushAsync(const Table& table, absl::Span<const uint64_t> keys,
 
 absl::Status Client::Pull(const Table& table, absl::Span<const uint64_t> keys,
                           absl::Span<float> out) {
-  return PullAsync(table, keys, out).Wait();
+  return Pending(impl_->Pull({PullOp{table, keys, out}}, /*caller_waits=*/true)).Wait();
 }
 
 absl::Status Client::Push(const Table& table, absl::Span<const uint64_t> keys,
                           absl::Span<const float> grads) {
-  return PushAsync(table, keys, grads).Wait();
+  return Pending(impl_->Push({PushOp{table, keys, grads}}, /*caller_waits=*/true)).Wait();
 }
 
 Pending Client::PushPullAsync(std::vector<PushOp> push, std::vector<PullOp> pull) {
-  auto pending = std::make_shared<Pending::Impl>();
-  std::vector<TableOp> push_ops, pull_ops;
-  pending->early = impl_->CheckOpen();
-  if (pending->early.ok()) pending->early = impl_->ToPushOps(push, pending.get(), &push_ops);
-  if (pending->early.ok()) pending->early = impl_->ToPullOps(pull, pending.get(), &pull_ops);
-  impl_->Start(pending.get(), [&](RpcClient& rpc) {
-    return rpc.PushPullAsync(std::move(push_ops), std::move(pull_ops));
-  });
-  return Pending(std::move(pending));
+  return Pending(impl_->PushPull(std::move(push), std::move(pull), /*caller_waits=*/false));
 }
 
 absl::Status Client::PushPull(std::vector<PushOp> push, std::vector<PullOp> pull) {
-  return PushPullAsync(std::move(push), std::move(pull)).Wait();
+  return Pending(impl_->PushPull(std::move(push), std::move(pull), /*caller_waits=*/true)).Wait();
 }
 
 absl::Status Client::Clock() {

@@ -1,5 +1,6 @@
 #include "worker/client/rpc_client.h"
 
+#include <grpcpp/completion_queue.h>
 #include <grpcpp/create_channel.h>
 #include <grpcpp/support/channel_arguments.h>
 
@@ -249,27 +250,46 @@ class RpcClient::Call {
     return absl::InvalidArgumentError("a gradient holds a NaN or an Inf; nothing was sent");
   }
 
-  // Starts the RPC; `self` keeps this call alive until it finishes.
+  // Starts the RPC; `self` keeps this call alive until it finishes (on a gRPC thread).
   static void Start(std::shared_ptr<Call> self) {
     Call* c = self.get();
-    {
-      absl::MutexLock l(&c->client_->calls_mu_);
-      c->client_->calls_.emplace(c, self);
-    }
-    if (c->client_->cancelled_.load()) {
-      // Cancelled: queued parts and retries end here instead of reaching a server.
-      c->OnDone(self, grpc::Status(grpc::StatusCode::CANCELLED, "the client was cancelled"));
-      return;
-    }
-    c->SetContext(std::make_unique<grpc::ClientContext>());
-    c->ctx_->set_deadline(absl::ToChronoTime(absl::Now() + c->client_->options_.rpc_timeout));
-    c->ctx_->set_wait_for_ready(true);
-    if (c->client_->cancelled_.load()) c->ctx_->TryCancel();  // CancelInFlight raced us
+    if (!c->Begin(self)) return;
     grpc::GenericStub* stub = c->client_->DataStub(c->server_, c->index_);
     auto done = [self](grpc::Status s) { self->OnDone(self, s); };
-    c->response_.Clear();
     stub->UnaryCall(c->ctx_.get(), kMethods[c->kind_], grpc::StubOptions(), &c->request,
                     &c->response_, done);
+  }
+
+  // Runs the RPC, its retries included, on the caller's thread, which waits for the answer on
+  // its own completion queue: the thread that reads the answer off the socket is the one that
+  // goes on, where a call started by Start() wakes the caller from gRPC's callback thread (one
+  // more thread hop per round trip). For a request of one part whose caller waits for it.
+  static void RunHere(std::shared_ptr<Call> self) {
+    Call* c = self.get();
+    grpc::CompletionQueue* cq = ThisThreadsQueue();
+    for (;;) {
+      if (!c->Begin(self)) return;
+      grpc::Status status;
+      {
+        grpc::GenericStub* stub = c->client_->DataStub(c->server_, c->index_);
+        // Lives in the call's arena: destroyed before the context that owns it.
+        std::unique_ptr<grpc::GenericClientAsyncResponseReader> reader =
+            stub->PrepareUnaryCall(c->ctx_.get(), kMethods[c->kind_], c->request, cq);
+        reader->StartCall();
+        reader->Finish(&c->response_, &status, c);
+        void* tag = nullptr;
+        bool ok = false;
+        // The queue is this thread's and only this call is on it; Next returns when the call
+        // ends (answered, failed, past its deadline or cancelled).
+        if (!cq->Next(&tag, &ok) || tag != c) {
+          status = grpc::Status(grpc::StatusCode::INTERNAL, "the client's completion queue failed");
+        }
+      }
+      if (!c->Retry(status)) {
+        c->Complete(status);
+        return;
+      }
+    }
   }
 
   void set_launcher(std::shared_ptr<Launcher> launcher) { launcher_ = std::move(launcher); }
@@ -299,14 +319,64 @@ class RpcClient::Call {
     ctx_ = std::move(ctx);
   }
 
+  // This thread's completion queue for RunHere (shut down and drained when the thread ends).
+  static grpc::CompletionQueue* ThisThreadsQueue() {
+    struct Queue {
+      grpc::CompletionQueue cq;
+      ~Queue() {
+        cq.Shutdown();
+        void* tag;
+        bool ok;
+        while (cq.Next(&tag, &ok)) {
+        }
+      }
+    };
+    thread_local Queue queue;
+    return &queue.cq;
+  }
+
+  // Registers an attempt and gives it a fresh context. False if the client was cancelled: the
+  // call is then finished (CANCELLED) instead of reaching a server.
+  bool Begin(const std::shared_ptr<Call>& self) {
+    {
+      absl::MutexLock l(&client_->calls_mu_);
+      client_->calls_.emplace(this, self);
+    }
+    if (client_->cancelled_.load()) {
+      // Cancelled: queued parts and retries end here instead of reaching a server.
+      Complete(grpc::Status(grpc::StatusCode::CANCELLED, "the client was cancelled"));
+      return false;
+    }
+    SetContext(std::make_unique<grpc::ClientContext>());
+    ctx_->set_deadline(absl::ToChronoTime(absl::Now() + client_->options_.rpc_timeout));
+    ctx_->set_wait_for_ready(true);
+    if (client_->cancelled_.load()) ctx_->TryCancel();  // CancelInFlight raced us
+    response_.Clear();
+    return true;
+  }
+
+  // True if an attempt that ended with `s` is to be sent again (a server unreachable).
+  bool Retry(const grpc::Status& s) {
+    if (s.error_code() != grpc::StatusCode::UNAVAILABLE ||
+        attempts_++ >= client_->options_.max_retries) {
+      return false;
+    }
+    if (state_->observer != nullptr) state_->observer->OnRetry();
+    return true;
+  }
+
   void OnDone(std::shared_ptr<Call> self, const grpc::Status& s) {
-    ClientObserver* const observer = state_->observer;
-    if (s.error_code() == grpc::StatusCode::UNAVAILABLE &&
-        attempts_++ < client_->options_.max_retries) {
-      if (observer != nullptr) observer->OnRetry();
+    if (Retry(s)) {
       Start(std::move(self));
       return;
     }
+    Complete(s);
+  }
+
+  // The part's end: decodes the answer, reports it, starts the next queued part of its server
+  // and finishes its unit of the handle.
+  void Complete(const grpc::Status& s) {
+    ClientObserver* const observer = state_->observer;
     absl::Status status = FromGrpcStatus(s);
     if (!status.ok()) {
       status = WithPrefix(status, absl::StrCat("server ", client_->map_.servers()[server_]));
@@ -468,11 +538,17 @@ RpcHandle FailedHandle(const absl::Status& s) {
 
 RpcHandle RpcClient::StartRequest(std::vector<std::shared_ptr<Call>> calls,
                                   std::shared_ptr<RpcHandle::State> state, size_t window,
-                                  int borrowed) {
+                                  int borrowed, bool caller_waits) {
   if (calls.empty()) return FailedHandle(absl::OkStatus());
   {
     absl::MutexLock l(&state->mu);
     state->pending = static_cast<int>(calls.size()) + borrowed;
+  }
+  if (caller_waits && calls.size() == 1) {
+    const absl::Time start = absl::Now();
+    Call::RunHere(std::move(calls[0]));
+    if (state->observer != nullptr) state->observer->OnBlocked(absl::Now() - start);
+    return RpcHandle(std::move(state));
   }
   Launch(std::move(calls), window);
   return RpcHandle(std::move(state));
@@ -525,7 +601,7 @@ RequestHeader RpcClient::Header(int64_t clock) {
   return h;
 }
 
-RpcHandle RpcClient::PullAsync(std::vector<TableOp> ops) {
+RpcHandle RpcClient::StartPull(std::vector<TableOp> ops, bool caller_waits) {
   std::vector<int> dims;
   absl::Status s = ResolveDims(ops, &dims);
   if (!s.ok()) return FailedHandle(s);
@@ -546,10 +622,11 @@ RpcHandle RpcClient::PullAsync(std::vector<TableOp> ops) {
       calls.push_back(std::move(call));
     }
   }
-  return StartRequest(std::move(calls), std::move(state), options_.max_parts_in_flight, 0);
+  return StartRequest(std::move(calls), std::move(state), options_.max_parts_in_flight, 0,
+                      caller_waits);
 }
 
-RpcHandle RpcClient::PushAsync(std::vector<TableOp> ops) {
+RpcHandle RpcClient::StartPush(std::vector<TableOp> ops, bool caller_waits) {
   std::vector<int> dims;
   absl::Status s = ResolveDims(ops, &dims);
   if (!s.ok()) return FailedHandle(s);
@@ -582,10 +659,12 @@ RpcHandle RpcClient::PushAsync(std::vector<TableOp> ops) {
       calls.push_back(std::move(call));
     }
   }
-  return StartRequest(std::move(calls), std::move(state), options_.max_parts_in_flight, borrowed);
+  return StartRequest(std::move(calls), std::move(state), options_.max_parts_in_flight, borrowed,
+                      caller_waits);
 }
 
-RpcHandle RpcClient::PushPullAsync(std::vector<TableOp> push_ops, std::vector<TableOp> pull_ops) {
+RpcHandle RpcClient::StartPushPull(std::vector<TableOp> push_ops, std::vector<TableOp> pull_ops,
+                                   bool caller_waits) {
   std::vector<int> push_dims, pull_dims;
   absl::Status s = ResolveDims(push_ops, &push_dims);
   if (s.ok()) s = ResolveDims(pull_ops, &pull_dims);
@@ -628,7 +707,7 @@ RpcHandle RpcClient::PushPullAsync(std::vector<TableOp> push_ops, std::vector<Ta
   // All parts at once: a PushPull part's pull may wait for the clock to advance, which needs
   // every part of this worker to have arrived.
   const size_t all = calls.size();
-  return StartRequest(std::move(calls), std::move(state), all, borrowed);
+  return StartRequest(std::move(calls), std::move(state), all, borrowed, caller_waits);
 }
 
 absl::Status RpcClient::Clock() {

@@ -118,16 +118,27 @@ class RpcClient {
   // Looks a table up (cached): its spec as the servers hold it.
   absl::StatusOr<v1::TableSpec> DescribeTable(uint32_t table_id);
 
-  RpcHandle PullAsync(std::vector<TableOp> ops);
-  RpcHandle PushAsync(std::vector<TableOp> ops);
+  RpcHandle PullAsync(std::vector<TableOp> ops) { return StartPull(std::move(ops), false); }
+  RpcHandle PushAsync(std::vector<TableOp> ops) { return StartPush(std::move(ops), false); }
   // Pushes the gradients of the current clock, advances the clock, pulls at the new clock: one
   // round trip per part. Every server is told of the clock, also those with no keys.
-  RpcHandle PushPullAsync(std::vector<TableOp> push_ops, std::vector<TableOp> pull_ops);
+  RpcHandle PushPullAsync(std::vector<TableOp> push_ops, std::vector<TableOp> pull_ops) {
+    return StartPushPull(std::move(push_ops), std::move(pull_ops), false);
+  }
 
-  absl::Status Pull(std::vector<TableOp> ops) { return PullAsync(std::move(ops)).Wait(); }
-  absl::Status Push(std::vector<TableOp> ops) { return PushAsync(std::move(ops)).Wait(); }
+  // The requests, started; `caller_waits`: the caller waits for the handle at once, and a
+  // request of one part then runs on this thread (done when these return).
+  RpcHandle StartPull(std::vector<TableOp> ops, bool caller_waits);
+  RpcHandle StartPush(std::vector<TableOp> ops, bool caller_waits);
+  RpcHandle StartPushPull(std::vector<TableOp> push_ops, std::vector<TableOp> pull_ops,
+                          bool caller_waits);
+
+  // The same, waited for. A request of one part (one server, at most max_part_bytes) runs on
+  // the calling thread, which reads the answer itself: one thread hop less than an async call.
+  absl::Status Pull(std::vector<TableOp> ops) { return StartPull(std::move(ops), true).Wait(); }
+  absl::Status Push(std::vector<TableOp> ops) { return StartPush(std::move(ops), true).Wait(); }
   absl::Status PushPull(std::vector<TableOp> push_ops, std::vector<TableOp> pull_ops) {
-    return PushPullAsync(std::move(push_ops), std::move(pull_ops)).Wait();
+    return StartPushPull(std::move(push_ops), std::move(pull_ops), true).Wait();
   }
   // Advances this worker's clock by one on every server.
   absl::Status Clock();
@@ -167,9 +178,11 @@ class RpcClient {
   void Launch(std::vector<std::shared_ptr<Call>> calls, size_t window);
   // The handle of a request of `calls` (done at once, OK, when there are none), launched.
   // `borrowed`: requests among them that borrow the caller's gradients; each counts as one more
-  // unit of the handle, finished when gRPC lets go of them.
+  // unit of the handle, finished when gRPC lets go of them. With `caller_waits`, a request of
+  // one call runs on this thread (Call::RunHere) and is done when this returns.
   RpcHandle StartRequest(std::vector<std::shared_ptr<Call>> calls,
-                         std::shared_ptr<RpcHandle::State> state, size_t window, int borrowed);
+                         std::shared_ptr<RpcHandle::State> state, size_t window, int borrowed,
+                         bool caller_waits);
   // The header of a request at `clock` (request_id left 0).
   RequestHeader Header(int64_t clock);
   explicit RpcClient(RpcClientOptions options, ShardMap map);
