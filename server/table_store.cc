@@ -278,6 +278,76 @@ uint64_t TableStore::NumRows(uint32_t table_id) const {
   return n;
 }
 
+absl::Status TableStore::CheckKeys(const Table& t, const std::string& job_id,
+                                   BlockView* view) const {
+  const absl::Span<const uint64_t> keys = view->keys;
+  const uint32_t table_id = t.spec.table_id();
+  if (t.spec.kind() == v1::DENSE) {
+    for (uint64_t key : keys) {
+      if (key >= t.spec.num_rows()) {
+        return Rejected(RejectReason::kKeyOutOfRange,
+                        absl::InvalidArgumentError(absl::StrCat(
+                            "table ", table_id, ": key ", key,
+                            " is out of range for a dense table of ", t.spec.num_rows(), " rows")));
+      }
+    }
+  }
+  if (keys.empty()) return absl::OkStatus();
+  const std::shared_ptr<const Shards> shards = ShardsOf(job_id);
+  if (shards->fenced) {
+    return Rejected(RejectReason::kWrongShard,
+                    absl::FailedPreconditionError(absl::StrCat(
+                        "fenced: this server was declared dead and its slots of job ", job_id,
+                        " were given to others; it serves none until the scheduler configures "
+                        "it again (shard map epoch ",
+                        shards->epoch, ")")));
+  }
+  auto wrong_shard = [&](uint32_t slot, uint64_t key) {
+    return Rejected(RejectReason::kWrongShard,
+                    absl::FailedPreconditionError(absl::StrCat(
+                        "wrong shard: slot ", slot, " (table ", table_id, ", key ", key,
+                        ") is not owned by this server; shard map epoch ", shards->epoch)));
+  };
+  auto repeated = [&](uint64_t key) {
+    return Rejected(RejectReason::kDuplicateKey,
+                    absl::InvalidArgumentError(absl::StrCat("table ", table_id, ": duplicate key ",
+                                                            key, " in one request")));
+  };
+  if (keys.size() < SlotGroups::kGroupFrom) {
+    for (size_t i = 0; i < keys.size(); ++i) {
+      for (size_t j = 0; j < i; ++j) {
+        if (keys[j] == keys[i]) return repeated(keys[i]);
+      }
+      const uint32_t slot = SlotOf(table_id, keys[i]);
+      if (!shards->Owns(slot)) return wrong_shard(slot, keys[i]);
+    }
+    return absl::OkStatus();
+  }
+  // Grouped by slot once (the row passes reuse it): ownership is checked per slot, and a key can
+  // only repeat within its slot, so each slot's few keys are checked in a small set that stays
+  // in cache instead of one set of the whole request.
+  view->groups.Build(table_id, keys);
+  absl::flat_hash_set<uint64_t> seen;
+  for (uint32_t s = 0; s < kNumSlots; ++s) {
+    const absl::Span<const uint32_t> group = view->groups.Group(s);
+    if (group.empty()) continue;
+    if (!shards->Owns(s)) return wrong_shard(s, keys[group[0]]);
+    if (group.size() <= 16) {  // a few keys (the usual case): compared pairwise
+      for (size_t a = 1; a < group.size(); ++a) {
+        for (size_t b = 0; b < a; ++b) {
+          if (keys[group[a]] == keys[group[b]]) return repeated(keys[group[a]]);
+        }
+      }
+      continue;
+    }
+    seen.clear();
+    for (uint32_t i : group) {
+      if (!seen.insert(keys[i]).second) return repeated(keys[i]);
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status TableStore::Resolve(const std::string& job_id, const v1::KeyBlock& block,
                                  bool with_values, BlockView* view,
                                  const ScatteredValues* scattered) const {
@@ -313,39 +383,7 @@ absl::Status TableStore::Resolve(const std::string& job_id, const v1::KeyBlock& 
             t->dim, " would answer ", view->keys.size() * t->dim * sizeof(float),
             " bytes; at most ", options_.max_pull_bytes, " (pull fewer keys per request)")));
   }
-  absl::flat_hash_set<uint64_t> seen;
-  seen.reserve(view->keys.size());
-  const bool dense = t->spec.kind() == v1::DENSE;
-  const std::shared_ptr<const Shards> shards = ShardsOf(job_id);
-  for (uint64_t key : view->keys) {
-    if (dense && key >= t->spec.num_rows()) {
-      return Rejected(RejectReason::kKeyOutOfRange,
-                      absl::InvalidArgumentError(absl::StrCat(
-                          "table ", t->spec.table_id(), ": key ", key,
-                          " is out of range for a dense table of ", t->spec.num_rows(), " rows")));
-    }
-    if (!seen.insert(key).second) {
-      return Rejected(
-          RejectReason::kDuplicateKey,
-          absl::InvalidArgumentError(absl::StrCat("table ", t->spec.table_id(), ": duplicate key ",
-                                                  key, " in one request")));
-    }
-    const uint32_t slot = SlotOf(t->spec.table_id(), key);
-    if (shards->fenced) {
-      return Rejected(RejectReason::kWrongShard,
-                      absl::FailedPreconditionError(absl::StrCat(
-                          "fenced: this server was declared dead and its slots of job ", job_id,
-                          " were given to others; it serves none until the scheduler configures "
-                          "it again (shard map epoch ",
-                          shards->epoch, ")")));
-    }
-    if (!shards->Owns(slot)) {
-      return Rejected(RejectReason::kWrongShard,
-                      absl::FailedPreconditionError(absl::StrCat(
-                          "wrong shard: slot ", slot, " (table ", t->spec.table_id(), ", key ", key,
-                          ") is not owned by this server; shard map epoch ", shards->epoch)));
-    }
-  }
+  PS_RETURN_IF_ERROR(CheckKeys(*t, job_id, view));
   view->values = {};
   view->scattered = nullptr;
   if (with_values) {
@@ -473,7 +511,8 @@ void TableStore::CountNewRows(const Table& table, uint64_t rows) const {
 
 template <typename Fn>
 absl::Status TableStore::ForEachRow(const Table& t, absl::Span<const uint64_t> keys,
-                                    size_t prefetch_bytes, bool for_write, Fn fn) {
+                                    const SlotGroups* groups, size_t prefetch_bytes, bool for_write,
+                                    Fn fn) {
   constexpr size_t kProbeAhead = 8;  // hash entries are fetched this many keys ahead
   constexpr size_t kRowsAhead = 4;   // rows are fetched this many keys ahead of fn
   constexpr size_t kLine = 64;
@@ -491,7 +530,8 @@ absl::Status TableStore::ForEachRow(const Table& t, absl::Span<const uint64_t> k
   };
   uint64_t created = 0;  // rows created, counted once at the end
   absl::Status status = ForEachSlotGroup(
-      slots_.get(), table_id, keys, [&](Slot& slot, absl::Span<const uint32_t> group) {
+      slots_.get(), table_id, keys,
+      [&](Slot& slot, absl::Span<const uint32_t> group) {
         slot.mu.AssertHeld();
         // Checked once per slot: DropJob sets the flag before it takes the slot locks to erase.
         if (t.dropped.load()) return TableDroppedError(t);
@@ -527,7 +567,8 @@ absl::Status TableStore::ForEachRow(const Table& t, absl::Span<const uint64_t> k
         }
         drain_to(0);
         return absl::OkStatus();
-      });
+      },
+      groups);
   CountNewRows(t, created);
   return status;
 }
@@ -560,16 +601,16 @@ absl::Status TableStore::Pull(const BlockView& view, std::string* out) {
 absl::Status TableStore::Pull(const BlockView& view, char* out) {
   const Table& t = *view.table;
   const size_t row_bytes = t.dim * sizeof(float);
-  return ForEachRow(t, view.keys, row_bytes, /*for_write=*/false, [&](const Row& row, uint32_t i) {
-    std::memcpy(out + i * row_bytes, row.data, row_bytes);
-  });
+  return ForEachRow(
+      t, view.keys, &view.groups, row_bytes, /*for_write=*/false,
+      [&](const Row& row, uint32_t i) { std::memcpy(out + i * row_bytes, row.data, row_bytes); });
 }
 
 absl::Status TableStore::Apply(const BlockView& view, float lr_scale) {
   const Table& t = *view.table;
   std::vector<float> scratch(view.scattered != nullptr ? t.dim : 0);
   return ForEachRow(
-      t, view.keys, t.row_floats * sizeof(float), /*for_write=*/true,
+      t, view.keys, &view.groups, t.row_floats * sizeof(float), /*for_write=*/true,
       [&](Row& row, uint32_t i) { ApplyToRow(t, view.Grad(i, scratch.data()), lr_scale, row); });
 }
 

@@ -21,6 +21,7 @@
 #include "ps/v1/parameter_server.pb.h"
 #include "server/internal/row_arena.h"
 #include "server/internal/scattered_values.h"
+#include "server/internal/slot_groups.h"
 #include "server/optimizer.h"
 #include "server/server_metrics.h"
 #include "server/slot_rows.h"
@@ -88,6 +89,8 @@ class TableStore {
     absl::Span<const float> values;  // gradients (push), contiguous; empty for pull
     // Or the gradients where they arrived (a push read in place; then `values` is empty).
     const ScatteredValues* scattered = nullptr;
+    // The keys grouped by slot (a large block: Resolve groups it once; the row passes reuse it).
+    SlotGroups groups;
     // The gradient of key i (dim floats): in `values`, else in `scattered`, copied into
     // `scratch` (room for dim floats) if it is not in one aligned piece there.
     const float* Grad(size_t i, float* scratch) const {
@@ -251,10 +254,13 @@ class TableStore {
   // slot's lock (fn must not call the store). While fn runs on one row, the hash entries and the
   // rows of the next keys are fetched into cache: a lookup costs a few cache misses, and fetched
   // together they overlap. `prefetch_bytes` of each row are fetched (`for_write`: to be written).
-  // FAILED_PRECONDITION if the table was dropped.
+  // FAILED_PRECONDITION if the table was dropped. `groups`: the keys' grouping by slot, if made.
   template <typename Fn>
   absl::Status ForEachRow(const Table& table, absl::Span<const uint64_t> keys,
-                          size_t prefetch_bytes, bool for_write, Fn fn);
+                          const SlotGroups* groups, size_t prefetch_bytes, bool for_write, Fn fn);
+  // Resolve's key checks: dense keys in range, this server's slots, no key twice (a large block
+  // is grouped by slot into view->groups on the way).
+  absl::Status CheckKeys(const Table& table, const std::string& job_id, BlockView* view) const;
   // Takes a row of `table` that the caller erases off the accounting (bytes and gauges).
   void CountErasedRow(const Table& table) const;
   void ApplyToRow(const Table& table, const float* grad, float lr_scale, Row& row) const;

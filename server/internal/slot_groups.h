@@ -13,16 +13,49 @@
 
 namespace ps {
 
+// A request's keys grouped by slot (counting-sorted): the keys of slot s are
+// keys[order[start[s]]] .. keys[order[start[s + 1] - 1]], in their order in the request.
+// TableStore::Resolve groups a large block once (it checks ownership and repeated keys slot by
+// slot) and the row passes reuse the grouping.
+struct SlotGroups {
+  // Fewer keys are visited one by one: sorting them costs more than it saves.
+  static constexpr size_t kGroupFrom = 64;
+
+  std::vector<uint32_t> order;
+  std::vector<uint32_t> start;      // kNumSlots + 1 offsets; empty until Build
+  absl::Span<const uint64_t> keys;  // the keys grouped (borrowed)
+
+  void Build(uint32_t table_id, absl::Span<const uint64_t> keys_to_group) {
+    keys = keys_to_group;
+    std::vector<uint32_t> slot_of(keys.size());
+    start.assign(kNumSlots + 1, 0);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      slot_of[i] = SlotOf(table_id, keys[i]);
+      ++start[slot_of[i] + 1];
+    }
+    for (uint32_t s = 0; s < kNumSlots; ++s) start[s + 1] += start[s];
+    order.resize(keys.size());
+    std::vector<uint32_t> next(start.begin(), start.end() - 1);
+    for (uint32_t i = 0; i < keys.size(); ++i) order[next[slot_of[i]]++] = i;
+  }
+  // True if built for exactly these keys (the same span).
+  bool Covers(absl::Span<const uint64_t> k) const {
+    return !start.empty() && k.data() == keys.data() && k.size() == keys.size();
+  }
+  absl::Span<const uint32_t> Group(uint32_t slot) const {
+    return absl::Span<const uint32_t>(order.data() + start[slot], start[slot + 1] - start[slot]);
+  }
+};
+
 // Calls fn(slot, group) while holding the slot's lock, `group` being the indices (into `keys`) of
 // the keys of that slot, in their order in `keys`. Keys of one slot are visited under one lock
-// (counting-sorted by slot first; a pull of 4096 random keys locks each of the 1024 slots once
-// instead of 4096 times). fn starts with slot.mu.AssertHeld() (for clang's lock analysis). Stops
-// at fn's first error.
+// (grouped by slot first, or by `groups` if it was built for these keys; a pull of 4096 random
+// keys locks each of the 1024 slots once instead of 4096 times). fn starts with
+// slot.mu.AssertHeld() (for clang's lock analysis). Stops at fn's first error.
 template <typename SlotT, typename Fn>
 absl::Status ForEachSlotGroup(SlotT* slots, uint32_t table_id, absl::Span<const uint64_t> keys,
-                              Fn fn) {
-  constexpr size_t kGroupFrom = 64;  // fewer keys: one lock each (sorting costs more)
-  if (keys.size() < kGroupFrom) {
+                              Fn fn, const SlotGroups* groups = nullptr) {
+  if (keys.size() < SlotGroups::kGroupFrom) {
     for (uint32_t i = 0; i < keys.size(); ++i) {
       SlotT& slot = slots[SlotOf(table_id, keys[i])];
       absl::MutexLock l(&slot.mu);
@@ -30,22 +63,16 @@ absl::Status ForEachSlotGroup(SlotT* slots, uint32_t table_id, absl::Span<const 
     }
     return absl::OkStatus();
   }
-  std::vector<uint32_t> slot_of(keys.size());
-  std::vector<uint32_t> start(kNumSlots + 1, 0);
-  for (size_t i = 0; i < keys.size(); ++i) {
-    slot_of[i] = SlotOf(table_id, keys[i]);
-    ++start[slot_of[i] + 1];
+  SlotGroups own;
+  if (groups == nullptr || !groups->Covers(keys)) {
+    own.Build(table_id, keys);
+    groups = &own;
   }
-  for (uint32_t s = 0; s < kNumSlots; ++s) start[s + 1] += start[s];
-  std::vector<uint32_t> order(keys.size());
-  std::vector<uint32_t> next(start.begin(), start.end() - 1);
-  for (uint32_t i = 0; i < keys.size(); ++i) order[next[slot_of[i]]++] = i;
   for (uint32_t s = 0; s < kNumSlots; ++s) {
-    if (start[s] == start[s + 1]) continue;
+    if (groups->start[s] == groups->start[s + 1]) continue;
     SlotT& slot = slots[s];
     absl::MutexLock l(&slot.mu);
-    PS_RETURN_IF_ERROR(
-        fn(slot, absl::Span<const uint32_t>(order.data() + start[s], start[s + 1] - start[s])));
+    PS_RETURN_IF_ERROR(fn(slot, groups->Group(s)));
   }
   return absl::OkStatus();
 }
