@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/shard_map.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/parameter_server.h"
@@ -275,6 +277,39 @@ TEST_F(ClientTest, AServerThatWentAwayIsAnErrorNotAHang) {
               st.code() == absl::StatusCode::kDeadlineExceeded)
       << st;
   EXPECT_THAT(std::string(st.message()), HasSubstr(addresses_[1]));
+}
+
+// The same with a request of one part, which runs on the caller's thread: an error naming the
+// server once the deadline passes, not a hang.
+TEST_F(ClientTest, AOnePartRequestToAServerThatWentAwayIsAnErrorNotAHang) {
+  ClientOptions o = Options();
+  o.rpc_timeout = absl::Seconds(2);
+  o.max_retries = 0;
+  auto client = Connect(o);
+  ASSERT_NE(client, nullptr);
+  auto t = client->CreateTable(Sparse("t", 2));
+  ASSERT_TRUE(t.ok());
+  uint64_t key = 0;
+  while (SlotOf(t->id, key) % 2 != 1) ++key;  // a key of server 1
+  servers_[1]->Shutdown();
+  servers_[1].reset();
+  const std::vector<uint64_t> keys = {key};
+  std::vector<float> buf(2);
+  const absl::Time start = absl::Now();
+  absl::Status st = client->Pull(*t, keys, absl::MakeSpan(buf));
+  EXPECT_TRUE(st.code() == absl::StatusCode::kUnavailable ||
+              st.code() == absl::StatusCode::kDeadlineExceeded)
+      << st;
+  EXPECT_THAT(std::string(st.message()), HasSubstr(addresses_[1]));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30));
+  st = client->Push(*t, keys, buf);
+  EXPECT_TRUE(st.code() == absl::StatusCode::kUnavailable ||
+              st.code() == absl::StatusCode::kDeadlineExceeded)
+      << st;
+  // Server 0 still answers a one-part request of its own keys.
+  uint64_t other = 0;
+  while (SlotOf(t->id, other) % 2 != 0) ++other;
+  EXPECT_TRUE(client->Pull(*t, {other}, absl::MakeSpan(buf)).ok());
 }
 
 TEST_F(ClientTest, OptionsAreValidated) {
