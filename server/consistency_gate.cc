@@ -53,6 +53,24 @@ struct ConsistencyGate::Job {
     for (const auto& [w, c] : clocks) m = std::min(m, c);
     return m;
   }
+  // Whether a pull by a worker at `clock` may be served now.
+  bool ReadyFor(int64_t clock) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    switch (spec.mode()) {
+      case ConsistencySpec::SYNC:
+        return applied_clock >= clock;
+      case ConsistencySpec::SSP:
+        return MinClock() >= clock - spec.staleness();
+      default:
+        return true;
+    }
+  }
+  // The ticket of a pull served now (ReadyFor(clock)), `start` being when it began to wait.
+  PullTicket Ticket(int64_t clock, absl::Time start) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    PullTicket t;
+    t.min_clock = clocks.empty() ? clock : MinClock();
+    t.waited = absl::Now() - start;
+    return t;
+  }
   std::string Slowest() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     const int64_t m = MinClock();
     std::vector<uint32_t> slow;
@@ -392,19 +410,7 @@ absl::StatusOr<ConsistencyGate::PullTicket> ConsistencyGate::WaitForPull(
     }
   } waiting_scope;
   absl::MutexLock l(&job->mu);
-  while (true) {
-    bool ready = false;
-    switch (job->spec.mode()) {
-      case ConsistencySpec::SYNC:
-        ready = job->applied_clock >= clock;
-        break;
-      case ConsistencySpec::SSP:
-        ready = job->MinClock() >= clock - job->spec.staleness();
-        break;
-      default:
-        ready = true;
-    }
-    if (ready) break;
+  while (!job->ReadyFor(clock)) {
     PS_RETURN_IF_ERROR(job->CheckNotDropped());
     if (shutdown_.load()) {
       return absl::UnavailableError(absl::StrCat("the server is shutting down; the pull at clock ",
@@ -421,10 +427,19 @@ absl::StatusOr<ConsistencyGate::PullTicket> ConsistencyGate::WaitForPull(
                        absl::FormatDuration(absl::Now() - start), " for ", job->Slowest()));
     }
   }
-  PullTicket t;
-  t.min_clock = job->clocks.empty() ? clock : job->MinClock();
-  t.waited = absl::Now() - start;
-  return t;
+  return job->Ticket(clock, start);
+}
+
+absl::StatusOr<std::optional<ConsistencyGate::PullTicket>> ConsistencyGate::TryPull(
+    const std::string& job_id, int64_t clock) {
+  PS_RETURN_IF_ERROR(CheckClockRange("pull clock", clock));
+  auto found = Find(job_id);
+  if (!found.ok()) return found.status();
+  Job* job = found->get();
+  const absl::Time start = absl::Now();
+  absl::MutexLock l(&job->mu);
+  if (!job->ReadyFor(clock)) return std::nullopt;
+  return job->Ticket(clock, start);
 }
 
 }  // namespace ps

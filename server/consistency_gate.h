@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -123,6 +124,9 @@ class ConsistencyGate {
   // set, it counts the pull while it blocks.
   absl::StatusOr<PullTicket> WaitForPull(const std::string& job_id, int64_t clock,
                                          absl::Time deadline, prometheus::Gauge* waiting = nullptr);
+  // WaitForPull that never blocks: the ticket where WaitForPull would pass at once, nullopt where
+  // it would wait, and the same errors otherwise.
+  absl::StatusOr<std::optional<PullTicket>> TryPull(const std::string& job_id, int64_t clock);
 
  private:
   struct Job;

@@ -167,6 +167,29 @@ TEST_F(ConsistencyGateTest, AsyncNeverWaits) {
   EXPECT_TRUE(Applied().empty());
 }
 
+// TryPull answers as WaitForPull would, without ever blocking: the ticket where the pull may be
+// served now, nullopt where it would wait, and WaitForPull's errors.
+TEST_F(ConsistencyGateTest, TryPullNeverBlocks) {
+  ASSERT_TRUE(gate_.Configure(kJob, Spec(ConsistencySpec::SSP, 1), {1, 2}, 1).ok());
+  Advance(1, 1);
+  Advance(1, 2);
+  auto now = gate_.TryPull(kJob, 1);  // worker 2 at 0, within staleness 1
+  ASSERT_TRUE(now.ok()) << now.status();
+  ASSERT_TRUE(now->has_value());
+  EXPECT_EQ((*now)->min_clock, 0);
+  auto later = gate_.TryPull(kJob, 2);  // would wait for worker 2
+  ASSERT_TRUE(later.ok()) << later.status();
+  EXPECT_FALSE(later->has_value());
+  Advance(2, 1);
+  later = gate_.TryPull(kJob, 2);
+  ASSERT_TRUE(later.ok()) << later.status();
+  ASSERT_TRUE(later->has_value());
+  EXPECT_EQ((*later)->min_clock, 1);
+
+  EXPECT_EQ(gate_.TryPull(kJob, -1).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(gate_.TryPull("other", 0).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
 TEST_F(ConsistencyGateTest, UnknownJobIsFailedPrecondition) {
   EXPECT_FALSE(gate_.HasJob(kJob));
   EXPECT_EQ(gate_.CheckPush(kJob, 1, 0).code(), absl::StatusCode::kFailedPrecondition);
