@@ -242,7 +242,7 @@ void Authorizer::Count(const char* reason) const {
   if (refused_ != nullptr) refused_->Add({{"reason", reason}}).Increment();
 }
 
-grpc::Status Authorizer::Check(const grpc::ServerContext& context, Access access) const {
+grpc::Status Authorizer::Check(const grpc::ServerContextBase& context, Access access) const {
   if (!enabled()) return grpc::Status::OK;
   // With only an admin token configured, node calls need none.
   if (access == Access::kNode && cluster_token_.empty()) return grpc::Status::OK;

@@ -102,7 +102,7 @@ class Authorizer {
 
   // OK, or UNAUTHENTICATED (no token, wrong token) or PERMISSION_DENIED (the cluster token on
   // an admin call). Compares in constant time.
-  grpc::Status Check(const grpc::ServerContext& context, Access access) const;
+  grpc::Status Check(const grpc::ServerContextBase& context, Access access) const;
 
   bool enabled() const { return !cluster_token_.empty() || !admin_token_.empty(); }
 

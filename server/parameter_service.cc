@@ -3,6 +3,7 @@
 #include <glog/logging.h>
 #include <grpcpp/impl/codegen/proto_utils.h>
 #include <grpcpp/support/method_handler.h>
+#include <grpcpp/support/server_callback.h>
 
 #include <algorithm>
 #include <cmath>
@@ -69,20 +70,6 @@ absl::StatusOr<grpc::ByteBuffer> WritePullAnswer(
   return grpc::ByteBuffer(&slice, 1);
 }
 
-// Sends a raw handler's answer as the last message: it goes out with the status, no wait between.
-absl::Status WriteAnswer(grpc::ServerUnaryStreamer<grpc::ByteBuffer, grpc::ByteBuffer>* stream,
-                         const grpc::ByteBuffer& answer) {
-  if (stream->Write(answer, grpc::WriteOptions().set_last_message())) return absl::OkStatus();
-  return absl::CancelledError("the client went away");
-}
-
-// Reads the one request message of a streamed unary call.
-absl::Status ReadBuffer(grpc::ServerUnaryStreamer<grpc::ByteBuffer, grpc::ByteBuffer>* stream,
-                        grpc::ByteBuffer* in) {
-  if (!stream->Read(in)) return absl::CancelledError("the request never arrived");
-  return absl::OkStatus();
-}
-
 // A Push or PushPull request read in place (internal/push_request.h) from a received buffer,
 // which must outlive this: the gradients are applied from its slices.
 template <typename Request>
@@ -126,19 +113,17 @@ ParameterService::ParameterService(TableStore* store, absl::Duration max_pull_wa
       }),
       restorer_(store, &gate_, metrics, checkpoints.roots),
       checkpointer_(store, std::move(checkpoints), metrics) {
-  MarkMethodStreamed(
-      kPullMethod,
-      new grpc::internal::StreamedUnaryHandler<grpc::ByteBuffer, grpc::ByteBuffer>(
-          [this](grpc::ServerContext* ctx, RawStream* stream) { return PullRaw(ctx, stream); }));
-  MarkMethodStreamed(
-      kPushMethod,
-      new grpc::internal::StreamedUnaryHandler<grpc::ByteBuffer, grpc::ByteBuffer>(
-          [this](grpc::ServerContext* ctx, RawStream* stream) { return PushRaw(ctx, stream); }));
-  MarkMethodStreamed(kPushPullMethod,
-                     new grpc::internal::StreamedUnaryHandler<grpc::ByteBuffer, grpc::ByteBuffer>(
-                         [this](grpc::ServerContext* ctx, RawStream* stream) {
-                           return PushPullRaw(ctx, stream);
-                         }));
+  for (const auto& [index, method] :
+       {std::pair{kPullMethod, ServerMethod::kPull}, std::pair{kPushMethod, ServerMethod::kPush},
+        std::pair{kPushPullMethod, ServerMethod::kPushPull}}) {
+    MarkMethodRawCallback(
+        index,
+        new grpc::internal::CallbackUnaryHandler<grpc::ByteBuffer, grpc::ByteBuffer>(
+            [this, method = method](grpc::CallbackServerContext* ctx,
+                                    const grpc::ByteBuffer* request, grpc::ByteBuffer* answer) {
+              return StartDataCall(method, ctx, request, answer);
+            }));
+  }
 }
 
 void ParameterService::Shutdown() {
@@ -146,7 +131,7 @@ void ParameterService::Shutdown() {
   checkpointer_.Shutdown();
 }
 
-absl::Time ParameterService::PullDeadline(const grpc::ServerContext* ctx) const {
+absl::Time ParameterService::PullDeadline(const grpc::ServerContextBase* ctx) const {
   const absl::Time limit = absl::Now() + max_pull_wait_;
   const absl::Time rpc = absl::FromChrono(ctx->deadline());
   return std::min(limit, rpc);
@@ -164,15 +149,6 @@ grpc::Status ParameterService::Finish(ServerMethod method, absl::Time start,
   if (metrics_ != nullptr) {
     metrics_->RecordRequest(method, status, req.ByteSizeLong(),
                             status.ok() ? resp.ByteSizeLong() : 0, absl::Now() - start);
-  }
-  return ToGrpcStatus(status);
-}
-
-grpc::Status ParameterService::FinishRaw(ServerMethod method, absl::Time start, size_t req_bytes,
-                                         size_t resp_bytes, const absl::Status& status) const {
-  if (metrics_ != nullptr) {
-    metrics_->RecordRequest(method, status, req_bytes, status.ok() ? resp_bytes : 0,
-                            absl::Now() - start);
   }
   return ToGrpcStatus(status);
 }
@@ -291,7 +267,7 @@ absl::Status ParameterService::ApplyPush(const v1::PushRequest& req,
 absl::Status ParameterService::DoPull(
     const std::string& job_id, int64_t clock,
     const google::protobuf::RepeatedPtrField<v1::KeyBlock>& blocks, absl::Time deadline,
-    v1::PullResponse* resp, grpc::ByteBuffer* raw) {
+    grpc::ByteBuffer* answer, bool* deferred) {
   const std::shared_ptr<ServerMetrics::Job> job =
       metrics_ == nullptr ? nullptr : metrics_->FindJob(job_id);
   std::vector<TableStore::BlockView> views(blocks.size());
@@ -300,24 +276,31 @@ absl::Status ParameterService::DoPull(
   }
   PS_RETURN_IF_ERROR(store_->CheckPullSize(views));
   PS_RETURN_IF_ERROR(store_->CheckNewRows(views));
-  PS_ASSIGN_OR_RETURN(
-      ConsistencyGate::PullTicket ticket,
-      gate_.WaitForPull(job_id, clock, deadline, job == nullptr ? nullptr : job->waiting_pulls));
   size_t keys = 0;
-  for (const auto& view : views) keys += view.keys.size();
-  const int64_t wait_micros = absl::ToInt64Microseconds(ticket.waited);
-  if (raw != nullptr) {
-    PS_ASSIGN_OR_RETURN(*raw,
-                        WritePullAnswer(store_, blocks, views, ticket.min_clock, wait_micros));
-  } else {
-    for (int i = 0; i < blocks.size(); ++i) {
-      v1::KeyBlock* out = resp->add_blocks();
-      out->set_table_id(blocks[i].table_id());
-      PS_RETURN_IF_ERROR(store_->Pull(views[i], out->mutable_values()));
-    }
-    resp->set_min_clock(ticket.min_clock);
-    resp->set_wait_micros(wait_micros);
+  size_t bytes = 0;
+  for (const auto& view : views) {
+    keys += view.keys.size();
+    bytes += view.keys.size() * view.table->dim * sizeof(float);
   }
+  ConsistencyGate::PullTicket ticket;
+  if (deferred != nullptr) {
+    // Nothing has changed yet: the caller runs the pull again where it may block.
+    std::optional<ConsistencyGate::PullTicket> now;
+    if (bytes <= kServeHereBytes) {
+      PS_ASSIGN_OR_RETURN(now, gate_.TryPull(job_id, clock));
+    }
+    if (!now.has_value()) {
+      *deferred = true;
+      return absl::OkStatus();
+    }
+    ticket = *now;
+  } else {
+    PS_ASSIGN_OR_RETURN(ticket, gate_.WaitForPull(job_id, clock, deadline,
+                                                  job == nullptr ? nullptr : job->waiting_pulls));
+  }
+  const int64_t wait_micros = absl::ToInt64Microseconds(ticket.waited);
+  PS_ASSIGN_OR_RETURN(*answer,
+                      WritePullAnswer(store_, blocks, views, ticket.min_clock, wait_micros));
   if (job != nullptr) {
     job->pull_wait->Observe(absl::ToDoubleSeconds(ticket.waited));
     job->pulled_keys->Increment(static_cast<double>(keys));
@@ -325,29 +308,9 @@ absl::Status ParameterService::DoPull(
   return absl::OkStatus();
 }
 
-grpc::Status ParameterService::Pull(grpc::ServerContext* ctx, const v1::PullRequest* req,
-                                    v1::PullResponse* resp) {
-  PS_AUTHORIZE(authorizer_.get(), ctx, Access::kNode);
-  const absl::Time start = absl::Now();
-  absl::Status s = CheckJob(req->job_id());
-  if (s.ok()) s = store_->CheckShardEpoch(req->job_id(), req->shard_epoch());
-  if (s.ok()) s = DoPull(req->job_id(), req->clock(), req->blocks(), PullDeadline(ctx), resp);
-  return Finish(ServerMethod::kPull, start, *req, *resp, s);
-}
-
-grpc::Status ParameterService::Push(grpc::ServerContext* ctx, const v1::PushRequest* req,
-                                    v1::PushResponse* resp) {
-  PS_AUTHORIZE(authorizer_.get(), ctx, Access::kNode);
-  const absl::Time start = absl::Now();
-  bool duplicate = false;
-  absl::Status s = DoPush(*req, &duplicate);
-  resp->set_duplicate(duplicate);
-  return Finish(ServerMethod::kPush, start, *req, *resp, s);
-}
-
-absl::Status ParameterService::DoPushPull(const v1::PushPullRequest& req, absl::Time deadline,
-                                          v1::PullResponse* resp, grpc::ByteBuffer* raw,
-                                          const std::deque<ScatteredValues>* values) {
+absl::Status ParameterService::PushPart(const v1::PushPullRequest& req,
+                                        const std::deque<ScatteredValues>* values,
+                                        int64_t* pull_clock) {
   const v1::PushRequest& push = req.push();
   PS_RETURN_IF_ERROR(CheckJob(push.job_id()));
   // Before anything else: a retried (duplicate) push skips the clock checks, and the pull's
@@ -357,28 +320,109 @@ absl::Status ParameterService::DoPushPull(const v1::PushPullRequest& req, absl::
   PS_RETURN_IF_ERROR(store_->CheckShardEpoch(push.job_id(), push.shard_epoch()));
   bool duplicate = false;
   PS_RETURN_IF_ERROR(DoPush(push, &duplicate, values));
-  int64_t pull_clock = push.clock();
+  *pull_clock = push.clock();
   if (req.advance_clock()) {
-    pull_clock = push.clock() + 1;
+    *pull_clock = push.clock() + 1;
     if (!duplicate) {
       PS_ASSIGN_OR_RETURN(bool last, gate_.CountClockPart(push.job_id(), push.worker_id(),
                                                           push.clock(), req.clock_parts()));
       if (last) {
         PS_RETURN_IF_ERROR(
-            gate_.AdvanceClock(push.job_id(), push.worker_id(), pull_clock, push.shard_epoch())
+            gate_.AdvanceClock(push.job_id(), push.worker_id(), *pull_clock, push.shard_epoch())
                 .status());
       }
     }
   }
-  return DoPull(push.job_id(), pull_clock, req.pull_blocks(), deadline, resp, raw);
+  return absl::OkStatus();
 }
 
-grpc::Status ParameterService::PushPull(grpc::ServerContext* ctx, const v1::PushPullRequest* req,
-                                        v1::PullResponse* resp) {
-  PS_AUTHORIZE(authorizer_.get(), ctx, Access::kNode);
-  const absl::Time start = absl::Now();
-  return Finish(ServerMethod::kPushPull, start, *req, *resp,
-                DoPushPull(*req, PullDeadline(ctx), resp));
+// One Pull, Push or PushPull call, from its callback handler to its answer. The steps run on the
+// gRPC thread that read the request where they can (Advance with may_block false), else on a
+// thread of `handoff_`.
+struct ParameterService::DataCall {
+  ServerMethod method;
+  grpc::ServerUnaryReactor* reactor = nullptr;
+  grpc::ByteBuffer request;  // the received bytes (pushes are applied from its slices)
+  grpc::ByteBuffer* answer;  // gRPC's response buffer
+  absl::Time start;
+  absl::Time deadline;  // of a pull's wait
+  size_t request_bytes = 0;
+  bool read = false;  // the request read, and its push (if any) applied
+  // The pull to serve once read.
+  v1::PullRequest pull;
+  InPlaceRequest<v1::PushPullRequest> push_pull;
+  int64_t pull_clock = 0;
+};
+
+grpc::ServerUnaryReactor* ParameterService::StartDataCall(ServerMethod method,
+                                                          grpc::CallbackServerContext* ctx,
+                                                          const grpc::ByteBuffer* request,
+                                                          grpc::ByteBuffer* answer) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  if (authorizer_ != nullptr) {
+    if (grpc::Status denied = authorizer_->Check(*ctx, Access::kNode); !denied.ok()) {
+      reactor->Finish(denied);
+      return reactor;
+    }
+  }
+  auto call = std::make_unique<DataCall>();
+  call->method = method;
+  call->reactor = reactor;
+  call->request = *request;  // shares the slices
+  call->answer = answer;
+  call->start = absl::Now();
+  call->deadline = PullDeadline(ctx);
+  call->request_bytes = request->Length();
+  if (!Advance(call.get(), /*may_block=*/false)) {
+    handoff_.Run([this, c = call.release()] { CHECK(Advance(c, /*may_block=*/true)); });
+  } else {
+    call.release();  // Advance finished and freed it
+  }
+  return reactor;
+}
+
+bool ParameterService::Advance(DataCall* call, bool may_block) {
+  absl::Status s;
+  if (!call->read) {
+    if (!may_block && call->request_bytes > kServeHereBytes) return false;
+    call->read = true;
+    switch (call->method) {
+      case ServerMethod::kPush:
+        FinishCall(call, ServePush(&call->request, call->answer));
+        return true;
+      case ServerMethod::kPull:
+        s = ParseRequest(&call->request, &call->pull);
+        if (s.ok()) s = CheckJob(call->pull.job_id());
+        if (s.ok()) s = store_->CheckShardEpoch(call->pull.job_id(), call->pull.shard_epoch());
+        call->pull_clock = call->pull.clock();
+        break;
+      default:
+        s = call->push_pull.Parse(&call->request, ReadPushPullRequest);
+        if (s.ok()) s = PushPart(call->push_pull.req, &call->push_pull.values, &call->pull_clock);
+    }
+    if (!s.ok()) {
+      FinishCall(call, s);
+      return true;
+    }
+  }
+  const bool is_pull = call->method == ServerMethod::kPull;
+  const std::string& job_id = is_pull ? call->pull.job_id() : call->push_pull.req.push().job_id();
+  const auto& blocks = is_pull ? call->pull.blocks() : call->push_pull.req.pull_blocks();
+  bool deferred = false;
+  s = DoPull(job_id, call->pull_clock, blocks, call->deadline, call->answer,
+             may_block ? nullptr : &deferred);
+  if (deferred) return false;
+  FinishCall(call, s);
+  return true;
+}
+
+void ParameterService::FinishCall(DataCall* call, const absl::Status& status) {
+  std::unique_ptr<DataCall> owned(call);
+  if (metrics_ != nullptr) {
+    metrics_->RecordRequest(call->method, status, call->request_bytes,
+                            status.ok() ? call->answer->Length() : 0, absl::Now() - call->start);
+  }
+  call->reactor->Finish(ToGrpcStatus(status));
 }
 
 absl::Status ParameterService::ServePull(grpc::ByteBuffer* request, absl::Time deadline,
@@ -387,7 +431,7 @@ absl::Status ParameterService::ServePull(grpc::ByteBuffer* request, absl::Time d
   PS_RETURN_IF_ERROR(ParseRequest(request, &req));
   PS_RETURN_IF_ERROR(CheckJob(req.job_id()));
   PS_RETURN_IF_ERROR(store_->CheckShardEpoch(req.job_id(), req.shard_epoch()));
-  return DoPull(req.job_id(), req.clock(), req.blocks(), deadline, nullptr, answer);
+  return DoPull(req.job_id(), req.clock(), req.blocks(), deadline, answer);
 }
 
 absl::Status ParameterService::ServePush(grpc::ByteBuffer* request, grpc::ByteBuffer* answer) {
@@ -406,42 +450,9 @@ absl::Status ParameterService::ServePushPull(grpc::ByteBuffer* request, absl::Ti
                                              grpc::ByteBuffer* answer) {
   InPlaceRequest<v1::PushPullRequest> r;
   PS_RETURN_IF_ERROR(r.Parse(request, ReadPushPullRequest));
-  return DoPushPull(r.req, deadline, nullptr, answer, &r.values);
-}
-
-grpc::Status ParameterService::RawCall(
-    RawStream* stream, ServerMethod method,
-    absl::FunctionRef<absl::Status(grpc::ByteBuffer* in, grpc::ByteBuffer* answer)> serve) {
-  const absl::Time start = absl::Now();
-  grpc::ByteBuffer in;
-  grpc::ByteBuffer answer;
-  absl::Status s = ReadBuffer(stream, &in);
-  const size_t req_bytes = in.Length();
-  if (s.ok()) s = serve(&in, &answer);
-  if (s.ok()) s = WriteAnswer(stream, answer);
-  return FinishRaw(method, start, req_bytes, answer.Length(), s);
-}
-
-grpc::Status ParameterService::PullRaw(grpc::ServerContext* ctx, RawStream* stream) {
-  PS_AUTHORIZE(authorizer_.get(), ctx, Access::kNode);
-  return RawCall(stream, ServerMethod::kPull, [&](grpc::ByteBuffer* in, grpc::ByteBuffer* answer) {
-    return ServePull(in, PullDeadline(ctx), answer);
-  });
-}
-
-grpc::Status ParameterService::PushRaw(grpc::ServerContext* ctx, RawStream* stream) {
-  PS_AUTHORIZE(authorizer_.get(), ctx, Access::kNode);
-  return RawCall(stream, ServerMethod::kPush, [&](grpc::ByteBuffer* in, grpc::ByteBuffer* answer) {
-    return ServePush(in, answer);
-  });
-}
-
-grpc::Status ParameterService::PushPullRaw(grpc::ServerContext* ctx, RawStream* stream) {
-  PS_AUTHORIZE(authorizer_.get(), ctx, Access::kNode);
-  return RawCall(stream, ServerMethod::kPushPull,
-                 [&](grpc::ByteBuffer* in, grpc::ByteBuffer* answer) {
-                   return ServePushPull(in, PullDeadline(ctx), answer);
-                 });
+  int64_t pull_clock = 0;
+  PS_RETURN_IF_ERROR(PushPart(r.req, &r.values, &pull_clock));
+  return DoPull(r.req.push().job_id(), pull_clock, r.req.pull_blocks(), deadline, answer);
 }
 
 grpc::Status ParameterService::Clock(grpc::ServerContext* ctx, const v1::ClockRequest* req,

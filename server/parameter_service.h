@@ -3,7 +3,7 @@
 #define PS_SERVER_PARAMETER_SERVICE_H_
 
 #include <grpcpp/support/byte_buffer.h>
-#include <grpcpp/support/sync_stream.h>
+#include <grpcpp/support/server_callback.h>
 
 #include <deque>
 #include <memory>
@@ -17,6 +17,7 @@
 #include "ps/v1/parameter_server.grpc.pb.h"
 #include "server/checkpointer.h"
 #include "server/consistency_gate.h"
+#include "server/internal/handoff_pool.h"
 #include "server/request_deduper.h"
 #include "server/restorer.h"
 #include "server/server_metrics.h"
@@ -50,12 +51,6 @@ class ParameterService final : public v1::ParameterServer::Service {
                            v1::CreateTableResponse* resp) override;
   grpc::Status DescribeTable(grpc::ServerContext* ctx, const v1::DescribeTableRequest* req,
                              v1::DescribeTableResponse* resp) override;
-  grpc::Status Pull(grpc::ServerContext* ctx, const v1::PullRequest* req,
-                    v1::PullResponse* resp) override;
-  grpc::Status Push(grpc::ServerContext* ctx, const v1::PushRequest* req,
-                    v1::PushResponse* resp) override;
-  grpc::Status PushPull(grpc::ServerContext* ctx, const v1::PushPullRequest* req,
-                        v1::PullResponse* resp) override;
   grpc::Status Clock(grpc::ServerContext* ctx, const v1::ClockRequest* req,
                      v1::ClockResponse* resp) override;
   grpc::Status Checkpoint(grpc::ServerContext* ctx, const v1::CheckpointRequest* req,
@@ -67,16 +62,18 @@ class ParameterService final : public v1::ParameterServer::Service {
   grpc::Status DropJob(grpc::ServerContext* ctx, const v1::DropJobRequest* req,
                        v1::DropJobResponse* resp) override;
 
-  // The library calls behind the handlers (usable without gRPC). With `raw`, DoPull and
-  // DoPushPull write the answer there (the bytes of a PullResponse, rows copied straight into
-  // the outgoing buffer) and leave `resp` alone.
+  // The library calls behind the handlers (usable without gRPC).
   // `values` (if not null): block i's gradients are (*values)[i] (a request read in place; the
   // blocks' own values are empty).
   absl::Status DoPush(const v1::PushRequest& req, bool* duplicate,
                       const std::deque<ScatteredValues>* values = nullptr);
+  // Writes the answer in `answer` (the bytes of a PullResponse, rows copied straight into the
+  // outgoing buffer). With `deferred`, never blocks and answers no more than kServeHereBytes:
+  // where it would, sets *deferred and returns OK having changed nothing, for the caller to call
+  // it again (without `deferred`) on a thread that may block.
   absl::Status DoPull(const std::string& job_id, int64_t clock,
                       const google::protobuf::RepeatedPtrField<v1::KeyBlock>& blocks,
-                      absl::Time deadline, v1::PullResponse* resp, grpc::ByteBuffer* raw = nullptr);
+                      absl::Time deadline, grpc::ByteBuffer* answer, bool* deferred = nullptr);
   // What gRPC's Pull, Push and PushPull handlers do with a received request (the bytes of a
   // PullRequest, PushRequest or PushPullRequest, cut into any slices): read it (pushes in place,
   // `request` possibly coalesced first; pulls by protobuf), serve it, and put the bytes of the
@@ -88,32 +85,30 @@ class ParameterService final : public v1::ParameterServer::Service {
 
  private:
   std::shared_ptr<const Authorizer> authorizer_;
-  absl::Time PullDeadline(const grpc::ServerContext* ctx) const;
+  absl::Time PullDeadline(const grpc::ServerContextBase* ctx) const;
   // A well-formed job id of a job not dropped.
   absl::Status CheckJob(const std::string& job_id) const;
   // DoPush after the clock check, with the job's sync applies held off.
   absl::Status ApplyPush(const v1::PushRequest& req, const std::deque<ScatteredValues>* values,
                          ServerMetrics::Job* job, bool* duplicate);
   absl::Status DoConfigureJob(const v1::ConfigureJobRequest& req, v1::ConfigureJobResponse* resp);
-  absl::Status DoPushPull(const v1::PushPullRequest& req, absl::Time deadline,
-                          v1::PullResponse* resp, grpc::ByteBuffer* raw = nullptr,
-                          const std::deque<ScatteredValues>* values = nullptr);
-  // What gRPC calls for Pull, Push and PushPull (registered as streamed unary methods): the
-  // Serve* methods on the received buffer. Pushes are read in place (gradients applied from the
-  // received slices, internal/push_request.h), pulls parsed by protobuf, and pull answers built
-  // in the outgoing buffer (DoPull's `raw`). A client sees plain unary calls and the same bytes.
-  using RawStream = grpc::ServerUnaryStreamer<grpc::ByteBuffer, grpc::ByteBuffer>;
-  grpc::Status PullRaw(grpc::ServerContext* ctx, RawStream* stream);
-  grpc::Status PushRaw(grpc::ServerContext* ctx, RawStream* stream);
-  grpc::Status PushPullRaw(grpc::ServerContext* ctx, RawStream* stream);
-  // A raw handler's call once authorized: reads the request, `serve`s it into an answer, sends
-  // that, and counts the call (FinishRaw).
-  grpc::Status RawCall(
-      RawStream* stream, ServerMethod method,
-      absl::FunctionRef<absl::Status(grpc::ByteBuffer* in, grpc::ByteBuffer* answer)> serve);
-  // Finish for the raw handlers: request and answer sizes in bytes.
-  grpc::Status FinishRaw(ServerMethod method, absl::Time start, size_t req_bytes, size_t resp_bytes,
-                         const absl::Status& status) const;
+  // A PushPull's push, with its clock counted: the clock its pull is served at in *pull_clock.
+  absl::Status PushPart(const v1::PushPullRequest& req, const std::deque<ScatteredValues>* values,
+                        int64_t* pull_clock);
+  // Pull, Push and PushPull are registered as raw callback methods (a client sees plain unary
+  // calls and the same bytes). A call is served on the gRPC thread that read it, with no thread
+  // hop, unless it would block there: a request or pull answer over kServeHereBytes, or a pull
+  // that must wait in the consistency gate, goes on from where it stands on a thread of
+  // `handoff_` (DataCall, Advance).
+  static constexpr size_t kServeHereBytes = size_t{64} << 10;
+  struct DataCall;
+  grpc::ServerUnaryReactor* StartDataCall(ServerMethod method, grpc::CallbackServerContext* ctx,
+                                          const grpc::ByteBuffer* request,
+                                          grpc::ByteBuffer* answer);
+  // Runs the call's next steps; false (the call kept) where it stopped because !may_block.
+  bool Advance(DataCall* call, bool may_block);
+  // Counts the call, sends its answer (or `status`) and frees it.
+  void FinishCall(DataCall* call, const absl::Status& status);
   absl::Status DoCheckpoint(const v1::CheckpointRequest& req, v1::CheckpointResponse* resp);
   absl::Status DoRestore(const v1::RestoreRequest& req, absl::Time deadline,
                          v1::RestoreResponse* resp);
@@ -131,7 +126,8 @@ class ParameterService final : public v1::ParameterServer::Service {
   ConsistencyGate gate_;
   RequestDeduper deduper_;
   Restorer restorer_;          // uses gate_
-  Checkpointer checkpointer_;  // destroyed first: stops its writer thread
+  Checkpointer checkpointer_;  // stops its writer thread when destroyed
+  HandoffPool handoff_;        // destroyed first: waits for the calls it runs
 };
 
 }  // namespace ps

@@ -547,6 +547,80 @@ TEST_F(ParameterServiceTest, AJobsRowsAreCappedPerServer) {
 
 // Issue 15: a request stuck in a long wait kept ps_server from exiting. Shutdown wakes pulls
 // waiting on slow workers and returns within its grace plus a little.
+// Pull, Push and PushPull are served on gRPC's callback threads, of which there are few (2 to 16).
+// Pulls that must wait for a slow worker are handed to threads of their own: more of them than
+// gRPC has threads must not keep the server from serving the slow worker's calls (which would
+// keep every pull waiting until its deadline).
+TEST_F(ParameterServiceTest, ManyWaitingPullsDoNotHoldUpOtherCalls) {
+  constexpr char kSync[] = "sync";
+  constexpr uint32_t kWorkers = 24;  // worker kWorkers is the slow one
+  std::vector<uint32_t> workers;
+  for (uint32_t w = 1; w <= kWorkers; ++w) workers.push_back(w);
+  ASSERT_TRUE(Configure(kSync, v1::ConsistencySpec::SYNC, workers).ok());
+  ASSERT_TRUE(CreateTable(Spec(3, v1::DENSE, 4, kSync)).ok());
+  std::vector<grpc::Status> pulled(kWorkers - 1);
+  std::vector<std::vector<float>> values(kWorkers - 1);
+  std::vector<std::thread> pullers;
+  for (uint32_t w = 1; w < kWorkers; ++w) {
+    pullers.emplace_back([&, w] {
+      v1::PushPullRequest req;
+      *req.mutable_push() = PushRequest({Block(3, {0}, {1, 1, 1, 1})}, 1, 0, kSync, w);
+      req.set_advance_clock(true);
+      req.set_clock_parts(1);
+      *req.add_pull_blocks() = Block(3, {0});
+      v1::PullResponse resp;
+      Context c;
+      pulled[w - 1] = stub_->PushPull(&c.ctx, req, &resp);
+      if (resp.blocks_size() == 1) values[w - 1] = Floats(resp.blocks(0).values());
+    });
+  }
+  absl::SleepFor(absl::Milliseconds(500));  // the push-pulls are waiting for the slow worker
+  // Meanwhile the server answers other calls, pulls at the old clock included.
+  EXPECT_EQ(Values(kDense, {0}), std::vector<float>(4, 0.25f));
+  EXPECT_EQ(Values(3, {0}, kSync, 0), std::vector<float>(4, 0.25f));
+  // The slow worker pushes and finishes the clock: every push-pull answers, with all the
+  // gradients applied (0.25 - 24 at learning rate 1).
+  v1::PushResponse resp;
+  ASSERT_TRUE(Push(PushRequest({Block(3, {0}, {1, 1, 1, 1})}, 1, 0, kSync, kWorkers), &resp).ok());
+  const absl::Time released = absl::Now();
+  ASSERT_TRUE(Clock(kSync, kWorkers, 1).ok());
+  for (std::thread& t : pullers) t.join();
+  EXPECT_LT(absl::Now() - released, absl::Seconds(5)) << "the pulls ran into their deadline";
+  for (uint32_t w = 1; w < kWorkers; ++w) {
+    EXPECT_TRUE(pulled[w - 1].ok()) << "worker " << w << ": " << pulled[w - 1].error_message();
+    EXPECT_EQ(values[w - 1], std::vector<float>(4, 0.25f - kWorkers)) << "worker " << w;
+  }
+}
+
+// Requests and pull answers over 64 KiB are served on a thread other than gRPC's; they give the
+// same results as small ones.
+TEST_F(ParameterServiceTest, LargeRequestsAndAnswersAreServedAlike) {
+  constexpr uint32_t kWide = 3;
+  constexpr uint32_t kDim = 48 << 10;  // one row: 192 KiB
+  v1::TableSpec spec = Spec(kWide, v1::DENSE, kDim, kJob);
+  spec.set_num_rows(2);
+  ASSERT_TRUE(CreateTable(spec).ok());
+  // A small request with a large answer.
+  EXPECT_EQ(Values(kWide, {1}), std::vector<float>(kDim, 0.25f));
+  // A large push, then a large push-pull.
+  std::vector<float> grad(kDim);
+  for (uint32_t i = 0; i < kDim; ++i) grad[i] = static_cast<float>(i % 7) * 0.125f;
+  v1::PushResponse resp;
+  ASSERT_TRUE(Push(PushRequest({Block(kWide, {1}, grad)}, 7), &resp).ok());
+  v1::PushPullRequest req;
+  *req.mutable_push() = PushRequest({Block(kWide, {1}, grad)}, 8);
+  *req.add_pull_blocks() = Block(kWide, {1});
+  v1::PullResponse answer;
+  Context c;
+  ASSERT_TRUE(stub_->PushPull(&c.ctx, req, &answer).ok());
+  std::vector<float> want(kDim);
+  for (uint32_t i = 0; i < kDim; ++i) want[i] = 0.25f - 2 * grad[i];
+  ASSERT_EQ(answer.blocks_size(), 1);
+  EXPECT_EQ(Floats(answer.blocks(0).values()), want);
+  EXPECT_EQ(Values(kWide, {1}), want);
+  EXPECT_EQ(Values(kWide, {0}), std::vector<float>(kDim, 0.25f));
+}
+
 TEST_F(ParameterServiceTest, ShutdownDoesNotWaitForPullsBlockedOnSlowWorkers) {
   constexpr char kSync[] = "sync";
   ASSERT_TRUE(Configure(kSync, v1::ConsistencySpec::SYNC, {1, 2}).ok());
