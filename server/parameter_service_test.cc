@@ -592,33 +592,48 @@ TEST_F(ParameterServiceTest, ManyWaitingPullsDoNotHoldUpOtherCalls) {
   }
 }
 
-// Requests and pull answers over 64 KiB are served on a thread other than gRPC's; they give the
-// same results as small ones.
+// Requests and pull answers over 4 MiB (a plain protobuf client's large message) are served on a
+// thread other than gRPC's; they give the same results as small ones.
 TEST_F(ParameterServiceTest, LargeRequestsAndAnswersAreServedAlike) {
+  server_->Shutdown();
+  ParameterServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.max_message_bytes = 32 << 20;
+  StartWith(options);
+  ASSERT_FALSE(HasFatalFailure());
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetMaxSendMessageSize(-1);
+  stub_ = v1::ParameterServer::NewStub(grpc::CreateCustomChannel(
+      absl::StrCat("127.0.0.1:", server_->port()), grpc::InsecureChannelCredentials(), args));
   constexpr uint32_t kWide = 3;
-  constexpr uint32_t kDim = 48 << 10;  // one row: 192 KiB
+  constexpr uint32_t kDim = 4096;  // 16 KiB rows
+  constexpr uint32_t kRows = 320;  // 5 MiB
   v1::TableSpec spec = Spec(kWide, v1::DENSE, kDim, kJob);
-  spec.set_num_rows(2);
+  spec.set_num_rows(kRows + 1);
   ASSERT_TRUE(CreateTable(spec).ok());
+  std::vector<uint64_t> keys(kRows);
+  for (uint32_t k = 0; k < kRows; ++k) keys[k] = k;
+  const size_t n = size_t{kRows} * kDim;
   // A small request with a large answer.
-  EXPECT_EQ(Values(kWide, {1}), std::vector<float>(kDim, 0.25f));
+  EXPECT_TRUE(Values(kWide, keys) == std::vector<float>(n, 0.25f));
   // A large push, then a large push-pull.
-  std::vector<float> grad(kDim);
-  for (uint32_t i = 0; i < kDim; ++i) grad[i] = static_cast<float>(i % 7) * 0.125f;
+  std::vector<float> grad(n);
+  for (size_t i = 0; i < n; ++i) grad[i] = static_cast<float>(i % 7) * 0.125f;
   v1::PushResponse resp;
-  ASSERT_TRUE(Push(PushRequest({Block(kWide, {1}, grad)}, 7), &resp).ok());
+  ASSERT_TRUE(Push(PushRequest({Block(kWide, keys, grad)}, 7), &resp).ok());
   v1::PushPullRequest req;
-  *req.mutable_push() = PushRequest({Block(kWide, {1}, grad)}, 8);
-  *req.add_pull_blocks() = Block(kWide, {1});
+  *req.mutable_push() = PushRequest({Block(kWide, keys, grad)}, 8);
+  *req.add_pull_blocks() = Block(kWide, keys);
   v1::PullResponse answer;
   Context c;
   ASSERT_TRUE(stub_->PushPull(&c.ctx, req, &answer).ok());
-  std::vector<float> want(kDim);
-  for (uint32_t i = 0; i < kDim; ++i) want[i] = 0.25f - 2 * grad[i];
+  std::vector<float> want(n);
+  for (size_t i = 0; i < n; ++i) want[i] = 0.25f - 2 * grad[i];
   ASSERT_EQ(answer.blocks_size(), 1);
-  EXPECT_EQ(Floats(answer.blocks(0).values()), want);
-  EXPECT_EQ(Values(kWide, {1}), want);
-  EXPECT_EQ(Values(kWide, {0}), std::vector<float>(kDim, 0.25f));
+  EXPECT_TRUE(Floats(answer.blocks(0).values()) == want);
+  EXPECT_TRUE(Values(kWide, keys) == want);
+  EXPECT_TRUE(Values(kWide, {kRows}) == std::vector<float>(kDim, 0.25f));
 }
 
 TEST_F(ParameterServiceTest, ShutdownDoesNotWaitForPullsBlockedOnSlowWorkers) {
