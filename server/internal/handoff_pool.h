@@ -24,6 +24,8 @@ class HandoffPool {
   HandoffPool(const HandoffPool&) = delete;
   HandoffPool& operator=(const HandoffPool&) = delete;
 
+  // Not once the destructor has begun (its callers are gone by then: gRPC's server is shut down
+  // before the service that owns the pool).
   void Run(std::function<void()> task) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Threads started so far, and those of them waiting for a task (for tests).
