@@ -38,7 +38,8 @@ struct ParameterServerOptions {
   uint64_t max_job_bytes = uint64_t{16} << 30;
   // Rows in 2 MiB chunks marked for transparent huge pages (TableStoreOptions::huge_pages).
   bool huge_pages = false;
-  // gRPC server threads serving requests (0: gRPC's default).
+  // Most gRPC sync-server threads, which serve the calls other than Pull, Push and PushPull (0:
+  // gRPC's default). Those three run on gRPC's callback threads and the service's hand-off pool.
   int num_threads = 0;
   // Fault-injection test hook: each checkpoint write starts this long after its snapshot, so
   // that tests can kill a server mid-checkpoint. 0 (the default) in production.
