@@ -268,6 +268,19 @@ absl::Status ParameterService::DoPull(
     const std::string& job_id, int64_t clock,
     const google::protobuf::RepeatedPtrField<v1::KeyBlock>& blocks, absl::Time deadline,
     grpc::ByteBuffer* answer, bool* deferred) {
+  // With `deferred`, nothing may change before the pull is handed off: the caller runs it again
+  // where it may block. A pull that must wait is handed off before its keys are checked, so a
+  // waiting pull (most pulls of a sync job) checks them once, there.
+  ConsistencyGate::PullTicket ticket;
+  if (deferred != nullptr) {
+    PS_ASSIGN_OR_RETURN(std::optional<ConsistencyGate::PullTicket> now,
+                        gate_.TryPull(job_id, clock));
+    if (!now.has_value()) {
+      *deferred = true;
+      return absl::OkStatus();
+    }
+    ticket = *now;
+  }
   const std::shared_ptr<ServerMetrics::Job> job =
       metrics_ == nullptr ? nullptr : metrics_->FindJob(job_id);
   std::vector<TableStore::BlockView> views(blocks.size());
@@ -282,19 +295,11 @@ absl::Status ParameterService::DoPull(
     keys += view.keys.size();
     bytes += view.keys.size() * view.table->dim * sizeof(float);
   }
-  ConsistencyGate::PullTicket ticket;
-  if (deferred != nullptr) {
-    // Nothing has changed yet: the caller runs the pull again where it may block.
-    std::optional<ConsistencyGate::PullTicket> now;
-    if (bytes <= kServeHereBytes) {
-      PS_ASSIGN_OR_RETURN(now, gate_.TryPull(job_id, clock));
-    }
-    if (!now.has_value()) {
-      *deferred = true;
-      return absl::OkStatus();
-    }
-    ticket = *now;
-  } else {
+  if (deferred != nullptr && bytes > kServeHereBytes) {
+    *deferred = true;
+    return absl::OkStatus();
+  }
+  if (deferred == nullptr) {
     PS_ASSIGN_OR_RETURN(ticket, gate_.WaitForPull(job_id, clock, deadline,
                                                   job == nullptr ? nullptr : job->waiting_pulls));
   }
