@@ -634,6 +634,17 @@ TEST_F(ParameterServiceTest, LargeRequestsAndAnswersAreServedAlike) {
   EXPECT_TRUE(Floats(answer.blocks(0).values()) == want);
   EXPECT_TRUE(Values(kWide, keys) == want);
   EXPECT_TRUE(Values(kWide, {kRows}) == std::vector<float>(kDim, 0.25f));
+
+  // Bad large requests, served on the pool too, are refused and change nothing.
+  std::vector<float> bad = grad;
+  bad[n - 1] = kNaN;
+  grpc::Status s = Push(PushRequest({Block(kWide, keys, bad)}, 9), &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  s = Push(PushRequest({Block(kWide, keys, std::vector<float>(n - 1, 1.0f))}, 10), &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  s = Push(PushRequest({Block(77, keys, grad)}, 11), &resp);  // no such table
+  EXPECT_FALSE(s.ok());
+  EXPECT_TRUE(Values(kWide, keys) == want);
 }
 
 TEST_F(ParameterServiceTest, ShutdownDoesNotWaitForPullsBlockedOnSlowWorkers) {
