@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "common/codec.h"
 #include "common/printable.h"
@@ -529,46 +530,64 @@ absl::Status TableStore::ForEachRow(const Table& t, absl::Span<const uint64_t> k
     }
   };
   uint64_t created = 0;  // rows created, counted once at the end
-  absl::Status status = ForEachSlotGroup(
-      slots_.get(), table_id, keys,
-      [&](Slot& slot, absl::Span<const uint32_t> group) {
-        slot.mu.AssertHeld();
-        // Checked once per slot: DropJob sets the flag before it takes the slot locks to erase.
-        if (t.dropped.load()) return TableDroppedError(t);
-        const size_t n = group.size();
-        auto key_at = [&](size_t j) { return RowKey{table_id, keys[group[j]]}; };
-        for (size_t j = 0; j < std::min(n, kProbeAhead); ++j) slot.rows.prefetch(key_at(j));
-        // Rows found and waiting for fn: pointers into the map, valid until the next insertion
-        // (which may move every row), so the ring is emptied before each insertion.
-        std::pair<Row*, uint32_t> ring[kRowsAhead];
-        size_t head = 0;  // rows put in the ring
-        size_t tail = 0;  // rows handed to fn
-        auto drain_to = [&](size_t keep) {
-          while (head - tail > keep) {
-            const auto& [row, i] = ring[tail++ % kRowsAhead];
-            fn(*row, i);
-          }
-        };
-        for (size_t j = 0; j < n; ++j) {
-          if (j + kProbeAhead < n) slot.rows.prefetch(key_at(j + kProbeAhead));
-          const RowKey rk = key_at(j);
-          auto it = slot.rows.find(rk);
-          Row* row = nullptr;
-          if (it != slot.rows.end()) {
-            row = &it->second;
-            fetch_row(row->data);
-          } else {
-            drain_to(0);
-            row = InsertRow(slot, t, rk);
-            ++created;
-          }
-          drain_to(kRowsAhead - 1);
-          ring[head++ % kRowsAhead] = {row, group[j]};
-        }
+  // The keys of a batch of slots, in the batch's order: (slot, index into keys). On the stack
+  // for a batch of up to twice kBatchKeys keys (a small request allocates nothing).
+  absl::InlinedVector<std::pair<Slot*, uint32_t>, 2 * kBatchKeys> stream;
+  // Every slot of `batch` is locked (by ForEachSlotBatch or ForEachSlotGroup).
+  auto run_batch = [&](absl::Span<const SlotGroupRef<Slot>> batch)
+                       ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::Status {
+    // Checked once per batch: DropJob sets the flag before it takes the slot locks to erase.
+    if (t.dropped.load()) return TableDroppedError(t);
+    stream.clear();
+    for (const SlotGroupRef<Slot>& g : batch) {
+      for (uint32_t i : g.group) stream.emplace_back(g.slot, i);
+    }
+    const size_t n = stream.size();
+    auto key_at = [&](size_t j) { return RowKey{table_id, keys[stream[j].second]}; };
+    for (size_t j = 0; j < std::min(n, kProbeAhead); ++j) stream[j].first->rows.prefetch(key_at(j));
+    // Rows found and waiting for fn: pointers into the maps, valid until the next insertion
+    // (which may move every row of its slot), so the ring is emptied before each insertion.
+    std::pair<Row*, uint32_t> ring[kRowsAhead];
+    size_t head = 0;  // rows put in the ring
+    size_t tail = 0;  // rows handed to fn
+    auto drain_to = [&](size_t keep) {
+      while (head - tail > keep) {
+        const auto& [row, i] = ring[tail++ % kRowsAhead];
+        fn(*row, i);
+      }
+    };
+    for (size_t j = 0; j < n; ++j) {
+      if (j + kProbeAhead < n)
+        stream[j + kProbeAhead].first->rows.prefetch(key_at(j + kProbeAhead));
+      Slot& slot = *stream[j].first;
+      const RowKey rk = key_at(j);
+      auto it = slot.rows.find(rk);
+      Row* row = nullptr;
+      if (it != slot.rows.end()) {
+        row = &it->second;
+        fetch_row(row->data);
+      } else {
         drain_to(0);
-        return absl::OkStatus();
-      },
-      groups);
+        row = InsertRow(slot, t, rk);
+        ++created;
+      }
+      drain_to(kRowsAhead - 1);
+      ring[head++ % kRowsAhead] = {row, stream[j].second};
+    }
+    drain_to(0);
+    return absl::OkStatus();
+  };
+  absl::Status status;
+  if (keys.size() < SlotGroups::kGroupFrom) {
+    // Too few keys to group: slot by slot, each key under its own lock.
+    status = ForEachSlotGroup(slots_.get(), table_id, keys,
+                              [&](Slot& slot, absl::Span<const uint32_t> group) {
+                                const SlotGroupRef<Slot> one{&slot, group};
+                                return run_batch(absl::MakeConstSpan(&one, 1));
+                              });
+  } else {
+    status = ForEachSlotBatch(slots_.get(), table_id, keys, kBatchKeys, groups, run_batch);
+  }
   CountNewRows(t, created);
   return status;
 }

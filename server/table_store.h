@@ -250,11 +250,14 @@ class TableStore {
   // Adds `rows` new rows of `table` to its bytes and gauges (once per request, not per row: the
   // gauges are shared by every server thread).
   void CountNewRows(const Table& table, uint64_t rows) const;
-  // Calls fn(row, i) for every key i of `keys`, creating missing rows, slot by slot under each
-  // slot's lock (fn must not call the store). While fn runs on one row, the hash entries and the
+  // Calls fn(row, i) for every key i of `keys`, creating missing rows, under the locks of the
+  // keys' slots (fn must not call the store). While fn runs on one row, the hash entries and the
   // rows of the next keys are fetched into cache: a lookup costs a few cache misses, and fetched
   // together they overlap. `prefetch_bytes` of each row are fetched (`for_write`: to be written).
+  // The slots are taken kBatchKeys keys at a time (ForEachSlotBatch), so that the fetching runs
+  // on across slots: a slot seldom holds more than a few of a request's keys.
   // FAILED_PRECONDITION if the table was dropped. `groups`: the keys' grouping by slot, if made.
+  static constexpr size_t kBatchKeys = 64;
   template <typename Fn>
   absl::Status ForEachRow(const Table& table, absl::Span<const uint64_t> keys,
                           const SlotGroups* groups, size_t prefetch_bytes, bool for_write, Fn fn);

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
@@ -75,6 +76,53 @@ absl::Status ForEachSlotGroup(SlotT* slots, uint32_t table_id, absl::Span<const 
     PS_RETURN_IF_ERROR(fn(slot, groups->Group(s)));
   }
   return absl::OkStatus();
+}
+
+// One slot of a batch (ForEachSlotBatch) and the indices (into the keys) of its keys.
+template <typename SlotT>
+struct SlotGroupRef {
+  SlotT* slot;
+  absl::Span<const uint32_t> group;
+};
+
+// Like ForEachSlotGroup, but hands fn(batch) a batch of slots at a time, all locked: the next
+// slots that hold keys, until they hold at least `batch_keys` keys (fewer at the end), so that
+// fn can work on the keys of several slots as one stream (a few keys a slot is common: 8192 keys
+// spread over 1024 slots). A walk starts at the slot of keys[0], so that two requests served at
+// once are seldom at the same slot, and goes round; a batch never holds slot kNumSlots - 1 and
+// slot 0 together, so every batch takes its locks in increasing slot order and two walks cannot
+// deadlock. fn starts with AssertHeld() of each batch slot's mu. Stops at fn's first error.
+template <typename SlotT, typename Fn>
+absl::Status ForEachSlotBatch(SlotT* slots, uint32_t table_id, absl::Span<const uint64_t> keys,
+                              size_t batch_keys, const SlotGroups* groups,
+                              Fn fn) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  if (keys.empty()) return absl::OkStatus();
+  SlotGroups own;
+  if (groups == nullptr || !groups->Covers(keys)) {
+    own.Build(table_id, keys);
+    groups = &own;
+  }
+  std::vector<SlotGroupRef<SlotT>> batch;
+  size_t held_keys = 0;
+  auto run = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    absl::Status s = fn(absl::Span<const SlotGroupRef<SlotT>>(batch));
+    for (auto it = batch.rbegin(); it != batch.rend(); ++it) it->slot->mu.Unlock();
+    batch.clear();
+    held_keys = 0;
+    return s;
+  };
+  const uint32_t first = SlotOf(table_id, keys[0]);
+  for (uint32_t n = 0; n < kNumSlots; ++n) {
+    const uint32_t s = (first + n) % kNumSlots;
+    if (s == 0 && !batch.empty()) PS_RETURN_IF_ERROR(run());
+    const absl::Span<const uint32_t> group = groups->Group(s);
+    if (group.empty()) continue;
+    slots[s].mu.Lock();
+    batch.push_back(SlotGroupRef<SlotT>{&slots[s], group});
+    held_keys += group.size();
+    if (held_keys >= batch_keys) PS_RETURN_IF_ERROR(run());
+  }
+  return batch.empty() ? absl::OkStatus() : run();
 }
 
 // The same, key by key: fn(slot, i) for every key i, in their order within the slot.
