@@ -48,6 +48,14 @@ struct SlotGroups {
   }
 };
 
+// `groups` if it was built for `keys`, else `own`, built for them.
+inline const SlotGroups* GroupingOf(uint32_t table_id, absl::Span<const uint64_t> keys,
+                                    const SlotGroups* groups, SlotGroups* own) {
+  if (groups != nullptr && groups->Covers(keys)) return groups;
+  own->Build(table_id, keys);
+  return own;
+}
+
 // Calls fn(slot, group) while holding the slot's lock, `group` being the indices (into `keys`) of
 // the keys of that slot, in their order in `keys`. Keys of one slot are visited under one lock
 // (grouped by slot first, or by `groups` if it was built for these keys; a pull of 4096 random
@@ -65,10 +73,7 @@ absl::Status ForEachSlotGroup(SlotT* slots, uint32_t table_id, absl::Span<const 
     return absl::OkStatus();
   }
   SlotGroups own;
-  if (groups == nullptr || !groups->Covers(keys)) {
-    own.Build(table_id, keys);
-    groups = &own;
-  }
+  groups = GroupingOf(table_id, keys, groups, &own);
   for (uint32_t s = 0; s < kNumSlots; ++s) {
     if (groups->start[s] == groups->start[s + 1]) continue;
     SlotT& slot = slots[s];
@@ -91,17 +96,15 @@ struct SlotGroupRef {
 // spread over 1024 slots). A walk starts at the slot of keys[0], so that two requests served at
 // once are seldom at the same slot, and goes round; a batch never holds slot kNumSlots - 1 and
 // slot 0 together, so every batch takes its locks in increasing slot order and two walks cannot
-// deadlock. fn starts with AssertHeld() of each batch slot's mu. Stops at fn's first error.
+// deadlock. fn may touch what each batch slot's mu guards (clang's lock analysis cannot follow a
+// varying set of locks: fn opts out of it, as this function does). Stops at fn's first error.
 template <typename SlotT, typename Fn>
 absl::Status ForEachSlotBatch(SlotT* slots, uint32_t table_id, absl::Span<const uint64_t> keys,
                               size_t batch_keys, const SlotGroups* groups,
                               Fn fn) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   if (keys.empty()) return absl::OkStatus();
   SlotGroups own;
-  if (groups == nullptr || !groups->Covers(keys)) {
-    own.Build(table_id, keys);
-    groups = &own;
-  }
+  groups = GroupingOf(table_id, keys, groups, &own);
   std::vector<SlotGroupRef<SlotT>> batch;
   size_t held_keys = 0;
   auto run = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
