@@ -2,13 +2,18 @@
 //   create  pulls of keys never seen (each creates and initializes its row)
 //   pull    pulls of random existing rows (the answer assembled from the rows)
 //   push    pushes of gradients to random existing rows (the optimizer applied to each)
+//   mem-read, mem-update (unless --nomemory_floor)
+//           the rows of pull and push touched in the same random order in one plain array of
+//           rows of the same size, each fetched 4 rows ahead: no lookup, no lock, no request.
+//           What the memory alone allows; the store's lines over these are the share of the
+//           time its row path adds. (mem-update changes the values only, as sgd does.)
 //
 //   store_bench --dims=8,64,256 --rows=1048576 --keys_per_request=4096 --seconds=1
 //
 // One line per dim and phase: keys/s and the row bytes moved per second (values; 1 GB = 1e9
 // bytes). This is the ceiling a sparse pull or push through ps_bench can reach on one server
-// thread; ps_bench's figures add the wire and the client. Benchmarks report figures; nothing
-// here asserts on speed.
+// thread; ps_bench's figures add the wire and the client. Compare lines of one run only.
+// Benchmarks report figures; nothing here asserts on speed.
 #include <glog/logging.h>
 
 #include <algorithm>
@@ -32,6 +37,7 @@
 #include "common/flags_usage.h"
 #include "common/process_tuning.h"
 #include "common/status_macros.h"
+#include "server/optimizer.h"
 #include "server/table_store.h"
 
 ABSL_FLAG(std::string, dims, "8,64,256", "floats per row, comma-separated: one table each");
@@ -39,6 +45,9 @@ ABSL_FLAG(uint64_t, rows, uint64_t{1} << 20,
           "rows created (a multiple of --keys_per_request; then pulled and pushed at random)");
 ABSL_FLAG(uint64_t, keys_per_request, 4096, "keys per pull or push (4096 x dim 64 = 1 MiB)");
 ABSL_FLAG(double, seconds, 1.0, "seconds of each of the pull and push phases");
+ABSL_FLAG(bool, huge_pages, false,
+          "the rows on transparent huge pages (ps_server --huge_pages; the kernel may refuse)");
+ABSL_FLAG(bool, memory_floor, true, "also print the mem-read and mem-update lines");
 ABSL_FLAG(std::string, optimizer, "sgd",
           "the table's optimizer: sgd (no state), momentum / adagrad (1 float per value), "
           "adam / ftrl (2)");
@@ -52,6 +61,8 @@ struct BenchOptions {
   uint64_t keys_per_request = 0;
   double seconds = 0;
   v1::OptimizerSpec::Kind optimizer = v1::OptimizerSpec::SGD;
+  bool huge_pages = false;
+  bool memory_floor = true;
 };
 
 absl::StatusOr<BenchOptions> OptionsFromFlags() {
@@ -67,6 +78,8 @@ absl::StatusOr<BenchOptions> OptionsFromFlags() {
   o.rows = absl::GetFlag(FLAGS_rows);
   o.keys_per_request = absl::GetFlag(FLAGS_keys_per_request);
   o.seconds = absl::GetFlag(FLAGS_seconds);
+  o.huge_pages = absl::GetFlag(FLAGS_huge_pages);
+  o.memory_floor = absl::GetFlag(FLAGS_memory_floor);
   if (o.keys_per_request == 0 || o.rows < o.keys_per_request || !(o.seconds > 0)) {
     return absl::InvalidArgumentError(
         "--keys_per_request and --seconds must be > 0, --rows at least --keys_per_request");
@@ -100,10 +113,57 @@ v1::TableSpec Spec(uint32_t id, int dim, v1::OptimizerSpec::Kind optimizer) {
 uint64_t KeyOf(uint64_t n) { return n * 0x9E3779B97F4A7C15ull; }
 
 void Report(int dim, const char* phase, uint64_t keys, double seconds) {
-  absl::PrintF("dim %-5d %-7s %12.0f keys/s %8.3f GB/s  (%llu keys in %.3f s)\n", dim, phase,
+  absl::PrintF("dim %-5d %-10s %12.0f keys/s %8.3f GB/s  (%llu keys in %.3f s)\n", dim, phase,
                keys / seconds, keys * dim * sizeof(float) / seconds / 1e9,
                static_cast<unsigned long long>(keys), seconds);
   std::fflush(stdout);
+}
+
+// The mem-read and mem-update lines: the pull and push phases' access pattern (random rows of
+// `row_floats` floats, `keys_per_request` at a time, gradients of `dim` floats from `grad`) on
+// one plain array.
+void MemoryFloor(const BenchOptions& o, int dim, size_t row_floats,
+                 const std::vector<float>& grad) {
+  constexpr size_t kAhead = 4;  // rows fetched ahead, as the store's row passes do
+  const size_t stride = (row_floats * sizeof(float) + 63) / 64 * 64 / sizeof(float);
+  std::vector<float> rows(o.rows * stride, 0.01f);
+  std::vector<uint64_t> order(o.rows);
+  for (uint64_t i = 0; i < o.rows; ++i) order[i] = i;
+  std::shuffle(order.begin(), order.end(), std::mt19937_64(dim));
+  const uint64_t n = o.keys_per_request;
+  const uint64_t runs = o.rows / n;
+  std::vector<float> out(n * dim);
+  float* const base = rows.data();
+  for (bool update : {false, true}) {
+    uint64_t done = 0;
+    const absl::Time start = absl::Now();
+    const absl::Time end = start + absl::Seconds(o.seconds);
+    for (uint64_t r = 0; absl::Now() < end; ++r) {
+      const uint64_t* run = order.data() + (r % runs) * n;
+      for (uint64_t k = 0; k < n; ++k) {
+        if (k + kAhead < n) {
+          const char* next = reinterpret_cast<const char*>(base + run[k + kAhead] * stride);
+          for (size_t b = 0; b < std::min<size_t>(stride * sizeof(float), 256); b += 64) {
+            if (update) {
+              __builtin_prefetch(next + b, 1);
+            } else {
+              __builtin_prefetch(next + b, 0);
+            }
+          }
+        }
+        float* __restrict row = base + run[k] * stride;
+        if (update) {
+          const float* __restrict g = grad.data() + k * dim;
+          for (int i = 0; i < dim; ++i) row[i] -= 1e-3f * g[i];
+        } else {
+          std::copy_n(row, dim, out.data() + k * dim);
+        }
+      }
+      done += n;
+    }
+    Report(dim, update ? "mem-update" : "mem-read", done,
+           absl::ToDoubleSeconds(absl::Now() - start));
+  }
 }
 
 absl::Status RunDim(const BenchOptions& o, TableStore& store, uint32_t table_id, int dim) {
@@ -113,11 +173,15 @@ absl::Status RunDim(const BenchOptions& o, TableStore& store, uint32_t table_id,
   std::vector<float> grad(n * dim);
   for (size_t i = 0; i < grad.size(); ++i) grad[i] = 1e-3f * static_cast<float>(i % 97) - 0.05f;
   std::string out;
+  // The gradients are the same in every push: set once, so that the figures are the store's
+  // (building each request's block copied its gradients twice, as much time as the push itself).
+  v1::KeyBlock pull_block;
+  pull_block.set_table_id(table_id);
+  v1::KeyBlock push_block = pull_block;
+  push_block.set_values(reinterpret_cast<const char*>(grad.data()), grad.size() * sizeof(float));
   auto request = [&](bool push) -> absl::Status {
-    v1::KeyBlock block;
-    block.set_table_id(table_id);
+    v1::KeyBlock& block = push ? push_block : pull_block;
     block.set_keys(reinterpret_cast<const char*>(keys.data()), n * sizeof(uint64_t));
-    if (push) block.set_values(reinterpret_cast<const char*>(grad.data()), grad.size() * 4);
     TableStore::BlockView view;
     PS_RETURN_IF_ERROR(store.Resolve(kJob, block, push, &view));
     return push ? store.Apply(view) : store.Pull(view, &out);
@@ -149,6 +213,12 @@ absl::Status RunDim(const BenchOptions& o, TableStore& store, uint32_t table_id,
     }
     Report(dim, push ? "push" : "pull", done, absl::ToDoubleSeconds(absl::Now() - start));
   }
+  if (o.memory_floor) {
+    // A row as the store lays it out: the values, then the optimizer's state.
+    auto optimizer = RowOptimizer::Create(Spec(table_id, dim, o.optimizer).optimizer());
+    if (!optimizer.ok()) return optimizer.status();
+    MemoryFloor(o, dim, static_cast<size_t>(dim) * (1 + (*optimizer)->state_per_value()), grad);
+  }
   return absl::OkStatus();
 }
 
@@ -162,6 +232,7 @@ absl::Status Run(const BenchOptions& o) {
     TableStoreOptions options;
     options.max_job_bytes = uint64_t{1} << 50;
     options.max_pull_bytes = uint64_t{1} << 40;
+    options.huge_pages = o.huge_pages;
     TableStore store(options);
     PS_RETURN_IF_ERROR(RunDim(o, store, static_cast<uint32_t>(i + 1), o.dims[i]));
   }
