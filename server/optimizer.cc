@@ -1,6 +1,7 @@
 #include "server/optimizer.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 
@@ -13,6 +14,14 @@ namespace {
 
 using v1::OptimizerSpec;
 
+// The i-th float of a gradient at any address: a memcpy load, which the vectorizer turns into
+// an unaligned vector load (reading a misaligned `const float*` would be undefined).
+inline float GradAt(const char* __restrict grad, int i) {
+  float g;
+  std::memcpy(&g, grad + static_cast<size_t>(i) * sizeof(float), sizeof(g));
+  return g;
+}
+
 // Adds the L2 weight-decay term to the gradient of one value.
 inline float Decayed(float g, float w, float weight_decay) { return g + weight_decay * w; }
 
@@ -21,10 +30,11 @@ class Sgd : public RowOptimizer {
   Sgd(float lr, float wd) : lr_(lr), wd_(wd) {}
   int state_per_value() const override { return 0; }
   void InitState(const float*, float*, int) const override {}
-  void ApplyScaled(const float* __restrict grad, int dim, int64_t, float lr_scale,
-                   float* __restrict w, float*) const override {
+  void ApplyScaled(const void* grad_bytes, int dim, int64_t, float lr_scale, float* __restrict w,
+                   float*) const override {
+    const char* __restrict grad = static_cast<const char*>(grad_bytes);
     const float lr = lr_ * lr_scale;
-    for (int i = 0; i < dim; ++i) w[i] -= lr * Decayed(grad[i], w[i], wd_);
+    for (int i = 0; i < dim; ++i) w[i] -= lr * Decayed(GradAt(grad, i), w[i], wd_);
   }
 
  private:
@@ -39,11 +49,12 @@ class Momentum : public RowOptimizer {
   void InitState(const float*, float* state, int dim) const override {
     for (int i = 0; i < dim; ++i) state[i] = 0.0f;
   }
-  void ApplyScaled(const float* __restrict grad, int dim, int64_t, float lr_scale,
-                   float* __restrict w, float* __restrict v) const override {
+  void ApplyScaled(const void* grad_bytes, int dim, int64_t, float lr_scale, float* __restrict w,
+                   float* __restrict v) const override {
+    const char* __restrict grad = static_cast<const char*>(grad_bytes);
     const float lr = lr_ * lr_scale;
     for (int i = 0; i < dim; ++i) {
-      v[i] = mu_ * v[i] + Decayed(grad[i], w[i], wd_);
+      v[i] = mu_ * v[i] + Decayed(GradAt(grad, i), w[i], wd_);
       w[i] -= lr * v[i];
     }
   }
@@ -61,11 +72,12 @@ class Adagrad : public RowOptimizer {
   void InitState(const float*, float* state, int dim) const override {
     for (int i = 0; i < dim; ++i) state[i] = init_acc_;
   }
-  void ApplyScaled(const float* __restrict grad, int dim, int64_t, float lr_scale,
-                   float* __restrict w, float* __restrict acc) const override {
+  void ApplyScaled(const void* grad_bytes, int dim, int64_t, float lr_scale, float* __restrict w,
+                   float* __restrict acc) const override {
+    const char* __restrict grad = static_cast<const char*>(grad_bytes);
     const float lr = lr_ * lr_scale;
     for (int i = 0; i < dim; ++i) {
-      const float g = Decayed(grad[i], w[i], wd_);
+      const float g = Decayed(GradAt(grad, i), w[i], wd_);
       acc[i] += g * g;
       w[i] -= lr * g / (std::sqrt(acc[i]) + eps_);
     }
@@ -84,8 +96,9 @@ class Adam : public RowOptimizer {
   void InitState(const float*, float* state, int dim) const override {
     for (int i = 0; i < 2 * dim; ++i) state[i] = 0.0f;
   }
-  void ApplyScaled(const float* __restrict grad, int dim, int64_t step, float lr_scale,
+  void ApplyScaled(const void* grad_bytes, int dim, int64_t step, float lr_scale,
                    float* __restrict w, float* state) const override {
+    const char* __restrict grad = static_cast<const char*>(grad_bytes);
     const float lr = lr_ * lr_scale;
     float* __restrict m = state;
     float* __restrict v = state + dim;
@@ -94,7 +107,7 @@ class Adam : public RowOptimizer {
     const float c2 = static_cast<float>(1.0 - std::pow(static_cast<double>(b2_), t));
     const float b1 = b1_, b2 = b2_, eps = eps_, wd = wd_;
     for (int i = 0; i < dim; ++i) {
-      const float g = Decayed(grad[i], w[i], wd);
+      const float g = Decayed(GradAt(grad, i), w[i], wd);
       const float mi = b1 * m[i] + (1.0f - b1) * g;
       const float vi = b2 * v[i] + (1.0f - b2) * g * g;
       m[i] = mi;
@@ -124,14 +137,15 @@ class Ftrl : public RowOptimizer {
       z[i] = w[i] == 0.0f ? 0.0f : -w[i] * denom - (w[i] > 0 ? l1_ : -l1_);
     }
   }
-  void ApplyScaled(const float* __restrict grad, int dim, int64_t, float lr_scale,
-                   float* __restrict w, float* state) const override {
+  void ApplyScaled(const void* grad_bytes, int dim, int64_t, float lr_scale, float* __restrict w,
+                   float* state) const override {
+    const char* __restrict grad = static_cast<const char*>(grad_bytes);
     const float alpha = alpha_ * lr_scale;
     float* __restrict z = state;
     float* __restrict n = state + dim;
     const float beta = beta_, l1 = l1_, l2 = l2_;
     for (int i = 0; i < dim; ++i) {
-      const float g = grad[i];
+      const float g = GradAt(grad, i);
       const float n_new = n[i] + g * g;
       const float sigma = (std::sqrt(n_new) - std::sqrt(n[i])) / alpha;
       const float zi = z[i] + (g - sigma * w[i]);

@@ -25,12 +25,14 @@ class RowOptimizer {
   // the initialized row (ftrl derives its state from it).
   virtual void InitState(const float* values, float* state, int dim) const = 0;
   // Applies `grad` (dim floats) to `values` and `state`. `step` is the row's update count
-  // including this one (1 for the first update; adam's bias correction uses it).
-  void Apply(const float* grad, int dim, int64_t step, float* values, float* state) const {
+  // including this one (1 for the first update; adam's bias correction uses it). `grad` may lie
+  // at any address (a pushed row is read where gRPC received it, often not 4-byte aligned): it
+  // is read with unaligned loads. `values` and `state` are a row's own, aligned floats.
+  void Apply(const void* grad, int dim, int64_t step, float* values, float* state) const {
     ApplyScaled(grad, dim, step, 1.0f, values, state);
   }
   // Apply() with the learning rate (ftrl: alpha) multiplied by `lr_scale` (a schedule's factor).
-  virtual void ApplyScaled(const float* grad, int dim, int64_t step, float lr_scale, float* values,
+  virtual void ApplyScaled(const void* grad, int dim, int64_t step, float lr_scale, float* values,
                            float* state) const = 0;
 };
 

@@ -600,9 +600,8 @@ void TableStore::CountErasedRow(const Table& table) const {
   }
 }
 
-void TableStore::ApplyToRow(const Table& table, const float* grad, float lr_scale, Row& row) const {
-  if (options_.nonfinite == NonFinitePolicy::kSkipRow &&
-      !AllFinite(absl::MakeConstSpan(grad, table.dim))) {
+void TableStore::ApplyToRow(const Table& table, const void* grad, float lr_scale, Row& row) const {
+  if (options_.nonfinite == NonFinitePolicy::kSkipRow && NonFiniteBits(grad, table.dim) != 0) {
     return;
   }
   ++row.updates;
@@ -645,17 +644,23 @@ absl::Status TableStore::Accumulate(const BlockView& view, int64_t clock, float 
   const bool skip_nonfinite = options_.nonfinite == NonFinitePolicy::kSkipRow;
   for (size_t k = 0; k < view.keys.size(); ++k) {
     const uint64_t key = view.keys[k];
-    const float* grad = view.Grad(k, scratch.data());
+    const void* grad = view.Grad(k, scratch.data());
     // Skipped here, per push: one worker's bad row must not void the others' gradients.
-    if (skip_nonfinite && !AllFinite(absl::MakeConstSpan(grad, t.dim))) continue;
+    if (skip_nonfinite && NonFiniteBits(grad, t.dim) != 0) continue;
     Slot& slot = slots_[SlotOf(t.spec.table_id(), key)];
     absl::MutexLock l(&slot.mu);
     if (t.dropped.load()) return TableDroppedError(t);
     std::vector<float>& sum = slot.pending[clock][RowKey{t.spec.table_id(), key}];
     if (sum.empty()) {
-      sum.assign(grad, grad + t.dim);
+      sum.resize(t.dim);
+      std::memcpy(sum.data(), grad, t.dim * sizeof(float));
     } else {
-      for (int i = 0; i < t.dim; ++i) sum[i] += grad[i];
+      const char* g = static_cast<const char*>(grad);
+      for (int i = 0; i < t.dim; ++i) {
+        float gi;
+        std::memcpy(&gi, g + i * sizeof(float), sizeof(gi));
+        sum[i] += gi;
+      }
     }
   }
   return absl::OkStatus();

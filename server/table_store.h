@@ -91,9 +91,10 @@ class TableStore {
     const ScatteredValues* scattered = nullptr;
     // The keys grouped by slot (a large block: Resolve groups it once; the row passes reuse it).
     SlotGroups groups;
-    // The gradient of key i (dim floats): in `values`, else in `scattered`, copied into
-    // `scratch` (room for dim floats) if it is not in one aligned piece there.
-    const float* Grad(size_t i, float* scratch) const {
+    // The gradient of key i (dim floats, at any alignment: read with memcpy or unaligned loads,
+    // as the optimizers do): in `values`, else in `scattered`, copied into `scratch` (room for
+    // dim floats) only if it straddles two pieces there.
+    const void* Grad(size_t i, float* scratch) const {
       const size_t dim = static_cast<size_t>(table->dim);
       return scattered == nullptr ? values.data() + i * dim
                                   : scattered->Floats(i * dim, dim, scratch);
@@ -266,7 +267,8 @@ class TableStore {
   absl::Status CheckKeys(const Table& table, const std::string& job_id, BlockView* view) const;
   // Takes a row of `table` that the caller erases off the accounting (bytes and gauges).
   void CountErasedRow(const Table& table) const;
-  void ApplyToRow(const Table& table, const float* grad, float lr_scale, Row& row) const;
+  // `grad`: dim floats at any alignment (BlockView::Grad).
+  void ApplyToRow(const Table& table, const void* grad, float lr_scale, Row& row) const;
 
   const TableStoreOptions options_;
   ServerMetrics* const metrics_;

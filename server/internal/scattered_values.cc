@@ -38,16 +38,13 @@ bool ScatteredValues::AllFinite() const {
   return true;
 }
 
-const float* ScatteredValues::Floats(size_t first, size_t n, float* scratch) const {
+const void* ScatteredValues::Floats(size_t first, size_t n, float* scratch) const {
   if (n == 0) return scratch;
   size_t offset = first * sizeof(float);
   size_t left = n * sizeof(float);
   // The piece holding `offset`: the last one starting at or before it.
   size_t i = std::upper_bound(start_.begin(), start_.end(), offset) - start_.begin() - 1;
-  const char* at = data_[i] + (offset - start_[i]);
-  if (offset + left <= start_[i + 1] && reinterpret_cast<uintptr_t>(at) % alignof(float) == 0) {
-    return reinterpret_cast<const float*>(at);
-  }
+  if (offset + left <= start_[i + 1]) return data_[i] + (offset - start_[i]);
   char* out = reinterpret_cast<char*>(scratch);
   while (left > 0) {
     const size_t here = std::min(left, start_[i + 1] - offset);

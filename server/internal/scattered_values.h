@@ -20,10 +20,11 @@ class ScatteredValues {
 
   // False if a float is NaN or Inf (bytes() must be a multiple of 4).
   bool AllFinite() const;
-  // The `n` floats from float index `first`: a pointer into the pieces when they lie in one
-  // piece at a 4-byte aligned address, else copied into `scratch` (room for n floats) and
-  // `scratch` returned. [first, first + n) must lie within bytes() / 4.
-  const float* Floats(size_t first, size_t n, float* scratch) const;
+  // The bytes of the `n` floats from float index `first`, at any alignment (read them with
+  // memcpy or unaligned loads): a pointer into the pieces when they lie in one piece, else
+  // copied into `scratch` (room for n floats) and `scratch` returned. [first, first + n) must
+  // lie within bytes() / 4.
+  const void* Floats(size_t first, size_t n, float* scratch) const;
   // Copies every byte to `out` (bytes() of room).
   void CopyTo(char* out) const;
 
