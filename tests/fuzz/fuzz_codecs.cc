@@ -129,7 +129,7 @@ void FuzzPushRequest(const std::string& payload) {
       if (v.size() % 4 == 0) {
         (void)values[i].AllFinite();
         std::vector<float> scratch(v.size() / 4);
-        const float* f = values[i].Floats(0, v.size() / 4, scratch.data());
+        const void* f = values[i].Floats(0, v.size() / 4, scratch.data());
         Require(v.empty() || std::memcmp(f, v.data(), v.size()) == 0);
       }
       push->mutable_blocks(i)->set_values(v);
