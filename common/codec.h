@@ -26,6 +26,15 @@ inline void AppendValues(const float* values, size_t n, std::string* out) {
   out->append(reinterpret_cast<const char*>(values), n * sizeof(float));
 }
 
+// The i-th of the packed floats at `data`, at any alignment (a pushed row read where it arrived):
+// a memcpy load, which compilers turn into one (vectorizable, unaligned) load, where reading a
+// misaligned `const float*` would be undefined.
+inline float FloatAt(const void* data, size_t i) {
+  float f;
+  std::memcpy(&f, static_cast<const char*>(data) + i * sizeof(float), sizeof(f));
+  return f;
+}
+
 // True if every value is finite (no NaN, no Inf).
 bool AllFinite(absl::Span<const float> values);
 // Non-zero if one of the `n` floats at `data` (any alignment) is a NaN or an Inf.

@@ -1,9 +1,9 @@
 #include "server/optimizer.h"
 
 #include <cmath>
-#include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/codec.h"
 
 // The update loops are element-wise, so the compiler vectorizes them (server/CMakeLists.txt
 // builds this file with -O3 -fno-math-errno; __restrict: a row's values, its state and the
@@ -13,14 +13,6 @@ namespace ps {
 namespace {
 
 using v1::OptimizerSpec;
-
-// The i-th float of a gradient at any address: a memcpy load, which the vectorizer turns into
-// an unaligned vector load (reading a misaligned `const float*` would be undefined).
-inline float GradAt(const char* __restrict grad, int i) {
-  float g;
-  std::memcpy(&g, grad + static_cast<size_t>(i) * sizeof(float), sizeof(g));
-  return g;
-}
 
 // Adds the L2 weight-decay term to the gradient of one value.
 inline float Decayed(float g, float w, float weight_decay) { return g + weight_decay * w; }
@@ -34,7 +26,7 @@ class Sgd : public RowOptimizer {
                    float*) const override {
     const char* __restrict grad = static_cast<const char*>(grad_bytes);
     const float lr = lr_ * lr_scale;
-    for (int i = 0; i < dim; ++i) w[i] -= lr * Decayed(GradAt(grad, i), w[i], wd_);
+    for (int i = 0; i < dim; ++i) w[i] -= lr * Decayed(FloatAt(grad, i), w[i], wd_);
   }
 
  private:
@@ -54,7 +46,7 @@ class Momentum : public RowOptimizer {
     const char* __restrict grad = static_cast<const char*>(grad_bytes);
     const float lr = lr_ * lr_scale;
     for (int i = 0; i < dim; ++i) {
-      v[i] = mu_ * v[i] + Decayed(GradAt(grad, i), w[i], wd_);
+      v[i] = mu_ * v[i] + Decayed(FloatAt(grad, i), w[i], wd_);
       w[i] -= lr * v[i];
     }
   }
@@ -77,7 +69,7 @@ class Adagrad : public RowOptimizer {
     const char* __restrict grad = static_cast<const char*>(grad_bytes);
     const float lr = lr_ * lr_scale;
     for (int i = 0; i < dim; ++i) {
-      const float g = Decayed(GradAt(grad, i), w[i], wd_);
+      const float g = Decayed(FloatAt(grad, i), w[i], wd_);
       acc[i] += g * g;
       w[i] -= lr * g / (std::sqrt(acc[i]) + eps_);
     }
@@ -107,7 +99,7 @@ class Adam : public RowOptimizer {
     const float c2 = static_cast<float>(1.0 - std::pow(static_cast<double>(b2_), t));
     const float b1 = b1_, b2 = b2_, eps = eps_, wd = wd_;
     for (int i = 0; i < dim; ++i) {
-      const float g = Decayed(GradAt(grad, i), w[i], wd);
+      const float g = Decayed(FloatAt(grad, i), w[i], wd);
       const float mi = b1 * m[i] + (1.0f - b1) * g;
       const float vi = b2 * v[i] + (1.0f - b2) * g * g;
       m[i] = mi;
@@ -145,7 +137,7 @@ class Ftrl : public RowOptimizer {
     float* __restrict n = state + dim;
     const float beta = beta_, l1 = l1_, l2 = l2_;
     for (int i = 0; i < dim; ++i) {
-      const float g = GradAt(grad, i);
+      const float g = FloatAt(grad, i);
       const float n_new = n[i] + g * g;
       const float sigma = (std::sqrt(n_new) - std::sqrt(n[i])) / alpha;
       const float zi = z[i] + (g - sigma * w[i]);

@@ -308,29 +308,46 @@ TEST(OptimizerTest, CreateAcceptsBoundaryValues) {
 namespace ps {
 namespace {
 
+// The bit-for-bit tests below: a row of 37 values (the vector body and a scalar tail) and its
+// gradients for three steps, and a spec of each kind with its regularization on.
+constexpr int kBitDim = 37;
+struct ThreeSteps {
+  std::vector<float> w0 = std::vector<float>(kBitDim);
+  std::vector<std::vector<float>> grads =
+      std::vector<std::vector<float>>(3, std::vector<float>(kBitDim));
+  ThreeSteps() {
+    for (int i = 0; i < kBitDim; ++i) {
+      w0[i] = (i % 3 == 0) ? 0.0f : 0.37f * static_cast<float>(i - 18);
+      for (int s = 0; s < 3; ++s) grads[s][i] = std::sin(1.7f * i + s) * (s + 1);
+    }
+  }
+};
+constexpr OptimizerSpec::Kind kEveryKind[] = {OptimizerSpec::SGD, OptimizerSpec::MOMENTUM,
+                                              OptimizerSpec::ADAGRAD, OptimizerSpec::ADAM,
+                                              OptimizerSpec::FTRL};
+OptimizerSpec BitTestSpec(OptimizerSpec::Kind kind) {
+  OptimizerSpec spec;
+  spec.set_kind(kind);
+  spec.set_learning_rate(0.05f);
+  if (kind == OptimizerSpec::FTRL) {
+    spec.set_l1(0.2f);
+    spec.set_l2(0.1f);
+  } else {
+    spec.set_weight_decay(0.01f);
+  }
+  return spec;
+}
+
 // The update loops are vectorized (optimizer.cc): a row of 37 values runs the vector body and a
 // scalar tail. Each value must come out bit for bit as when its coordinate is updated alone
 // (a row of 1: the scalar code), for every optimizer, over three steps.
 TEST(OptimizerTest, VectorizedRowsMatchTheScalarCodeBitForBit) {
-  constexpr int kDim = 37;
-  std::vector<float> w0(kDim);
-  std::vector<std::vector<float>> grads(3, std::vector<float>(kDim));
-  for (int i = 0; i < kDim; ++i) {
-    w0[i] = (i % 3 == 0) ? 0.0f : 0.37f * static_cast<float>(i - 18);
-    for (int s = 0; s < 3; ++s) grads[s][i] = std::sin(1.7f * i + s) * (s + 1);
-  }
-  for (auto kind : {OptimizerSpec::SGD, OptimizerSpec::MOMENTUM, OptimizerSpec::ADAGRAD,
-                    OptimizerSpec::ADAM, OptimizerSpec::FTRL}) {
-    OptimizerSpec spec;
-    spec.set_kind(kind);
-    spec.set_learning_rate(0.05f);
-    if (kind == OptimizerSpec::FTRL) {
-      spec.set_l1(0.2f);
-      spec.set_l2(0.1f);
-    } else {
-      spec.set_weight_decay(0.01f);
-    }
-    auto opt = MustCreate(spec);
+  constexpr int kDim = kBitDim;
+  const ThreeSteps in;
+  const std::vector<float>& w0 = in.w0;
+  const std::vector<std::vector<float>>& grads = in.grads;
+  for (auto kind : kEveryKind) {
+    auto opt = MustCreate(BitTestSpec(kind));
     ASSERT_NE(opt, nullptr);
     const std::vector<float> wide = ApplySteps(*opt, w0, grads);
     for (int i = 0; i < kDim; ++i) {
@@ -350,20 +367,12 @@ TEST(OptimizerTest, VectorizedRowsMatchTheScalarCodeBitForBit) {
 // BlockView::Grad): each optimizer must read a gradient that starts 1, 2 or 3 bytes past an
 // aligned address exactly as the aligned one, bit for bit, over three steps.
 TEST(OptimizerTest, MisalignedGradientsGiveTheAlignedResultBitForBit) {
-  constexpr int kDim = 37;
-  std::vector<float> w0(kDim);
-  std::vector<std::vector<float>> grads(3, std::vector<float>(kDim));
-  for (int i = 0; i < kDim; ++i) {
-    w0[i] = 0.21f * static_cast<float>(i - 11);
-    for (int s = 0; s < 3; ++s) grads[s][i] = std::cos(0.9f * i + s) * (s + 1);
-  }
-  for (auto kind : {OptimizerSpec::SGD, OptimizerSpec::MOMENTUM, OptimizerSpec::ADAGRAD,
-                    OptimizerSpec::ADAM, OptimizerSpec::FTRL}) {
-    OptimizerSpec spec;
-    spec.set_kind(kind);
-    spec.set_learning_rate(0.05f);
-    spec.set_weight_decay(kind == OptimizerSpec::FTRL ? 0.0f : 0.01f);
-    auto opt = MustCreate(spec);
+  constexpr int kDim = kBitDim;
+  const ThreeSteps in;
+  const std::vector<float>& w0 = in.w0;
+  const std::vector<std::vector<float>>& grads = in.grads;
+  for (auto kind : kEveryKind) {
+    auto opt = MustCreate(BitTestSpec(kind));
     ASSERT_NE(opt, nullptr);
     const std::vector<float> aligned = ApplySteps(*opt, w0, grads);
     for (size_t shift : {1, 2, 3}) {

@@ -655,12 +655,7 @@ absl::Status TableStore::Accumulate(const BlockView& view, int64_t clock, float 
       sum.resize(t.dim);
       std::memcpy(sum.data(), grad, t.dim * sizeof(float));
     } else {
-      const char* g = static_cast<const char*>(grad);
-      for (int i = 0; i < t.dim; ++i) {
-        float gi;
-        std::memcpy(&gi, g + i * sizeof(float), sizeof(gi));
-        sum[i] += gi;
-      }
+      for (int i = 0; i < t.dim; ++i) sum[i] += FloatAt(grad, i);
     }
   }
   return absl::OkStatus();
