@@ -245,6 +245,8 @@ absl::Status Run(const BenchOptions& o) {
 int main(int argc, char** argv) {
   ps::SetUsage(
       "Keys/s of the server's sparse row path (create, pull, push), in process: no network.\n"
+      "Then mem-read and mem-update: the same random rows on a plain array, the memory's floor\n"
+      "(--nomemory_floor skips them; they take as much memory again as the store's rows).\n"
       "Example: store_bench --dims=8,64,256 --rows=1048576 --keys_per_request=4096",
       __FILE__);
   absl::ParseCommandLine(argc, argv);
