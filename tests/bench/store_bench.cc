@@ -7,6 +7,9 @@
 //           rows of the same size, each fetched 4 rows ahead: no lookup, no lock, no request.
 //           What the memory alone allows; the store's lines over these are the share of the
 //           time its row path adds. (mem-update changes the values only, as sgd does.)
+//   mem-read 2t, mem-update 2t (unless --nomemory_floor)
+//           the same on two threads at once, each on its own half of the rows; keys/s of both
+//           summed. Over mem-read and mem-update: what a second core adds to the memory's floor.
 //
 //   store_bench --dims=8,64,256 --rows=1048576 --keys_per_request=4096 --seconds=1
 //
@@ -22,6 +25,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -47,7 +51,8 @@ ABSL_FLAG(uint64_t, keys_per_request, 4096, "keys per pull or push (4096 x dim 6
 ABSL_FLAG(double, seconds, 1.0, "seconds of each of the pull and push phases");
 ABSL_FLAG(bool, huge_pages, false,
           "the rows on transparent huge pages (ps_server --huge_pages; the kernel may refuse)");
-ABSL_FLAG(bool, memory_floor, true, "also print the mem-read and mem-update lines");
+ABSL_FLAG(bool, memory_floor, true,
+          "also print the mem-read and mem-update lines, on one thread and on two (2t)");
 ABSL_FLAG(std::string, optimizer, "sgd",
           "the table's optimizer: sgd (no state), momentum / adagrad (1 float per value), "
           "adam / ftrl (2)");
@@ -113,7 +118,7 @@ v1::TableSpec Spec(uint32_t id, int dim, v1::OptimizerSpec::Kind optimizer) {
 uint64_t KeyOf(uint64_t n) { return n * 0x9E3779B97F4A7C15ull; }
 
 void Report(int dim, const char* phase, uint64_t keys, double seconds) {
-  absl::PrintF("dim %-5d %-10s %12.0f keys/s %8.3f GB/s  (%llu keys in %.3f s)\n", dim, phase,
+  absl::PrintF("dim %-5d %-13s %12.0f keys/s %8.3f GB/s  (%llu keys in %.3f s)\n", dim, phase,
                keys / seconds, keys * dim * sizeof(float) / seconds / 1e9,
                static_cast<unsigned long long>(keys), seconds);
   std::fflush(stdout);
@@ -121,7 +126,8 @@ void Report(int dim, const char* phase, uint64_t keys, double seconds) {
 
 // The mem-read and mem-update lines: the pull and push phases' access pattern (random rows of
 // `row_floats` floats, `keys_per_request` at a time, gradients of `dim` floats from `grad`) on
-// one plain array.
+// one plain array. Then the same on two threads at once, each on its own half of the rows (the
+// "2t" lines, their keys/s summed): how far the memory's floor rises with a second core.
 void MemoryFloor(const BenchOptions& o, int dim, size_t row_floats,
                  const std::vector<float>& grad) {
   constexpr size_t kAhead = 4;  // rows fetched ahead, as the store's row passes do
@@ -132,14 +138,14 @@ void MemoryFloor(const BenchOptions& o, int dim, size_t row_floats,
   std::shuffle(order.begin(), order.end(), std::mt19937_64(dim));
   const uint64_t n = o.keys_per_request;
   const uint64_t runs = o.rows / n;
-  std::vector<float> out(n * dim);
   float* const base = rows.data();
-  for (bool update : {false, true}) {
+  // Runs [first_run, first_run + num_runs) of `order`, over and over, until `end`; returns the
+  // keys done. Threads given disjoint runs touch disjoint rows.
+  auto pass = [&](bool update, uint64_t first_run, uint64_t num_runs, absl::Time end) {
+    std::vector<float> out(n * dim);
     uint64_t done = 0;
-    const absl::Time start = absl::Now();
-    const absl::Time end = start + absl::Seconds(o.seconds);
     for (uint64_t r = 0; absl::Now() < end; ++r) {
-      const uint64_t* run = order.data() + (r % runs) * n;
+      const uint64_t* run = order.data() + (first_run + r % num_runs) * n;
       for (uint64_t k = 0; k < n; ++k) {
         if (k + kAhead < n) {
           const char* next = reinterpret_cast<const char*>(base + run[k + kAhead] * stride);
@@ -161,7 +167,23 @@ void MemoryFloor(const BenchOptions& o, int dim, size_t row_floats,
       }
       done += n;
     }
+    return done;
+  };
+  for (bool update : {false, true}) {
+    const absl::Time start = absl::Now();
+    const uint64_t done = pass(update, 0, runs, start + absl::Seconds(o.seconds));
     Report(dim, update ? "mem-update" : "mem-read", done,
+           absl::ToDoubleSeconds(absl::Now() - start));
+  }
+  if (runs < 2) return;  // too few rows to give each thread its own
+  for (bool update : {false, true}) {
+    const absl::Time start = absl::Now();
+    const absl::Time end = start + absl::Seconds(o.seconds);
+    uint64_t second = 0;
+    std::thread other([&] { second = pass(update, runs / 2, runs / 2, end); });
+    const uint64_t first = pass(update, 0, runs / 2, end);
+    other.join();
+    Report(dim, update ? "mem-update 2t" : "mem-read 2t", first + second,
            absl::ToDoubleSeconds(absl::Now() - start));
   }
 }
@@ -245,8 +267,9 @@ absl::Status Run(const BenchOptions& o) {
 int main(int argc, char** argv) {
   ps::SetUsage(
       "Keys/s of the server's sparse row path (create, pull, push), in process: no network.\n"
-      "Then mem-read and mem-update: the same random rows on a plain array, the memory's floor\n"
-      "(--nomemory_floor skips them; they take as much memory again as the store's rows).\n"
+      "Then mem-read and mem-update: the same random rows on a plain array, the memory's floor,\n"
+      "and their 2t lines: the same on two threads at once, each on half of the rows (keys/s\n"
+      "summed). --nomemory_floor skips them; they take as much memory again as the store's rows.\n"
       "Example: store_bench --dims=8,64,256 --rows=1048576 --keys_per_request=4096",
       __FILE__);
   absl::ParseCommandLine(argc, argv);
