@@ -93,6 +93,7 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
   if (grpc::HealthCheckServiceInterface* health = ps->server_->GetHealthCheckService()) {
     health->SetServingStatus(v1::ParameterServer::service_full_name(), true);
   }
+  ps->StartTicker();
   return ps;
 }
 
@@ -106,7 +107,25 @@ void ParameterServer::Drain() {
 
 ParameterServer::~ParameterServer() { Shutdown(); }
 
+void ParameterServer::StartTicker() {
+  ticker_ = std::thread([this] {
+    absl::MutexLock l(&ticker_mu_);
+    while (!stopping_) {
+      ticker_mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::Seconds(1));
+      if (stopping_) break;
+      ticker_mu_.Unlock();  // the sweep takes slot locks; Shutdown must not wait on it to ask
+      store_->Tick(absl::Now());
+      ticker_mu_.Lock();
+    }
+  });
+}
+
 void ParameterServer::Shutdown(absl::Duration grace) {
+  {
+    absl::MutexLock l(&ticker_mu_);
+    stopping_ = true;
+  }
+  if (ticker_.joinable()) ticker_.join();
   if (service_ != nullptr) service_->Shutdown();
   if (server_ != nullptr)
     server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));  // not truncated to seconds

@@ -7,10 +7,12 @@
 
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/shard_map.h"
 #include "server/parameter_service.h"
@@ -78,11 +80,17 @@ class ParameterServer {
 
  private:
   ParameterServer() = default;
+  // Starts the thread that moves the store's clock once a second (TableStore::Tick: row expiry,
+  // admission decay) until Shutdown.
+  void StartTicker();
   std::unique_ptr<ServerMetrics> metrics_;  // null without a registry
   std::unique_ptr<TableStore> store_;
   std::unique_ptr<ParameterService> service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
+  absl::Mutex ticker_mu_;
+  bool stopping_ ABSL_GUARDED_BY(ticker_mu_) = false;
+  std::thread ticker_;
 };
 
 }  // namespace ps

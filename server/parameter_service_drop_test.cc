@@ -25,8 +25,8 @@ using v1::KeyBlock;
 
 constexpr char kJob[] = "job-1";
 constexpr char kOther[] = "job-2";
-// kJob: dense table 1 (dim 4, 8 rows of 0.25, sgd: 16 bytes a row) and sparse table 2 (dim 2,
-// adagrad: 16 bytes a row). kOther: sparse table 3.
+// kJob: dense table 1 (dim 4, 8 rows of 0.25, sgd) and sparse table 2 (dim 2, adagrad): 32 bytes
+// a row as stored (a 16-byte header, 16 bytes of floats). kOther: sparse table 3.
 constexpr uint32_t kDense = 1;
 constexpr uint32_t kSparse = 2;
 constexpr uint32_t kOtherSparse = 3;
@@ -152,7 +152,7 @@ TEST_F(DropJobTest, FreesTheJobAndAnswersItsRequestsWithAClearError) {
   v1::DropJobResponse dropped;
   ASSERT_TRUE(Drop(kJob, &dropped).ok());
   EXPECT_EQ(dropped.tables_dropped(), 2u);
-  EXPECT_EQ(dropped.bytes_freed(), 8 * 16 + 3 * 16u);  // 8 dense rows, 3 sparse ones
+  EXPECT_EQ(dropped.bytes_freed(), 8 * 32 + 3 * 32u);  // 8 dense rows, 3 sparse ones
   EXPECT_EQ(server_->store()->NumRows(kDense), 0u);
   EXPECT_EQ(server_->store()->NumRows(kSparse), 0u);
   EXPECT_EQ(server_->store()->JobBytes(kJob), 0u);

@@ -102,6 +102,12 @@ absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Create(
                            .Name("ps_server_table_bytes")
                            .Help("Bytes of the rows this server holds, optimizer state included")
                            .Register(registry);
+    m->row_events_ = &prometheus::BuildCounter()
+                          .Name("ps_server_table_row_events_total")
+                          .Help("What admission and eviction did to a sparse table's keys, by "
+                                "event: admitted, rejected (a push of a key not admitted yet, "
+                                "dropped), evicted (for the cap), expired (for the TTL)")
+                          .Register(registry);
     m->owned_slots_ = &prometheus::BuildGauge()
                            .Name("ps_server_owned_slots")
                            .Help("Virtual slots this server owns for the job")
@@ -325,6 +331,15 @@ std::unique_ptr<ServerMetrics::Table> ServerMetrics::AddTable(const std::string&
   absl::Status s = CatchPrometheus("ps_server table metrics", [&] {
     table->rows = &rows_->Add(labels);
     table->bytes = &table_bytes_->Add(labels);
+    auto event = [&](const char* name) {
+      prometheus::Labels with = labels;
+      with["event"] = name;
+      return &row_events_->Add(with);
+    };
+    table->admitted = event("admitted");
+    table->rejected = event("rejected");
+    table->evicted = event("evicted");
+    table->expired = event("expired");
   });
   if (!s.ok()) {
     LOG(WARNING) << "no metrics for table '" << table_name << "' of job '" << job_id << "': " << s;
@@ -345,6 +360,9 @@ void ServerMetrics::ReleaseTable(const std::pair<std::string, std::string>& key,
   table_holders_.erase(it);
   rows_->Remove(table.rows);
   table_bytes_->Remove(table.bytes);
+  for (prometheus::Counter* c : {table.admitted, table.rejected, table.evicted, table.expired}) {
+    row_events_->Remove(c);
+  }
 }
 
 }  // namespace ps

@@ -68,6 +68,11 @@ class ServerMetrics {
   struct Table {
     prometheus::Gauge* rows = nullptr;
     prometheus::Gauge* bytes = nullptr;
+    // ps_server_table_row_events_total by event.
+    prometheus::Counter* admitted = nullptr;
+    prometheus::Counter* rejected = nullptr;
+    prometheus::Counter* evicted = nullptr;
+    prometheus::Counter* expired = nullptr;
     ~Table();
     Table(const Table&) = delete;
     Table& operator=(const Table&) = delete;
@@ -143,6 +148,7 @@ class ServerMetrics {
   prometheus::Family<prometheus::Counter>* duplicate_pushes_ = nullptr;
   prometheus::Family<prometheus::Gauge>* rows_ = nullptr;
   prometheus::Family<prometheus::Gauge>* table_bytes_ = nullptr;
+  prometheus::Family<prometheus::Counter>* row_events_ = nullptr;
   prometheus::Family<prometheus::Gauge>* owned_slots_ = nullptr;
   prometheus::Family<prometheus::Histogram>* pull_wait_ = nullptr;
   prometheus::Family<prometheus::Gauge>* waiting_pulls_ = nullptr;

@@ -221,11 +221,12 @@ TEST_F(ServerMetricsTest, CountsRequestsKeysRejectionsAndRows) {
   EXPECT_EQ(Sample(text, "ps_server_pulled_keys_total{job=\"job\"}"), 5);
   EXPECT_EQ(Sample(text, "ps_server_pulled_keys_total{job=\"other\"}"), 0);
   EXPECT_EQ(Sample(text, "ps_server_owned_slots{job=\"job\"}"), kNumSlots);
-  // dense: 8 rows of 4 floats; sparse: 100, 200, 300, 400 of 2 values + 2 adagrad floats.
+  // dense: 8 rows of 4 floats; sparse: 100, 200, 300, 400 of 2 values + 2 adagrad floats; each
+  // row 32 bytes as stored (a 16-byte header, then its floats).
   EXPECT_EQ(Sample(text, "ps_server_rows{job=\"job\",table=\"dense\"}"), 8);
-  EXPECT_EQ(Sample(text, "ps_server_table_bytes{job=\"job\",table=\"dense\"}"), 8 * 4 * 4);
+  EXPECT_EQ(Sample(text, "ps_server_table_bytes{job=\"job\",table=\"dense\"}"), 8 * 32);
   EXPECT_EQ(Sample(text, "ps_server_rows{job=\"job\",table=\"sparse\"}"), 4);
-  EXPECT_EQ(Sample(text, "ps_server_table_bytes{job=\"job\",table=\"sparse\"}"), 4 * 4 * 4);
+  EXPECT_EQ(Sample(text, "ps_server_table_bytes{job=\"job\",table=\"sparse\"}"), 4 * 32);
   EXPECT_EQ(server_->store()->NumRows(kSparse), 4u);
   EXPECT_EQ(Sample(text, "ps_server_pull_wait_seconds_count{job=\"job\"}"), 2);
   EXPECT_EQ(Sample(text, "ps_server_waiting_pulls{job=\"job\"}"), 0);
@@ -266,7 +267,7 @@ TEST_F(ServerMetricsTest, DroppedJobsAreCountedAndTheirSeriesGo) {
   EXPECT_EQ(Sample(text, series("ps_server_rows", 1, ",table=\"sparse\"")), 2);  // untouched
   EXPECT_EQ(Sample(text, "ps_server_dropped_jobs_total"), 1);
   EXPECT_EQ(Sample(text, "ps_server_dropped_tables_total"), 1);
-  EXPECT_EQ(Sample(text, "ps_server_dropped_bytes_total"), 2 * 4 * 4);  // 2 rows, adagrad
+  EXPECT_EQ(Sample(text, "ps_server_dropped_bytes_total"), 2 * 32);  // 2 rows, adagrad
   EXPECT_EQ(Sample(text, "ps_server_requests_total{method=\"drop_job\"}"), 1);
   EXPECT_EQ(Sample(text, "ps_server_rejected_requests_total{reason=\"dropped_job\"}"), 1);
 

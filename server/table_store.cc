@@ -1,6 +1,7 @@
 #include "server/table_store.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "absl/container/flat_hash_set.h"
@@ -8,7 +9,9 @@
 #include "absl/strings/str_cat.h"
 #include "common/codec.h"
 #include "common/printable.h"
+#include "common/half.h"
 #include "common/shard_map.h"
+#include "common/table_features.h"
 #include "common/status_macros.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "server/initializer.h"
@@ -20,6 +23,7 @@ namespace ps {
 
 using store_internal::DroppedError;
 using store_internal::ErasePendingIf;
+using store_internal::NoMemoryError;
 using store_internal::TableDroppedError;
 using v1::TableSpec;
 
@@ -132,20 +136,15 @@ TableStore::DroppedJob TableStore::DropJob(const std::string& job_id) {
     }
   }
   if (tables.empty()) return dropped;
-  absl::flat_hash_map<uint32_t, const Table*> ids;
-  for (const auto& t : tables) ids[t->spec.table_id()] = t.get();
+  absl::flat_hash_set<uint32_t> ids;
+  for (const auto& t : tables) ids.insert(t->spec.table_id());
   for (uint32_t s = 0; s < kNumSlots; ++s) {
     Slot& slot = slots_[s];
     absl::MutexLock l(&slot.mu);
-    for (auto it = slot.rows.begin(); it != slot.rows.end();) {
-      auto table = ids.find(it->first.first);
-      if (table == ids.end()) {
-        ++it;
-        continue;
-      }
-      CountErasedRow(*table->second);
-      dropped.bytes += static_cast<uint64_t>(table->second->row_floats) * sizeof(float);
-      slot.rows.erase(it++);  // its floats go back with the table's arena
+    for (const auto& t : tables) {
+      const uint64_t rows = ClearSlot(slot, *t);  // its rows' memory goes back with the arena
+      CountErasedRows(*t, rows);
+      dropped.bytes += rows * t->arena->stride();
     }
     ErasePendingIf(slot.pending, [&](uint32_t id) { return ids.contains(id); });
   }
@@ -182,13 +181,18 @@ absl::Status TableStore::CreateTable(const TableSpec& spec) {
     return absl::InvalidArgumentError(
         absl::StrCat("table ", spec.table_id(), ": optimizer: ", optimizer.status().message()));
   }
+  if (absl::Status s = ValidateTableFeatures(spec); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("table ", spec.table_id(), ": ", s.message()));
+  }
   PS_RETURN_IF_ERROR(CheckNotDropped(spec.job_id()));  // checked again when it is inserted
   auto table = std::make_shared<Table>();
   table->spec = spec;
   table->dim = static_cast<int>(spec.dim());
-  table->row_floats = table->dim * (1 + (*optimizer)->state_per_value());
+  table->state_floats = table->dim * (*optimizer)->state_per_value();
+  table->row_floats = table->dim + table->state_floats;
   table->optimizer = std::move(*optimizer);
-  table->arena = std::make_unique<RowArena>(table->row_floats, options_.huge_pages);
+  table->init_stream = InitializerStream(spec);
+  SetLayout(spec, options_.huge_pages, table.get());
   const uint64_t row_bytes = static_cast<uint64_t>(table->row_floats) * sizeof(float);
   if (spec.kind() == v1::DENSE) {
     // Divided, not multiplied: num_rows x row bytes could wrap around.
@@ -252,7 +256,10 @@ absl::Status TableStore::CreateTable(const TableSpec& spec) {
       const uint32_t s = SlotOf(spec.table_id(), key);
       if (!shards->Owns(s)) continue;
       absl::MutexLock sl(&slots_[s].mu);
-      if (RowFor(slots_[s], *table, key) == nullptr) return TableDroppedError(*table);
+      if (RowFor(slots_[s], *table, key) == nullptr) {
+        if (table->dropped.load()) return TableDroppedError(*table);
+        return NoMemoryError(*table);
+      }
     }
   }
   return absl::OkStatus();
@@ -266,17 +273,22 @@ absl::StatusOr<v1::DescribeTableResponse> TableStore::Describe(uint32_t table_id
   }
   v1::DescribeTableResponse r;
   *r.mutable_spec() = t->spec;
-  r.set_rows_on_server(NumRows(table_id));
+  r.set_rows_on_server(t->rows.load());
+  *r.mutable_stats() = StatsOf(*t);
   return r;
 }
 
 uint64_t TableStore::NumRows(uint32_t table_id) const {
-  uint64_t n = 0;
-  for (uint32_t s = 0; s < kNumSlots; ++s) {
-    absl::MutexLock l(&slots_[s].mu);
-    for (const auto& [k, row] : slots_[s].rows) n += k.first == table_id;
+  const TableRef t = FindTable(table_id);
+  return t == nullptr ? 0 : t->rows.load();
+}
+
+absl::StatusOr<v1::TableStats> TableStore::Stats(uint32_t table_id) const {
+  const TableRef t = FindTable(table_id);
+  if (t == nullptr || t->dropped.load()) {
+    return absl::NotFoundError(absl::StrCat("unknown table id ", table_id));
   }
-  return n;
+  return StatsOf(*t);
 }
 
 absl::Status TableStore::CheckKeys(const Table& t, const std::string& job_id,
@@ -429,7 +441,7 @@ absl::Status TableStore::Resolve(const std::string& job_id, const v1::KeyBlock& 
 
 uint64_t TableStore::JobBytes(const std::string& job_id) const {
   uint64_t bytes = 0;
-  for (const TableRef& t : TablesOf(job_id)) bytes += t->bytes.load();
+  for (const TableRef& t : TablesOf(job_id)) bytes += t->RowBytes();
   return bytes;
 }
 
@@ -441,7 +453,7 @@ absl::Status TableStore::CheckNewRows(absl::Span<const BlockView> views) const {
   uint64_t most = held;
   for (const BlockView& v : views) {
     if (v.table->spec.kind() == v1::DENSE) continue;
-    most += v.keys.size() * static_cast<uint64_t>(v.table->row_floats) * sizeof(float);
+    most += v.keys.size() * static_cast<uint64_t>(v.table->arena->stride());
   }
   if (most <= options_.max_job_bytes) return absl::OkStatus();
   for (const BlockView& v : views) {
@@ -450,12 +462,13 @@ absl::Status TableStore::CheckNewRows(absl::Span<const BlockView> views) const {
     if (v.table->spec.kind() == v1::DENSE) continue;
     const uint32_t table_id = v.table->spec.table_id();
     uint64_t missing = 0;
+    const Table& t = *v.table;
     ForEachKeyBySlot(slots_.get(), table_id, v.keys, [&](Slot& slot, uint32_t i) {
       slot.mu.AssertHeld();
-      missing += !slot.rows.contains(RowKey{table_id, v.keys[i]});
+      missing += t.index[SlotIndex(slot)].Find(*t.arena, v.keys[i]) == RowArena::kNoRow;
       return absl::OkStatus();
     }).IgnoreError();
-    held += missing * static_cast<uint64_t>(v.table->row_floats) * sizeof(float);
+    held += missing * static_cast<uint64_t>(t.arena->stride());
     if (missing > 0 && held > options_.max_job_bytes) {
       return Rejected(
           RejectReason::kOther,
@@ -479,60 +492,169 @@ absl::Status TableStore::CheckPullSize(absl::Span<const BlockView> views) const 
                                    options_.max_pull_bytes, " (pull fewer keys per request)")));
 }
 
-TableStore::Row TableStore::NewRow(const Table& table, uint64_t key) const {
-  Row row;
-  row.data = table.arena->Allocate();
-  InitializeRow(table.spec.initializer(), InitializerStream(table.spec), key, row.data, table.dim);
-  table.optimizer->InitState(row.data, row.data + table.dim, table.dim);
+char* TableStore::RowFor(Slot& slot, const Table& table, uint64_t key, Missing missing) {
+  if (table.dropped.load()) return nullptr;  // its rows may be erased from this slot already
+  const uint32_t found = table.index[SlotIndex(slot)].Find(*table.arena, key);
+  if (found != RowArena::kNoRow) {
+    char* row = table.arena->At(found);
+    if (table.tracks_use) table.Header(row)->used = Now();
+    return row;
+  }
+  if (table.admission && missing != Missing::kCreate) {
+    if (missing == Missing::kPull || !Admit(slot, table, key)) return nullptr;
+  }
+  char* row = InsertRow(slot, table, key);
+  if (row != nullptr) CountNewRows(table, 1);
   return row;
 }
 
-TableStore::Row* TableStore::RowFor(Slot& slot, const Table& table, uint64_t key) {
-  if (table.dropped.load()) return nullptr;  // its rows may be erased from this slot already
-  const RowKey rk{table.spec.table_id(), key};
-  auto it = slot.rows.find(rk);
-  if (it != slot.rows.end()) return &it->second;
-  CountNewRows(table, 1);
-  return InsertRow(slot, table, rk);
+bool TableStore::Admit(Slot& slot, const Table& table, uint64_t key) {
+  bool admit = true;
+  if (table.min_count > 1) {
+    admit = table.sketches[SlotIndex(slot)].Add(key, table.sketch_width) >= table.min_count;
+  }
+  if (admit && table.admit_p24 < (1u << 24)) {
+    admit = (NextRandom(slot) >> 40) < table.admit_p24;
+  }
+  CountAdmission(table, admit ? 1 : 0, admit ? 0 : 1);
+  return admit;
 }
 
-TableStore::Row* TableStore::InsertRow(Slot& slot, const Table& table, const RowKey& rk) {
-  return &slot.rows.emplace(rk, NewRow(table, rk.second)).first->second;
+uint64_t TableStore::NextRandom(Slot& slot) {
+  uint64_t x = slot.random;
+  if (x == 0) x = 0x9e3779b97f4a7c15ULL * (SlotIndex(slot) + 1);
+  x ^= x << 13;
+  x ^= x >> 7;
+  x ^= x << 17;
+  slot.random = x;
+  return x;
+}
+
+char* TableStore::InsertRow(Slot& slot, const Table& table, uint64_t key) {
+  if (table.max_rows != 0 && table.rows.load(std::memory_order_relaxed) >= table.max_rows) {
+    EvictOne(slot, table);
+  }
+  const uint32_t handle = table.arena->Allocate();
+  if (handle == RowArena::kNoRow) return nullptr;
+  char* row = table.arena->At(handle);
+  RowHeader* header = table.Header(row);
+  header->key = key;
+  header->updates = 0;
+  header->used = Now();
+  if (float* values = table.Values32(row)) {
+    InitializeRow(table.spec.initializer(), table.init_stream, key, values, table.dim);
+    table.optimizer->InitState(values, table.State(row), table.dim);
+  } else {
+    absl::InlinedVector<float, 256> initial(table.dim);
+    InitializeRow(table.spec.initializer(), table.init_stream, key, initial.data(), table.dim);
+    table.optimizer->InitState(initial.data(), table.State(row), table.dim);
+    table.WriteValues(row, initial.data());
+  }
+  if (!IndexRow(slot, table, handle)) {
+    table.arena->Free(handle);
+    return nullptr;
+  }
+  table.rows.fetch_add(1, std::memory_order_relaxed);
+  return row;
+}
+
+bool TableStore::IndexRow(Slot& slot, const Table& table, uint32_t row) {
+  RowIndex& index = table.index[SlotIndex(slot)];
+  const size_t before = index.bytes();
+  if (!index.Insert(*table.arena, row)) return false;
+  if (index.bytes() != before) table.index_bytes.fetch_add(index.bytes() - before);
+  return true;
+}
+
+void TableStore::EraseRow(Slot& slot, const Table& table, uint64_t key, uint32_t row) {
+  table.index[SlotIndex(slot)].Erase(*table.arena, key);
+  table.arena->Free(row);
+  table.rows.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void TableStore::EvictOne(Slot& slot, const Table& table) {
+  constexpr size_t kSample = 8;
+  uint32_t sample[kSample];
+  const size_t n = table.index[SlotIndex(slot)].Sample(NextRandom(slot), sample, kSample);
+  if (n == 0) return;  // the cap is held on average: other slots hold the table's rows
+  for (size_t i = 0; i < n; ++i) __builtin_prefetch(table.arena->At(sample[i]));
+  uint32_t victim = sample[0];
+  uint32_t oldest = table.Header(table.arena->At(victim))->used;
+  for (size_t i = 1; i < n; ++i) {
+    const uint32_t used = table.Header(table.arena->At(sample[i]))->used;
+    if (used < oldest) {
+      oldest = used;
+      victim = sample[i];
+    }
+  }
+  EraseRow(slot, table, table.Header(table.arena->At(victim))->key, victim);
+  CountErasedRows(table, 1);
+  CountEvicted(table, 1, 0);
+}
+
+uint64_t TableStore::ClearSlot(Slot& slot, const Table& table) {
+  RowIndex& index = table.index[SlotIndex(slot)];
+  const uint64_t rows = index.size();
+  index.ForEach([&](uint32_t row) { table.arena->Free(row); });
+  table.index_bytes.fetch_sub(index.bytes());
+  index.Clear();
+  table.rows.fetch_sub(rows, std::memory_order_relaxed);
+  return rows;
 }
 
 void TableStore::CountNewRows(const Table& table, uint64_t rows) const {
-  if (rows == 0) return;
-  const uint64_t bytes = rows * table.row_floats * sizeof(float);
-  table.bytes.fetch_add(bytes);
-  if (table.metrics != nullptr) {
-    table.metrics->rows->Increment(static_cast<double>(rows));
-    table.metrics->bytes->Increment(static_cast<double>(bytes));
-  }
+  if (rows == 0 || table.metrics == nullptr) return;
+  table.metrics->rows->Increment(static_cast<double>(rows));
+  table.metrics->bytes->Increment(static_cast<double>(rows * table.arena->stride()));
+}
+
+void TableStore::CountAdmission(const Table& table, uint64_t admitted, uint64_t rejected) const {
+  if (admitted != 0) table.admitted.fetch_add(admitted, std::memory_order_relaxed);
+  if (rejected != 0) table.rejected.fetch_add(rejected, std::memory_order_relaxed);
+  if (table.metrics == nullptr) return;
+  if (admitted != 0) table.metrics->admitted->Increment(static_cast<double>(admitted));
+  if (rejected != 0) table.metrics->rejected->Increment(static_cast<double>(rejected));
+}
+
+void TableStore::CountEvicted(const Table& table, uint64_t evicted, uint64_t expired) const {
+  if (evicted != 0) table.evicted.fetch_add(evicted, std::memory_order_relaxed);
+  if (expired != 0) table.expired.fetch_add(expired, std::memory_order_relaxed);
+  if (table.metrics == nullptr) return;
+  if (evicted != 0) table.metrics->evicted->Increment(static_cast<double>(evicted));
+  if (expired != 0) table.metrics->expired->Increment(static_cast<double>(expired));
 }
 
 template <typename Fn>
 absl::Status TableStore::ForEachRow(const Table& t, absl::Span<const uint64_t> keys,
                                     const SlotGroups* groups, size_t prefetch_bytes, bool for_write,
-                                    Fn fn) {
-  constexpr size_t kProbeAhead = 8;  // hash entries are fetched this many keys ahead
-  constexpr size_t kRowsAhead = 4;   // rows are fetched this many keys ahead of fn
+                                    Missing missing, Fn fn) {
+  // Three stages of fetching run ahead of the key being served: the buckets where a key's entry
+  // lies (kProbeAhead keys ahead), the row those buckets name (kRowAhead), and the rest of the
+  // row fn reads or writes (kRowsAhead, once it is found).
+  constexpr size_t kProbeAhead = 12;
+  constexpr size_t kRowAhead = 6;
+  constexpr size_t kRowsAhead = 4;
   constexpr size_t kLine = 64;
   prefetch_bytes = std::min<size_t>(prefetch_bytes, 4 * kLine);  // the hardware fetches the rest
   const uint32_t table_id = t.spec.table_id();
-  auto fetch_row = [&](const float* data) {
-    const char* p = reinterpret_cast<const char*>(data);
-    for (size_t off = 0; off < prefetch_bytes; off += kLine) {
+  const RowArena& arena = *t.arena;
+  const uint32_t now = Now();
+  auto fetch_row = [&](const char* p) {
+    // Its first line holds the key, in cache since the lookup; rows start 16-byte aligned, so
+    // the last byte may lie one line further than the offsets reach.
+    for (size_t off = kLine; off < prefetch_bytes + kLine; off += kLine) {
+      const char* at = p + std::min(off, prefetch_bytes - 1);
       if (for_write) {
-        __builtin_prefetch(p + off, 1);
+        __builtin_prefetch(at, 1);
       } else {
-        __builtin_prefetch(p + off, 0);
+        __builtin_prefetch(at, 0);
       }
     }
   };
   uint64_t created = 0;  // rows created, counted once at the end
-  // The keys of a batch of slots, in the batch's order: (slot, index into keys). On the stack
-  // for a batch of up to twice kBatchKeys keys (a small request allocates nothing).
-  absl::InlinedVector<std::pair<Slot*, uint32_t>, 2 * kBatchKeys> stream;
+  // The keys of a batch of slots, in the batch's order: (slot's index, index into keys). On the
+  // stack for a batch of up to twice kBatchKeys keys (a small request allocates nothing).
+  absl::InlinedVector<std::pair<const RowIndex*, uint32_t>, 2 * kBatchKeys> stream;
   // Every slot of `batch` is locked (by ForEachSlotBatch or ForEachSlotGroup).
   auto run_batch = [&](absl::Span<const SlotGroupRef<Slot>> batch)
                        ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::Status {
@@ -540,36 +662,49 @@ absl::Status TableStore::ForEachRow(const Table& t, absl::Span<const uint64_t> k
     if (t.dropped.load()) return TableDroppedError(t);
     stream.clear();
     for (const SlotGroupRef<Slot>& g : batch) {
-      for (uint32_t i : g.group) stream.emplace_back(g.slot, i);
+      const RowIndex* index = &t.index[SlotIndex(*g.slot)];
+      for (uint32_t i : g.group) stream.emplace_back(index, i);
     }
     const size_t n = stream.size();
-    auto key_at = [&](size_t j) { return RowKey{table_id, keys[stream[j].second]}; };
-    for (size_t j = 0; j < std::min(n, kProbeAhead); ++j) stream[j].first->rows.prefetch(key_at(j));
-    // Rows found and waiting for fn: pointers into the maps, valid until the next insertion
-    // (which may move every row of its slot), so the ring is emptied before each insertion.
-    std::pair<Row*, uint32_t> ring[kRowsAhead];
+    auto key_at = [&](size_t j) { return keys[stream[j].second]; };
+    for (size_t j = 0; j < std::min(n, kProbeAhead); ++j) stream[j].first->Prefetch(key_at(j));
+    for (size_t j = 0; j < std::min(n, kRowAhead); ++j) {
+      stream[j].first->PrefetchRow(arena, key_at(j));
+    }
+    // Rows found and waiting for fn. Emptied before a row is created (which may evict one).
+    std::pair<char*, uint32_t> ring[kRowsAhead];
     size_t head = 0;  // rows put in the ring
     size_t tail = 0;  // rows handed to fn
     auto drain_to = [&](size_t keep) {
       while (head - tail > keep) {
         const auto& [row, i] = ring[tail++ % kRowsAhead];
-        fn(*row, i);
+        fn(row, i);
       }
     };
+    size_t b = 0;  // which group of the batch stream[j] is in
+    size_t group_end = batch.empty() ? 0 : batch[0].group.size();
     for (size_t j = 0; j < n; ++j) {
-      if (j + kProbeAhead < n)
-        stream[j + kProbeAhead].first->rows.prefetch(key_at(j + kProbeAhead));
-      Slot& slot = *stream[j].first;
-      const RowKey rk = key_at(j);
-      auto it = slot.rows.find(rk);
-      Row* row = nullptr;
-      if (it != slot.rows.end()) {
-        row = &it->second;
-        fetch_row(row->data);
+      while (j >= group_end) group_end += batch[++b].group.size();
+      if (j + kProbeAhead < n) stream[j + kProbeAhead].first->Prefetch(key_at(j + kProbeAhead));
+      if (j + kRowAhead < n) stream[j + kRowAhead].first->PrefetchRow(arena, key_at(j + kRowAhead));
+      const uint64_t key = key_at(j);
+      const uint32_t found = stream[j].first->Find(arena, key);
+      char* row = nullptr;
+      if (found != RowArena::kNoRow) {
+        row = arena.At(found);
+        fetch_row(row);
+        if (t.tracks_use) t.Header(row)->used = now;
       } else {
         drain_to(0);
-        row = InsertRow(slot, t, rk);
-        ++created;
+        Slot& slot = *batch[b].slot;
+        if (!t.admission || missing == Missing::kCreate ||
+            (missing == Missing::kPush && Admit(slot, t, key))) {
+          row = InsertRow(slot, t, key);
+          if (row == nullptr) return NoMemoryError(t);
+          ++created;
+        } else if (missing == Missing::kPush) {
+          continue;  // not admitted: the push only counted
+        }
       }
       drain_to(kRowsAhead - 1);
       ring[head++ % kRowsAhead] = {row, stream[j].second};
@@ -592,21 +727,29 @@ absl::Status TableStore::ForEachRow(const Table& t, absl::Span<const uint64_t> k
   return status;
 }
 
-void TableStore::CountErasedRow(const Table& table) const {
-  table.bytes.fetch_sub(static_cast<uint64_t>(table.row_floats) * sizeof(float));
-  if (table.metrics != nullptr) {
-    table.metrics->rows->Decrement();
-    table.metrics->bytes->Decrement(static_cast<double>(table.row_floats) * sizeof(float));
-  }
+void TableStore::CountErasedRows(const Table& table, uint64_t rows) const {
+  if (rows == 0 || table.metrics == nullptr) return;
+  table.metrics->rows->Decrement(static_cast<double>(rows));
+  table.metrics->bytes->Decrement(static_cast<double>(rows * table.arena->stride()));
 }
 
-void TableStore::ApplyToRow(const Table& table, const void* grad, float lr_scale, Row& row) const {
+void TableStore::ApplyToRow(const Table& table, const void* grad, float lr_scale, char* row,
+                            float* scratch) const {
   if (options_.nonfinite == NonFinitePolicy::kSkipRow && NonFiniteBits(grad, table.dim) != 0) {
     return;
   }
-  ++row.updates;
-  table.optimizer->ApplyScaled(grad, table.dim, row.updates, lr_scale, row.data,
-                               row.data + table.dim);
+  RowHeader* header = table.Header(row);
+  if (header->updates != UINT32_MAX) ++header->updates;
+  if (float* values = table.Values32(row)) {
+    table.optimizer->ApplyScaled(grad, table.dim, header->updates, lr_scale, values,
+                                 table.State(row));
+    return;
+  }
+  // Half precision: the arithmetic in float32, the values rounded back to nearest.
+  table.ReadValues(row, scratch);
+  table.optimizer->ApplyScaled(grad, table.dim, header->updates, lr_scale, scratch,
+                               table.State(row));
+  table.WriteValues(row, scratch);
 }
 
 absl::Status TableStore::Pull(const BlockView& view, std::string* out) {
@@ -619,17 +762,28 @@ absl::Status TableStore::Pull(const BlockView& view, std::string* out) {
 absl::Status TableStore::Pull(const BlockView& view, char* out) {
   const Table& t = *view.table;
   const size_t row_bytes = t.dim * sizeof(float);
-  return ForEachRow(
-      t, view.keys, &view.groups, row_bytes, /*for_write=*/false,
-      [&](const Row& row, uint32_t i) { std::memcpy(out + i * row_bytes, row.data, row_bytes); });
+  std::vector<float> initial(t.admission ? t.dim : 0);
+  return ForEachRow(t, view.keys, &view.groups, sizeof(RowHeader) + row_bytes,
+                    /*for_write=*/t.tracks_use, Missing::kPull, [&](const char* row, uint32_t i) {
+                      if (row != nullptr) {
+                        t.ReadValues(row, out + i * row_bytes);
+                        return;
+                      }
+                      // Not admitted: the initializer's values, as the row would start.
+                      InitializeRow(t.spec.initializer(), t.init_stream, view.keys[i],
+                                    initial.data(), t.dim);
+                      std::memcpy(out + i * row_bytes, initial.data(), row_bytes);
+                    });
 }
 
 absl::Status TableStore::Apply(const BlockView& view, float lr_scale) {
   const Table& t = *view.table;
   std::vector<float> scratch(view.scattered != nullptr ? t.dim : 0);
-  return ForEachRow(
-      t, view.keys, &view.groups, t.row_floats * sizeof(float), /*for_write=*/true,
-      [&](Row& row, uint32_t i) { ApplyToRow(t, view.Grad(i, scratch.data()), lr_scale, row); });
+  std::vector<float> values(t.storage != v1::TableSpec::FP32 ? t.dim : 0);
+  return ForEachRow(t, view.keys, &view.groups, t.row_bytes, /*for_write=*/true, Missing::kPush,
+                    [&](char* row, uint32_t i) {
+                      ApplyToRow(t, view.Grad(i, scratch.data()), lr_scale, row, values.data());
+                    });
 }
 
 absl::Status TableStore::Accumulate(const BlockView& view, int64_t clock, float lr_scale) {
@@ -673,7 +827,12 @@ void TableStore::ApplyAccumulated(const std::string& job_id, int64_t clock) {
   }
   // The job's tables, looked up once (not per row under the slot locks), held while applying.
   absl::flat_hash_map<uint32_t, TableRef> job_tables;
-  for (TableRef& t : TablesOf(job_id)) job_tables[t->spec.table_id()] = std::move(t);
+  int max_dim = 0;
+  for (TableRef& t : TablesOf(job_id)) {
+    max_dim = std::max(max_dim, t->dim);
+    job_tables[t->spec.table_id()] = std::move(t);
+  }
+  std::vector<float> scratch(max_dim);
   for (uint32_t s = 0; s < kNumSlots; ++s) {
     Slot& slot = slots_[s];
     absl::MutexLock l(&slot.mu);
@@ -686,9 +845,10 @@ void TableStore::ApplyAccumulated(const std::string& job_id, int64_t clock) {
         ++it;
         continue;
       }
-      // A table dropped meanwhile: its sums are erased unapplied (DropJob would erase them).
-      if (Row* row = RowFor(slot, *table->second, it->first.second)) {
-        ApplyToRow(*table->second, it->second.data(), lr_scale, *row);
+      // A table dropped meanwhile: its sums are erased unapplied (DropJob would erase them);
+      // so are those of keys not admitted (the push counted towards admission).
+      if (char* row = RowFor(slot, *table->second, it->first.second, Missing::kPush)) {
+        ApplyToRow(*table->second, it->second.data(), lr_scale, row, scratch.data());
       }
       sums.erase(it++);
     }
@@ -748,6 +908,138 @@ std::vector<v1::TableSpec> TableStore::JobTables(const std::string& job_id) cons
   std::vector<v1::TableSpec> specs;
   for (const TableRef& t : TablesOf(job_id)) specs.push_back(t->spec);
   return specs;
+}
+
+void TableStore::Table::ReadValues(const char* row, void* out) const {
+  const char* values = row + sizeof(RowHeader);
+  switch (storage) {
+    case v1::TableSpec::FP16:
+      for (int i = 0; i < dim; ++i) {
+        uint16_t h;
+        std::memcpy(&h, values + 2 * i, 2);
+        const float f = Fp16ToFloat(h);
+        std::memcpy(static_cast<char*>(out) + 4 * i, &f, 4);
+      }
+      return;
+    case v1::TableSpec::BF16:
+      for (int i = 0; i < dim; ++i) {
+        uint16_t h;
+        std::memcpy(&h, values + 2 * i, 2);
+        const float f = Bf16ToFloat(h);
+        std::memcpy(static_cast<char*>(out) + 4 * i, &f, 4);
+      }
+      return;
+    default:
+      std::memcpy(out, values, dim * sizeof(float));
+  }
+}
+
+void TableStore::Table::WriteValues(char* row, const float* in) const {
+  char* values = row + sizeof(RowHeader);
+  switch (storage) {
+    case v1::TableSpec::FP16:
+      for (int i = 0; i < dim; ++i) {
+        const uint16_t h = FloatToFp16(in[i]);
+        std::memcpy(values + 2 * i, &h, 2);
+      }
+      return;
+    case v1::TableSpec::BF16:
+      for (int i = 0; i < dim; ++i) {
+        const uint16_t h = FloatToBf16(in[i]);
+        std::memcpy(values + 2 * i, &h, 2);
+      }
+      return;
+    default:
+      std::memcpy(values, in, dim * sizeof(float));
+  }
+}
+
+void TableStore::SetLayout(const TableSpec& spec, bool huge_pages, Table* t) {
+  t->storage = spec.storage();
+  const size_t value_bytes =
+      (static_cast<size_t>(t->dim) * StoredValueBytes(t->storage) + 3) / 4 * 4;
+  t->state_offset = sizeof(RowHeader) + value_bytes;
+  t->row_bytes = t->state_offset + static_cast<size_t>(t->state_floats) * sizeof(float);
+  t->arena = std::make_unique<RowArena>(t->row_bytes, huge_pages);
+  t->index = std::make_unique<RowIndex[]>(kNumSlots);
+  if (spec.has_admission()) {
+    const v1::AdmissionSpec& a = spec.admission();
+    t->admission = true;
+    t->min_count = a.min_count();
+    if (a.has_probability()) {
+      t->admit_p24 = static_cast<uint32_t>(std::ceil(a.probability() * float{1u << 24}));
+    }
+    // Counters per slot: the table's share, a power of two.
+    const uint32_t counters = a.sketch_counters() != 0 ? a.sketch_counters() : kDefaultSketchCounters;
+    t->sketch_width = 16;
+    while (t->sketch_width * kNumSlots < counters) t->sketch_width *= 2;
+    if (t->min_count > 1) t->sketches = std::make_unique<AdmissionSketch[]>(kNumSlots);
+  }
+  if (spec.has_eviction()) {
+    t->max_rows = spec.eviction().has_max_rows() ? spec.eviction().max_rows() : 0;
+    t->ttl_seconds = static_cast<uint32_t>(spec.eviction().ttl_seconds());
+    t->tracks_use = true;
+  }
+}
+
+v1::TableStats TableStore::StatsOf(const Table& t) const {
+  v1::TableStats stats;
+  stats.set_rows(t.rows.load());
+  stats.set_bytes(t.RowBytes() + t.index_bytes.load());
+  stats.set_admitted(t.admitted.load());
+  stats.set_rejected(t.rejected.load());
+  stats.set_evicted(t.evicted.load());
+  stats.set_expired(t.expired.load());
+  return stats;
+}
+
+uint64_t TableStore::Tick(absl::Time now) {
+  const int64_t seconds = std::clamp<int64_t>(absl::ToInt64Seconds(now - start_), 0, UINT32_MAX);
+  absl::MutexLock l(&tick_mu_);
+  const uint32_t current = std::max(now_.load(), static_cast<uint32_t>(seconds));
+  now_.store(current);
+  if (current == last_sweep_) return 0;  // about once a second
+  last_sweep_ = current;
+  std::vector<std::shared_ptr<Table>> tables;
+  {
+    absl::ReaderMutexLock tl(&tables_mu_);
+    for (const auto& [id, t] : tables_) {
+      const bool decays = t->sketches != nullptr && t->spec.admission().decay_seconds() != 0;
+      if ((t->ttl_seconds != 0 || decays) && !t->dropped.load()) tables.push_back(t);
+    }
+  }
+  uint64_t expired = 0;
+  for (const auto& t : tables) {
+    if (t->ttl_seconds != 0) expired += Expire(*t, current);
+    const uint32_t decay = t->spec.admission().decay_seconds();
+    if (t->sketches == nullptr || decay == 0 || current - t->last_decay.load() < decay) continue;
+    t->last_decay.store(current);
+    for (uint32_t s = 0; s < kNumSlots; ++s) {
+      absl::MutexLock sl(&slots_[s].mu);
+      t->sketches[s].Halve();
+    }
+  }
+  return expired;
+}
+
+uint64_t TableStore::Expire(const Table& t, uint32_t now) {
+  uint64_t expired = 0;
+  std::vector<std::pair<uint64_t, uint32_t>> old;  // (key, row)
+  for (uint32_t s = 0; s < kNumSlots; ++s) {
+    Slot& slot = slots_[s];
+    absl::MutexLock l(&slot.mu);
+    if (t.dropped.load()) return expired;
+    old.clear();
+    t.index[s].ForEach([&](uint32_t row) {
+      const RowHeader* h = t.Header(t.arena->At(row));
+      if (now - h->used > t.ttl_seconds && now >= h->used) old.emplace_back(h->key, row);
+    });
+    for (const auto& [key, row] : old) EraseRow(slot, t, key, row);
+    expired += old.size();
+  }
+  CountErasedRows(t, expired);
+  CountEvicted(t, 0, expired);
+  return expired;
 }
 
 }  // namespace ps

@@ -17,9 +17,12 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "ps/v1/parameter_server.pb.h"
+#include "server/internal/admission_sketch.h"
 #include "server/internal/row_arena.h"
+#include "server/internal/row_index.h"
 #include "server/internal/scattered_values.h"
 #include "server/internal/slot_groups.h"
 #include "server/optimizer.h"
@@ -49,10 +52,11 @@ struct TableStoreOptions {
   uint32_t max_dim = 1u << 20;
   // Largest dense table (values + optimizer state, whole table, all servers), bytes.
   uint64_t max_dense_table_bytes = uint64_t{64} << 30;
-  // Most row bytes (values + optimizer state) one job's tables may hold on this server: dense
-  // tables count with this server's expected share when created, sparse rows as they are
-  // created (by a pull or push of a new key). Beyond it, CreateTable and requests that would
-  // create rows are RESOURCE_EXHAUSTED. Concurrent requests may overshoot it by their own rows.
+  // Most row bytes (as stored: key, bookkeeping, values, optimizer state) one job's tables may
+  // hold on this server: dense tables count with this server's expected share when created,
+  // sparse rows as they are created (by a pull or push of a new key). Beyond it, CreateTable and
+  // requests that would create rows are RESOURCE_EXHAUSTED. Concurrent requests may overshoot it
+  // by their own rows.
   uint64_t max_job_bytes = uint64_t{16} << 30;
   // Rows live in per-table arenas; with this, their 2 MiB chunks are marked for transparent huge
   // pages (madvise): fewer TLB misses when rows are looked up at random, but where the kernel is
@@ -65,18 +69,70 @@ struct TableStoreOptions {
 // (shared_ptr) until it ends, and finds them marked dropped: it then creates no row and fails.
 class TableStore {
  public:
+  // A row in its table's arena: this header, then the values (dim floats, or dim halves padded
+  // to 4 bytes, as the table's storage says), then the optimizer state (floats).
+  struct RowHeader {
+    uint64_t key;
+    uint32_t updates;  // the optimizer's step count (saturates at 2^32 - 1)
+    uint32_t used;     // when it was last pulled or pushed (TableStore::Now), if the table evicts
+  };
   struct Table {
     v1::TableSpec spec;
     std::unique_ptr<RowOptimizer> optimizer;
     int dim = 0;
-    int row_floats = 0;  // dim * (1 + optimizer state per value)
-    // Where its rows' floats live (each row's memory goes back here when the row is erased; all
-    // of it when the table is destroyed, after its rows are).
+    int row_floats = 0;    // dim * (1 + optimizer state per value): a row as pulled with its state
+    int state_floats = 0;  // dim * optimizer state per value
+    v1::TableSpec::Storage storage = v1::TableSpec::FP32;
+    size_t state_offset = 0;  // bytes from a row's start to its optimizer state
+    size_t row_bytes = 0;     // a row's bytes in the arena (header, values, state)
+    // Admission (SPARSE): a key gets a row at its min_count-th push (0: no count), each such push
+    // admitting it with probability admit_p24 / 2^24.
+    bool admission = false;
+    uint32_t min_count = 0;
+    uint32_t admit_p24 = 1u << 24;
+    uint32_t sketch_width = 0;  // counters per sketch row, per slot
+    // Eviction (SPARSE): the cap on rows (0: none) and the TTL in seconds (0: none).
+    uint64_t max_rows = 0;
+    uint32_t ttl_seconds = 0;
+    bool tracks_use = false;  // rows' `used` is kept (max_rows or ttl_seconds set)
+    // Where its rows live (each row's memory goes back here when the row is erased; all of it
+    // when the table is destroyed, after its rows are).
     std::unique_ptr<RowArena> arena;
+    // The rows of each slot (kNumSlots), and the admission counts of each slot (null without
+    // admission); entry s is guarded by slot s's lock.
+    std::unique_ptr<RowIndex[]> index;
+    std::unique_ptr<AdmissionSketch[]> sketches;
     // Null without metrics; the series go with the last table of their job and name.
     std::unique_ptr<ServerMetrics::Table> metrics;
-    // Row bytes held on this server (rows x row_floats x 4).
-    mutable std::atomic<uint64_t> bytes{0};
+    // Rows held on this server.
+    mutable std::atomic<uint64_t> rows{0};
+    // Bytes of the slots' indexes and sketches.
+    mutable std::atomic<uint64_t> index_bytes{0};
+    // What admission and eviction did (TableStats).
+    mutable std::atomic<uint64_t> admitted{0}, rejected{0}, evicted{0}, expired{0};
+    // When the admission counts last halved (TableStore::Now; tables with decay_seconds).
+    mutable std::atomic<uint32_t> last_decay{0};
+
+    uint32_t init_stream = 0;  // InitializerStream(spec)
+
+    // Bytes of the rows held (as stored in the arena).
+    uint64_t RowBytes() const { return rows.load() * arena->stride(); }
+    RowHeader* Header(char* row) const { return reinterpret_cast<RowHeader*>(row); }
+    const RowHeader* Header(const char* row) const {
+      return reinterpret_cast<const RowHeader*>(row);
+    }
+    float* State(char* row) const { return reinterpret_cast<float*>(row + state_offset); }
+    const float* State(const char* row) const {
+      return reinterpret_cast<const float*>(row + state_offset);
+    }
+    // The values as floats, where the row stores float32 (else null).
+    float* Values32(char* row) const {
+      return storage == v1::TableSpec::FP32 ? reinterpret_cast<float*>(row + sizeof(RowHeader))
+                                            : nullptr;
+    }
+    // dim values to `out` as float32 (any alignment), and from `in`.
+    void ReadValues(const char* row, void* out) const;
+    void WriteValues(char* row, const float* in) const;
     // Set once, by DropJob, before any row of the table is erased. Whatever adds rows or sums
     // of the table to a slot checks it under that slot's lock, so nothing is added to a slot
     // that DropJob has already emptied.
@@ -177,6 +233,16 @@ class TableStore {
 
   // Rows held for a table (0 for an unknown one).
   uint64_t NumRows(uint32_t table_id) const;
+  // This server's figures for a table (NOT_FOUND for an unknown one).
+  absl::StatusOr<v1::TableStats> Stats(uint32_t table_id) const;
+
+  // Moves the store's clock (whole seconds since it was created, from `now`), and with it: rows
+  // of tables with a TTL unused for longer are dropped (about once a second), and admission
+  // counts of tables with decay halve when their time comes. Called about once a second by the
+  // server; tests call it with the times they need. Returns the rows expired.
+  uint64_t Tick(absl::Time now);
+  // The store's clock (seconds since it was created, as of the last Tick).
+  uint32_t Now() const { return now_.load(std::memory_order_relaxed); }
 
   // The shard map epoch of `job_id` on this server (its own shards, else the default ones).
   uint64_t ShardEpoch(const std::string& job_id) const;
@@ -212,13 +278,10 @@ class TableStore {
 
  private:
   using RowKey = std::pair<uint32_t, uint64_t>;  // (table id, key)
-  struct Row {
-    float* data = nullptr;  // values, then optimizer state; in its table's arena
-    int64_t updates = 0;
-  };
   struct Slot {
+    // Guards this slot's entries of every table's `index` and `sketches` too.
     absl::Mutex mu;
-    absl::flat_hash_map<RowKey, Row> rows ABSL_GUARDED_BY(mu);
+    uint64_t random ABSL_GUARDED_BY(mu) = 0;  // xorshift state: eviction samples, admission
     // sync: summed gradients by clock, then by row.
     absl::flat_hash_map<int64_t, absl::flat_hash_map<RowKey, std::vector<float>>> pending
         ABSL_GUARDED_BY(mu);
@@ -242,17 +305,44 @@ class TableStore {
                          const std::vector<SlotRows>& rows,
                          const absl::flat_hash_map<uint32_t, TableRef>& tables) const;
   bool IsDropped(const std::string& job_id) const ABSL_SHARED_LOCKS_REQUIRED(shards_mu_);
-  Row NewRow(const Table& table, uint64_t key) const;
-  // The row of `key`, created if missing; null if the table was dropped.
-  Row* RowFor(Slot& slot, const Table& table, uint64_t key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
-  // Creates the row `rk` (not in the slot) of `table`; the caller counts it (CountNewRows).
-  Row* InsertRow(Slot& slot, const Table& table, const RowKey& rk)
+  uint32_t SlotIndex(const Slot& slot) const { return static_cast<uint32_t>(&slot - slots_.get()); }
+  // How a row pass treats keys without a row.
+  enum class Missing {
+    kCreate,  // create the row (dense tables, restores, tables without admission)
+    kPull,    // create it unless the table has admission (then fn gets null: not admitted)
+    kPush,    // create it if admission admits it now (counting the push), else skip the key
+  };
+  // The row of `key` (created if missing and `missing` allows); null if the table was dropped,
+  // the key was not admitted or no memory was to be had (`*status` says which, if given).
+  char* RowFor(Slot& slot, const Table& table, uint64_t key, Missing missing = Missing::kCreate)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
+  // Whether a push of `key` (no row) admits it now: counts it in the slot's sketch.
+  bool Admit(Slot& slot, const Table& table, uint64_t key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
+  // Creates the row of `key` (not in the slot) of `table`, initialized, evicting one first if
+  // the table is at its cap; the caller counts it (CountNewRows). Null if no memory.
+  char* InsertRow(Slot& slot, const Table& table, uint64_t key)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
+  // Drops the least recently used of a few rows of `table` sampled in the slot (none if the
+  // slot holds none of the table's rows).
+  void EvictOne(Slot& slot, const Table& table) ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
+  // Drops the row `row` of `key` from the slot's index of `table` and gives its memory back;
+  // the caller counts it (CountErasedRows).
+  void EraseRow(Slot& slot, const Table& table, uint64_t key, uint32_t row)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
+  // Adds `row` (its header's key set) to the slot's index of `table`, counting the index's
+  // growth; false if no memory.
+  bool IndexRow(Slot& slot, const Table& table, uint32_t row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
+  // Drops every row of `table` from the slot; returns how many.
+  uint64_t ClearSlot(Slot& slot, const Table& table) ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
+  uint64_t NextRandom(Slot& slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
+  // The TTL sweep of one table; returns the rows expired.
+  uint64_t Expire(const Table& table, uint32_t now);
   // Adds `rows` new rows of `table` to its bytes and gauges (once per request, not per row: the
   // gauges are shared by every server thread).
   void CountNewRows(const Table& table, uint64_t rows) const;
-  // Calls fn(row, i) for every key i of `keys`, creating missing rows, under the locks of the
-  // keys' slots (fn must not call the store). While fn runs on one row, the hash entries and the
+  // Calls fn(row, i) for every key i of `keys`, creating missing rows as `missing` says (fn gets
+  // null for a pulled key not admitted; a pushed key not admitted is skipped), under the locks of
+  // the keys' slots (fn must not call the store). While fn runs on one row, the hash entries and the
   // rows of the next keys are fetched into cache: a lookup costs a few cache misses, and fetched
   // together they overlap. `prefetch_bytes` of each row are fetched (`for_write`: to be written).
   // The slots are taken kBatchKeys keys at a time (ForEachSlotBatch), so that the fetching runs
@@ -261,17 +351,31 @@ class TableStore {
   static constexpr size_t kBatchKeys = 64;
   template <typename Fn>
   absl::Status ForEachRow(const Table& table, absl::Span<const uint64_t> keys,
-                          const SlotGroups* groups, size_t prefetch_bytes, bool for_write, Fn fn);
+                          const SlotGroups* groups, size_t prefetch_bytes, bool for_write,
+                          Missing missing, Fn fn);
+  // The figures of Stats and Describe.
+  v1::TableStats StatsOf(const Table& table) const;
+  // Sets the table's row layout, arena, indexes and admission and eviction settings from spec.
+  static void SetLayout(const v1::TableSpec& spec, bool huge_pages, Table* table);
   // Resolve's key checks: dense keys in range, this server's slots, no key twice (a large block
   // is grouped by slot into view->groups on the way).
   absl::Status CheckKeys(const Table& table, const std::string& job_id, BlockView* view) const;
-  // Takes a row of `table` that the caller erases off the accounting (bytes and gauges).
-  void CountErasedRow(const Table& table) const;
-  // `grad`: dim floats at any alignment (BlockView::Grad).
-  void ApplyToRow(const Table& table, const void* grad, float lr_scale, Row& row) const;
+  // Takes `rows` rows of `table` that the caller erased off the accounting (bytes and gauges).
+  void CountErasedRows(const Table& table, uint64_t rows) const;
+  // Counts what admission and eviction did in the table's figures and metrics.
+  void CountAdmission(const Table& table, uint64_t admitted, uint64_t rejected) const;
+  void CountEvicted(const Table& table, uint64_t evicted, uint64_t expired) const;
+  // `grad`: dim floats at any alignment (BlockView::Grad); `scratch`: room for dim floats (used
+  // for tables stored in half precision).
+  void ApplyToRow(const Table& table, const void* grad, float lr_scale, char* row,
+                  float* scratch) const;
 
   const TableStoreOptions options_;
   ServerMetrics* const metrics_;
+  const absl::Time start_ = absl::Now();
+  std::atomic<uint32_t> now_{0};  // seconds since start_, as of the last Tick
+  absl::Mutex tick_mu_;           // one Tick at a time
+  uint32_t last_sweep_ ABSL_GUARDED_BY(tick_mu_) = 0;
   const std::shared_ptr<const Shards> default_shards_;
   const std::shared_ptr<const Shards> fenced_default_;
   bool fenced_ ABSL_GUARDED_BY(shards_mu_) = false;

@@ -23,7 +23,8 @@ using v1::TableSpec;
 constexpr char kJob[] = "job";
 constexpr char kOther[] = "other";
 
-// Dense: dim 2, `rows` rows of 0.5, sgd (8 bytes a row). Sparse: dim 2, uniform, adagrad (16).
+// Dense: dim 2, `rows` rows of 0.5, sgd. Sparse: dim 2, uniform, adagrad. 32 bytes a row as
+// stored (a 16-byte header, floats, rounded to 16).
 TableSpec Spec(uint32_t id, const std::string& job, v1::TableKind kind, uint64_t rows = 16) {
   TableSpec spec;
   spec.set_table_id(id);
@@ -99,12 +100,12 @@ class TableStoreDropTest : public ::testing::Test {
 TEST_F(TableStoreDropTest, FreesTheJobsTablesRowsAndBytesAndLeavesOtherJobsAlone) {
   const auto other_rows = Rows(store_, 3);
   const uint64_t other_bytes = store_.JobBytes(kOther);
-  ASSERT_EQ(store_.JobBytes(kJob), 16 * 8 + 10 * 16u);
+  ASSERT_EQ(store_.JobBytes(kJob), 16 * 32 + 10 * 32u);
 
   const TableStore::DroppedJob dropped = store_.DropJob(kJob);
   EXPECT_TRUE(dropped.first);
   EXPECT_EQ(dropped.tables, 2u);
-  EXPECT_EQ(dropped.bytes, 16 * 8 + 10 * 16u);
+  EXPECT_EQ(dropped.bytes, 16 * 32 + 10 * 32u);
   EXPECT_EQ(store_.JobBytes(kJob), 0u);
   EXPECT_EQ(store_.NumRows(1), 0u);
   EXPECT_EQ(store_.NumRows(2), 0u);
@@ -168,7 +169,7 @@ TEST_F(TableStoreDropTest, ARequestHoldingADroppedTableFailsAndAddsNothing) {
 // with none of the old rows, and the memory cap counts only its own rows.
 TEST(TableStoreDropCapTest, ANewJobReusesTheTableIdsAndTheMemoryFromScratch) {
   TableStoreOptions options;
-  options.max_job_bytes = 16 * 8 + 10 * 16;  // exactly the first job's rows
+  options.max_job_bytes = 16 * 32 + 10 * 32;  // exactly the first job's rows
   TableStore store(options);
   ASSERT_TRUE(store.CreateTable(Spec(1, kJob, v1::DENSE)).ok());
   ASSERT_TRUE(store.CreateTable(Spec(2, kJob, v1::SPARSE)).ok());

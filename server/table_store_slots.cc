@@ -2,6 +2,7 @@
 // clearing pending sync gradients, and visiting every row of a table.
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -15,6 +16,7 @@ namespace ps {
 
 using store_internal::DroppedError;
 using store_internal::ErasePendingIf;
+using store_internal::NoMemoryError;
 
 JobSnapshot TableStore::Snapshot(const std::string& job_id) const {
   JobSnapshot snap;
@@ -24,45 +26,33 @@ JobSnapshot TableStore::Snapshot(const std::string& job_id) const {
   snap.slots.resize(kNumSlots);
   for (uint32_t s = 0; s < kNumSlots; ++s) snap.slots[s] = shards->Owns(s);
   const std::vector<TableRef> tables = TablesOf(job_id);
-  absl::flat_hash_map<uint32_t, size_t> index;  // table id -> position in `tables`
-  for (const TableRef& t : tables) {
-    index[t->spec.table_id()] = snap.tables.size();
-    snap.tables.push_back(t->spec);
-  }
+  for (const TableRef& t : tables) snap.tables.push_back(t->spec);
   if (tables.empty()) return snap;
-  std::vector<size_t> counts(tables.size());
-  std::vector<SlotRows*> out(tables.size());
   for (uint32_t s = 0; s < kNumSlots; ++s) {
     if (!snap.slots[s]) continue;
     Slot& slot = slots_[s];
     absl::MutexLock l(&slot.mu);
-    // Two passes: count, then copy into buffers of the exact size (no regrowth, no zero fill).
-    std::fill(counts.begin(), counts.end(), 0);
-    for (const auto& [rk, row] : slot.rows) {
-      auto it = index.find(rk.first);
-      if (it != index.end()) ++counts[it->second];
-    }
-    const size_t first = snap.rows.size();
-    for (size_t i = 0; i < tables.size(); ++i) {
-      if (counts[i] == 0) continue;
+    for (const TableRef& tr : tables) {
+      const Table& t = *tr;
+      const RowIndex& rows = t.index[s];
+      if (rows.size() == 0) continue;
       SlotRows& r = snap.rows.emplace_back();
       r.slot = s;
-      r.table_id = tables[i]->spec.table_id();
-      r.row_floats = static_cast<uint32_t>(tables[i]->row_floats);
-      r.keys.reserve(counts[i]);
-      r.updates.reserve(counts[i]);
-      r.data.reserve(counts[i] * r.row_floats);
-    }
-    for (size_t i = 0, next = first; i < tables.size(); ++i) {
-      out[i] = counts[i] == 0 ? nullptr : &snap.rows[next++];
-    }
-    for (const auto& [rk, row] : slot.rows) {
-      auto it = index.find(rk.first);
-      if (it == index.end()) continue;
-      SlotRows& r = *out[it->second];
-      r.keys.push_back(rk.second);
-      r.updates.push_back(row.updates);
-      r.data.insert(r.data.end(), row.data, row.data + r.row_floats);
+      r.table_id = t.spec.table_id();
+      r.row_floats = static_cast<uint32_t>(t.row_floats);
+      r.keys.reserve(rows.size());
+      r.updates.reserve(rows.size());
+      r.data.resize(rows.size() * r.row_floats);  // exact size: no regrowth
+      float* out = r.data.data();
+      rows.ForEach([&](uint32_t handle) {
+        const char* row = t.arena->At(handle);
+        const RowHeader* header = t.Header(row);
+        r.keys.push_back(header->key);
+        r.updates.push_back(header->updates);
+        t.ReadValues(row, out);
+        std::memcpy(out + t.dim, t.State(row), t.state_floats * sizeof(float));
+        out += r.row_floats;
+      });
     }
   }
   for (const SlotRows& r : snap.rows) {
@@ -106,6 +96,19 @@ absl::Status TableStore::CheckLoad(const std::string& job_id, const std::vector<
       }
     }
   }
+  // The cap per server holds for the rows of every slot loaded together.
+  absl::flat_hash_map<uint32_t, uint64_t> loaded;
+  for (const SlotRows& r : rows) loaded[r.table_id] += r.keys.size();
+  for (const auto& [id, n] : loaded) {
+    const Table& t = *tables.at(id);
+    if (t.max_rows != 0 && n > t.max_rows) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "table ", id, " ('", t.spec.name(), "'): the checkpoint holds ", n,
+          " rows for this server, over the table's cap of ", t.max_rows,
+          " rows per server (eviction.max_rows); nothing was loaded. Restore it with a larger "
+          "cap or onto more servers"));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -134,35 +137,35 @@ absl::Status TableStore::LoadSlots(const std::string& job_id, const std::vector<
     // The job's tables are dropped together: DropJob empties (or emptied) the slots loaded so
     // far, and nothing is loaded into the others.
     if (any_dropped()) return DroppedError(job_id);
-    for (auto it = slot.rows.begin(); it != slot.rows.end();) {
-      auto table = tables.find(it->first.first);
-      if (table == tables.end()) {
-        ++it;
-        continue;
-      }
-      CountErasedRow(*table->second);
-      table->second->arena->Free(it->second.data);
-      slot.rows.erase(it++);
-    }
+    for (const auto& [id, t] : tables) CountErasedRows(*t, ClearSlot(slot, *t));
     ErasePendingIf(slot.pending, [&](uint32_t id) { return tables.contains(id); });
     for (const SlotRows* r : by_slot[s]) {
       const Table& t = *tables.at(r->table_id);
-      slot.rows.reserve(slot.rows.size() + r->size());
+      const uint32_t now = Now();
+      uint64_t added = 0;
       for (size_t i = 0; i < r->size(); ++i) {
         // A key listed twice is loaded once (its last row wins).
-        auto [it, inserted] = slot.rows.try_emplace(RowKey{r->table_id, r->keys[i]});
-        Row& row = it->second;
-        if (inserted) {
-          row.data = t.arena->Allocate();
-          t.bytes.fetch_add(static_cast<uint64_t>(r->row_floats) * sizeof(float));
+        uint32_t handle = t.index[s].Find(*t.arena, r->keys[i]);
+        if (handle == RowArena::kNoRow) {
+          handle = t.arena->Allocate();
+          if (handle == RowArena::kNoRow) return NoMemoryError(t);
+          t.Header(t.arena->At(handle))->key = r->keys[i];
+          if (!IndexRow(slot, t, handle)) {
+            t.arena->Free(handle);
+            return NoMemoryError(t);
+          }
+          t.rows.fetch_add(1, std::memory_order_relaxed);
+          ++added;
         }
-        std::memcpy(row.data, r->row(i), r->row_floats * sizeof(float));
-        row.updates = r->updates[i];
+        char* row = t.arena->At(handle);
+        RowHeader* header = t.Header(row);
+        header->updates = static_cast<uint32_t>(
+            std::clamp<int64_t>(r->updates[i], 0, std::numeric_limits<uint32_t>::max()));
+        header->used = now;
+        t.WriteValues(row, r->row(i));
+        std::memcpy(t.State(row), r->row(i) + t.dim, t.state_floats * sizeof(float));
       }
-      if (t.metrics != nullptr) {
-        t.metrics->rows->Increment(static_cast<double>(r->size()));
-        t.metrics->bytes->Increment(static_cast<double>(r->bytes()));
-      }
+      CountNewRows(t, added);
     }
   }
   return absl::OkStatus();
@@ -193,13 +196,15 @@ void TableStore::ForEachRow(
     absl::FunctionRef<void(uint64_t key, int64_t updates, absl::Span<const float> row)> fn) const {
   const TableRef t = FindTable(table_id);
   if (t == nullptr) return;
+  std::vector<float> floats(t->row_floats);
   for (uint32_t s = 0; s < kNumSlots; ++s) {
     absl::MutexLock l(&slots_[s].mu);
-    for (const auto& [rk, row] : slots_[s].rows) {
-      if (rk.first == table_id) {
-        fn(rk.second, row.updates, absl::MakeConstSpan(row.data, t->row_floats));
-      }
-    }
+    t->index[s].ForEach([&](uint32_t handle) {
+      const char* row = t->arena->At(handle);
+      t->ReadValues(row, floats.data());
+      std::memcpy(floats.data() + t->dim, t->State(row), t->state_floats * sizeof(float));
+      fn(t->Header(row)->key, t->Header(row)->updates, floats);
+    });
   }
 }
 

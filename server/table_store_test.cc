@@ -151,7 +151,8 @@ TEST(TableStoreTest, LargeRequestsMixingNewAndExistingRowsMatchKeyByKeyOnes) {
   for (uint64_t key : keys) want += PullBytes(single, 2, {key});
   EXPECT_EQ(Floats(pulled), Floats(want));
   EXPECT_EQ(batched.NumRows(2), keys.size());
-  EXPECT_EQ(batched.JobBytes(kJob), keys.size() * 5 * sizeof(float));  // counted per request
+  // Counted per request: a 16-byte header and 5 floats a row, in 48-byte strides.
+  EXPECT_EQ(batched.JobBytes(kJob), keys.size() * 48);
   // A pull of more keys than one request's group threshold, with every row existing.
   EXPECT_EQ(PullBytes(batched, 2, existing).size(), existing.size() * 5 * sizeof(float));
 }

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <new>
 
 #if defined(__SANITIZE_ADDRESS__)
 #define PS_ROW_ARENA_ASAN 1
@@ -31,104 +30,110 @@ constexpr size_t kRedzone = 32;  // poisoned bytes after each row
 #else
 constexpr size_t kRedzone = 0;
 #endif
+constexpr size_t kPage = 4096;
 
 size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
-// `bytes` (a multiple of kHugeChunkBytes) aligned to kHugeChunkBytes, marked for huge pages if
-// `huge`; null if the system refuses a mapping.
-char* MapAligned(size_t bytes, bool huge) {
-#if defined(__linux__)
-  const size_t align = RowArena::kHugeChunkBytes;
-  void* p =
-      mmap(nullptr, bytes + align, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+size_t StrideOf(size_t row_bytes) {
+  const size_t bytes = std::max<size_t>(row_bytes, 1) + kRedzone;
+  return bytes % 64 == 0 ? bytes : RoundUp(bytes, 16);
+}
+
+// log2 of the rows per chunk: the largest power of two whose rows fit in kChunkBytes (1 for a
+// row larger than that).
+uint32_t ShiftOf(size_t stride) {
+  uint32_t shift = 0;
+  while ((stride << (shift + 1)) <= RowArena::kChunkBytes && shift < 31) ++shift;
+  return shift;
+}
+
+// An anonymous private mapping of `bytes`, aligned to `align` (a power of two >= the page);
+// null if the system refuses it.
+char* MapAligned(size_t bytes, size_t align) {
+  void* p = mmap(nullptr, bytes + align, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) return nullptr;
   const uintptr_t start = reinterpret_cast<uintptr_t>(p);
   const uintptr_t aligned = RoundUp(start, align);
-  // Unmap the unaligned head and the tail beyond the chunk.
   if (aligned > start) munmap(p, aligned - start);
-  munmap(reinterpret_cast<void*>(aligned + bytes), align - (aligned - start));
-#ifdef MADV_HUGEPAGE
-  if (huge) madvise(reinterpret_cast<void*>(aligned), bytes, MADV_HUGEPAGE);  // may be refused
-#else
-  (void)huge;
-#endif
+  const uintptr_t end = aligned + bytes;
+  if (start + bytes + align > end) munmap(reinterpret_cast<void*>(end), start + bytes + align - end);
   return reinterpret_cast<char*>(aligned);
-#else
-  (void)bytes;
-  (void)huge;
-  return nullptr;
-#endif
 }
 
 }  // namespace
 
-RowArena::RowArena(size_t row_floats, bool huge_pages)
+RowArena::RowArena(size_t row_bytes, bool huge_pages)
     : huge_pages_(huge_pages),
-      row_bytes_(std::max<size_t>(row_floats, 1) * sizeof(float)),
-      stride_([&] {
-        const size_t bytes = row_bytes_ + kRedzone;
-        return bytes % 64 == 0 ? bytes : RoundUp(bytes, 16);
-      }()) {}
+      row_bytes_(std::max<size_t>(row_bytes, 1)),
+      stride_(StrideOf(row_bytes)),
+      shift_(ShiftOf(stride_)),
+      mask_((uint32_t{1} << shift_) - 1),
+      chunk_bytes_(RoundUp(stride_ << shift_, huge_pages ? kChunkBytes : kPage)),
+      max_rows_(std::min<uint64_t>(uint64_t{RowArena::kNoRow}, kMaxArenaBytes / stride_)),
+      max_chunks_(static_cast<size_t>((max_rows_ + mask_) >> shift_)),
+      chunks_(reinterpret_cast<std::atomic<char*>*>(
+          MapAligned(RoundUp(max_chunks_ * sizeof(std::atomic<char*>), kPage), kPage))) {
+  // An untouched anonymous page reads as zeros: every chunk pointer starts null.
+  static_assert(sizeof(std::atomic<char*>) == sizeof(char*));
+}
 
 RowArena::~RowArena() {
   absl::MutexLock l(&mu_);
-  for (const Chunk& c : chunks_) {
-    PS_UNPOISON(c.data, c.bytes);  // the next owner of these addresses starts clean
-    if (c.mapped) {
-      munmap(c.data, c.bytes);
-    } else {
-      ::operator delete (c.data, std::align_val_t{64});
-    }
+  if (chunks_ == nullptr) return;
+  for (size_t i = 0; i < num_chunks_; ++i) {
+    char* c = chunks_[i].load(std::memory_order_relaxed);
+    PS_UNPOISON(c, chunk_bytes_);  // the next owner of these addresses starts clean
+    munmap(c, chunk_bytes_);
   }
+  munmap(chunks_, RoundUp(max_chunks_ * sizeof(std::atomic<char*>), kPage));
 }
 
-void RowArena::NewChunk() {
-  // 64 KiB, 128 KiB, ... 2 MiB, then 2 MiB each (a row larger than that gets a chunk of its own,
-  // a multiple of 2 MiB): at most one chunk's room is ever unused, and a small table stays small.
-  size_t bytes =
-      chunks_.empty() ? kFirstChunkBytes : std::min(chunks_.back().bytes * 2, kHugeChunkBytes);
-  bytes = std::max(bytes, stride_);
-  Chunk c{nullptr, bytes, false};
-  if (bytes >= kHugeChunkBytes) {
-    c.bytes = RoundUp(bytes, kHugeChunkBytes);
-    c.data = MapAligned(c.bytes, huge_pages_);
-    c.mapped = c.data != nullptr;
-  }
-  if (c.data == nullptr) {  // small, or no mapping to be had (e.g. vm.max_map_count reached)
-    c.data = static_cast<char*>(::operator new (c.bytes, std::align_val_t{64}));
-  }
-  PS_POISON(c.data, c.bytes);  // rows are unpoisoned as they are handed out
-  chunks_.push_back(c);
-  reserved_ += c.bytes;
-  next_ = c.data;
-  end_ = c.data + c.bytes;
+char* RowArena::MapChunk() {
+  char* c = MapAligned(chunk_bytes_, huge_pages_ ? kChunkBytes : kPage);
+  if (c == nullptr) return nullptr;
+#ifdef MADV_HUGEPAGE
+  if (huge_pages_) madvise(c, chunk_bytes_, MADV_HUGEPAGE);  // may be refused
+#endif
+  PS_POISON(c, chunk_bytes_);  // rows are unpoisoned as they are handed out
+  return c;
 }
 
-float* RowArena::Allocate() {
+uint32_t RowArena::Allocate() {
   absl::MutexLock l(&mu_);
   if (!free_.empty()) {
-    float* row = free_.back();
+    const uint32_t row = free_.back();
     free_.pop_back();
-    PS_UNPOISON(row, row_bytes_);
+    PS_UNPOISON(At(row), row_bytes_);
     return row;
   }
-  if (static_cast<size_t>(end_ - next_) < stride_) NewChunk();
-  float* row = reinterpret_cast<float*>(next_);
-  next_ += stride_;
-  PS_UNPOISON(row, row_bytes_);
+  if (chunks_ == nullptr || carved_ >= max_rows_) return kNoRow;
+  const uint32_t row = static_cast<uint32_t>(carved_);
+  if ((row >> shift_) >= num_chunks_) {
+    char* c = MapChunk();
+    if (c == nullptr) return kNoRow;
+    chunks_[num_chunks_++].store(c, std::memory_order_release);
+  }
+  ++carved_;
+  PS_UNPOISON(At(row), row_bytes_);
   return row;
 }
 
-void RowArena::Free(float* row) {
-  if (row == nullptr) return;
+void RowArena::Free(uint32_t row) {
+  if (row == kNoRow) return;
   absl::MutexLock l(&mu_);
-  PS_POISON(row, row_bytes_);
+  PS_POISON(At(row), row_bytes_);
   free_.push_back(row);
 }
 
-size_t RowArena::reserved_bytes() const {
+size_t RowArena::carved_bytes() const {
   absl::MutexLock l(&mu_);
-  return reserved_;
+  return carved_ * stride_;
+}
+
+size_t RowArena::rows_in_use() const {
+  absl::MutexLock l(&mu_);
+  return carved_ - free_.size();
 }
 
 }  // namespace ps

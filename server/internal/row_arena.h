@@ -1,8 +1,11 @@
-// Memory for the rows of one table, carved from large chunks instead of one allocation per row.
+// Memory for the rows of one table, carved from large chunks instead of one allocation per row,
+// and named by 32-bit handles (an index holds 4 bytes per row, not an 8-byte pointer).
 #ifndef PS_SERVER_INTERNAL_ROW_ARENA_H_
 #define PS_SERVER_INTERNAL_ROW_ARENA_H_
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -10,54 +13,66 @@
 
 namespace ps {
 
-// Rows of `row_floats` floats. Chunks grow from 64 KiB to 2 MiB; the 2 MiB ones are aligned to
-// 2 MiB and, with `huge_pages`, marked for transparent huge pages (madvise), so that a table of
-// millions of rows is reached through few TLB entries and faulted in 2 MiB at a time: a random
-// row's lookup then costs cache misses but rarely a page walk. (Where the kernel's huge pages are
-// slow to fault in the first time, as on some VMs, creating rows then costs more.) Rows
-// given back are reused before new memory is carved; memory goes back to the system when the arena
-// is destroyed (its table dropped). Rows start 16-byte aligned, 64-byte aligned when their size is
-// a multiple of 64 bytes. Under AddressSanitizer, rows are fenced by poisoned bytes and memory not
-// handed out (or given back) is poisoned, so a row overrun is caught as it was with one allocation
-// per row. Thread-safe.
+// Rows of `row_bytes` bytes, handle h at chunk h / rows_per_chunk(), each chunk a private
+// anonymous mapping of about 2 MiB (rows_per_chunk() is a power of two), so that a row is found
+// from its handle with a shift, a mask and one load. Pages are touched only as rows are carved,
+// in order: a small table costs a page or two of memory, not a chunk. With `huge_pages`, chunks
+// are 2 MiB-aligned and marked for transparent huge pages (madvise). Rows given back are reused
+// before new ones are carved; memory goes back to the system when the arena is destroyed. Rows
+// start 16-byte aligned (64 where their stride is a multiple of 64). Under AddressSanitizer,
+// rows are fenced by poisoned bytes and memory not handed out (or given back) is poisoned.
+// Thread-safe: At() takes no lock (a handle obtained from Allocate, through any
+// synchronization, finds its chunk).
 class RowArena {
  public:
-  // `huge_pages`: 2 MiB chunks are marked for transparent huge pages.
-  explicit RowArena(size_t row_floats, bool huge_pages = false);
+  static constexpr uint32_t kNoRow = UINT32_MAX;
+  // The most bytes of rows one arena holds (handles are 32 bits as well).
+  static constexpr uint64_t kMaxArenaBytes = uint64_t{1} << 40;
+  static constexpr size_t kChunkBytes = size_t{2} << 20;
+
+  explicit RowArena(size_t row_bytes, bool huge_pages = false);
   ~RowArena();
   RowArena(const RowArena&) = delete;
   RowArena& operator=(const RowArena&) = delete;
 
-  // Uninitialized room for one row. Throws std::bad_alloc if no memory is left, as `new` does.
-  float* Allocate();
+  // Uninitialized room for one row; kNoRow when the arena is full (max_rows()) or the system
+  // refuses memory for a new chunk.
+  uint32_t Allocate();
   // Gives back a row from Allocate() (it may be handed out again).
-  void Free(float* row);
+  void Free(uint32_t row);
+  // The row's bytes.
+  char* At(uint32_t row) const {
+    return chunks_[row >> shift_].load(std::memory_order_acquire) +
+           static_cast<size_t>(row & mask_) * stride_;
+  }
 
-  // Bytes of the chunks taken from the system (rows in use, rows given back, room not carved).
-  size_t reserved_bytes() const;
+  // Bytes of chunk memory carved into rows so far (rows in use and given back); what the rows
+  // cost in resident memory, to the page.
+  size_t carved_bytes() const;
+  // Rows in use (allocated, not given back).
+  size_t rows_in_use() const;
   // Bytes from one row to the next: the row's size rounded up (plus a fence under ASan).
   size_t stride() const { return stride_; }
-
-  static constexpr size_t kFirstChunkBytes = size_t{64} << 10;
-  static constexpr size_t kHugeChunkBytes = size_t{2} << 20;
+  size_t rows_per_chunk() const { return size_t{1} << shift_; }
+  uint64_t max_rows() const { return max_rows_; }
 
  private:
-  struct Chunk {
-    char* data;
-    size_t bytes;
-    bool mapped;  // from mmap (else operator new)
-  };
-  void NewChunk() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  char* MapChunk();
 
   const bool huge_pages_;
   const size_t row_bytes_;
-  const size_t stride_;  // bytes from one row to the next
+  const size_t stride_;
+  const uint32_t shift_;  // log2(rows per chunk)
+  const uint32_t mask_;   // rows per chunk - 1
+  const size_t chunk_bytes_;
+  const uint64_t max_rows_;
+  const size_t max_chunks_;
+  // max_chunks_ entries in one mapping whose pages are touched as chunks are added.
+  std::atomic<char*>* const chunks_;
   mutable absl::Mutex mu_;
-  std::vector<Chunk> chunks_ ABSL_GUARDED_BY(mu_);
-  char* next_ ABSL_GUARDED_BY(mu_) = nullptr;  // room left in the last chunk: [next_, end_)
-  char* end_ ABSL_GUARDED_BY(mu_) = nullptr;
-  std::vector<float*> free_ ABSL_GUARDED_BY(mu_);
-  size_t reserved_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t num_chunks_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t carved_ ABSL_GUARDED_BY(mu_) = 0;  // rows carved: handles [0, carved_)
+  std::vector<uint32_t> free_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace ps

@@ -5,7 +5,6 @@
 #include <thread>
 #include <vector>
 
-#include "absl/algorithm/container.h"
 #include "absl/container/flat_hash_set.h"
 #include "gtest/gtest.h"
 
@@ -23,102 +22,111 @@
 namespace ps {
 namespace {
 
-uintptr_t Addr(const float* p) { return reinterpret_cast<uintptr_t>(p); }
+uintptr_t Addr(const char* p) { return reinterpret_cast<uintptr_t>(p); }
 
-TEST(RowArenaTest, RowsAreDistinctAlignedAndKeepTheirValues) {
-  for (size_t row_floats : {1, 3, 8, 16, 24, 64, 192, 1000}) {
-    SCOPED_TRACE(row_floats);
-    RowArena arena(row_floats);
-    std::vector<float*> rows;
-    // Enough rows to span several chunks (64 KiB, 128 KiB, ... and 2 MiB ones).
-    const size_t n = (size_t{6} << 20) / (row_floats * sizeof(float)) + 1;
+TEST(RowArenaTest, RowsAreDistinctAlignedAndKeepTheirBytes) {
+  for (size_t row_bytes : {1, 12, 32, 80, 96, 272, 4000}) {
+    SCOPED_TRACE(row_bytes);
+    RowArena arena(row_bytes);
+    std::vector<uint32_t> rows;
+    // Enough rows to span several chunks.
+    const size_t n = (size_t{6} << 20) / row_bytes + 1;
     for (size_t i = 0; i < n; ++i) {
-      float* row = arena.Allocate();
-      ASSERT_NE(row, nullptr);
-      EXPECT_EQ(Addr(row) % 16, 0u);
+      const uint32_t row = arena.Allocate();
+      ASSERT_NE(row, RowArena::kNoRow);
+      EXPECT_EQ(Addr(arena.At(row)) % 16, 0u);
       if (arena.stride() % 64 == 0) {
-        EXPECT_EQ(Addr(row) % 64, 0u);
+        EXPECT_EQ(Addr(arena.At(row)) % 64, 0u);
       }
-      for (size_t f = 0; f < row_floats; ++f) row[f] = static_cast<float>(i * 7 + f);
+      std::memset(arena.At(row), static_cast<int>(i % 251), row_bytes);
       rows.push_back(row);
     }
     // No row overlaps another: every row still holds what was written to it.
     for (size_t i = 0; i < n; ++i) {
-      for (size_t f = 0; f < row_floats; ++f) {
-        ASSERT_EQ(rows[i][f], static_cast<float>(i * 7 + f)) << "row " << i;
-      }
+      const char* p = arena.At(rows[i]);
+      ASSERT_EQ(p[0], static_cast<char>(i % 251)) << "row " << i;
+      ASSERT_EQ(p[row_bytes - 1], static_cast<char>(i % 251)) << "row " << i;
     }
-    EXPECT_GE(arena.reserved_bytes(), n * row_floats * sizeof(float));
+    EXPECT_EQ(arena.rows_in_use(), n);
+    EXPECT_EQ(arena.carved_bytes(), n * arena.stride());
   }
 }
 
-TEST(RowArenaTest, ChunksGrowFrom64KiBTo2MiBAndASmallTableStaysSmall) {
-  RowArena arena(64);  // 256-byte rows
-  const size_t per_first_chunk = RowArena::kFirstChunkBytes / arena.stride();
-  arena.Allocate();
-  EXPECT_EQ(arena.reserved_bytes(), RowArena::kFirstChunkBytes);
-  for (size_t i = 1; i < per_first_chunk; ++i) arena.Allocate();
-  EXPECT_EQ(arena.reserved_bytes(), RowArena::kFirstChunkBytes);  // full
-  arena.Allocate();
-  EXPECT_EQ(arena.reserved_bytes(), 3 * RowArena::kFirstChunkBytes);  // then 128 KiB
-  // 64 + 128 + ... + 2048 KiB, then 2 MiB chunks: 30 MiB of rows take 32 MiB at most.
-  for (size_t i = 0; i < (size_t{30} << 20) / arena.stride(); ++i) arena.Allocate();
-  EXPECT_LE(arena.reserved_bytes(), size_t{32} << 20);
+TEST(RowArenaTest, HandlesCountUpAndChunksHoldAPowerOfTwoRows) {
+  RowArena arena(80);
+  EXPECT_EQ(arena.stride(), 80u);
+  const size_t per_chunk = arena.rows_per_chunk();
+  EXPECT_EQ(per_chunk & (per_chunk - 1), 0u);
+  EXPECT_LE(per_chunk * arena.stride(), RowArena::kChunkBytes);
+  EXPECT_GT(2 * per_chunk * arena.stride(), RowArena::kChunkBytes);
+  for (uint32_t i = 0; i < 3 * per_chunk; ++i) EXPECT_EQ(arena.Allocate(), i);
+  // Consecutive rows of one chunk lie one stride apart.
+  EXPECT_EQ(arena.At(1) - arena.At(0), 80);
+  EXPECT_EQ(arena.At(per_chunk + 5) - arena.At(per_chunk), 5 * 80);
 }
 
-TEST(RowArenaTest, HugeChunksAreAlignedForHugePages) {
-  for (bool huge_pages : {true, false}) {  // false: the same chunks, not marked
-    RowArena arena(256, huge_pages);       // 1 KiB rows
-    // Past the growing chunks (64 KiB .. 1 MiB, 1984 KiB in all), rows come from 2 MiB chunks.
-    std::vector<float*> rows;
-    for (size_t i = 0; i < 8192; ++i) {
-      rows.push_back(arena.Allocate());
-      rows.back()[255] = static_cast<float>(i);
-    }
-    const float* last = rows.back();
-    const uintptr_t chunk = Addr(last) & ~(uintptr_t{RowArena::kHugeChunkBytes} - 1);
-    // The 2 MiB-aligned block holding the last row is all rows: a chunk starts at the boundary.
-    EXPECT_TRUE(absl::c_any_of(rows, [&](float* r) { return Addr(r) == chunk; }));
-    EXPECT_EQ(rows[5000][255], 5000.0f);
-  }
+TEST(RowArenaTest, ASmallTableTouchesFewPages) {
+  RowArena arena(80);
+  for (int i = 0; i < 10; ++i) arena.Allocate();
+  EXPECT_EQ(arena.carved_bytes(), 800u);  // the chunk's other pages are never written
+}
+
+TEST(RowArenaTest, HugePageChunksAreAligned) {
+  RowArena arena(1024, /*huge_pages=*/true);
+  const uint32_t first = arena.Allocate();
+  EXPECT_EQ(Addr(arena.At(first)) % RowArena::kChunkBytes, 0u);
+  for (size_t i = 1; i < arena.rows_per_chunk(); ++i) arena.Allocate();
+  const uint32_t next_chunk = arena.Allocate();
+  EXPECT_EQ(Addr(arena.At(next_chunk)) % RowArena::kChunkBytes, 0u);
 }
 
 TEST(RowArenaTest, RowsLargerThanAChunkGetTheirOwn) {
-  const size_t row_floats = (size_t{5} << 20) / sizeof(float);  // 5 MiB rows
-  RowArena arena(row_floats);
-  float* a = arena.Allocate();
-  float* b = arena.Allocate();
+  const size_t row_bytes = size_t{5} << 20;  // 5 MiB rows
+  RowArena arena(row_bytes);
+  EXPECT_EQ(arena.rows_per_chunk(), 1u);
+  char* a = arena.At(arena.Allocate());
+  char* b = arena.At(arena.Allocate());
   a[0] = 1;
-  a[row_floats - 1] = 2;
+  a[row_bytes - 1] = 2;
   b[0] = 3;
-  b[row_floats - 1] = 4;
-  EXPECT_EQ(a[0] + a[row_floats - 1] + b[0] + b[row_floats - 1], 10.0f);
-  EXPECT_TRUE(Addr(b) >= Addr(a + row_floats) || Addr(a) >= Addr(b + row_floats));
+  b[row_bytes - 1] = 4;
+  EXPECT_EQ(a[0] + a[row_bytes - 1] + b[0] + b[row_bytes - 1], 10);
+  EXPECT_TRUE(Addr(b) >= Addr(a + row_bytes) || Addr(a) >= Addr(b + row_bytes));
 }
 
 TEST(RowArenaTest, FreedRowsAreHandedOutAgainBeforeNewMemory) {
-  RowArena arena(8);
-  std::vector<float*> rows;
+  RowArena arena(32);
+  std::vector<uint32_t> rows;
   for (int i = 0; i < 100; ++i) rows.push_back(arena.Allocate());
-  const size_t reserved = arena.reserved_bytes();
-  const absl::flat_hash_set<float*> freed(rows.begin() + 10, rows.begin() + 60);
-  for (float* r : freed) arena.Free(r);
-  arena.Free(nullptr);  // ignored
+  const size_t carved = arena.carved_bytes();
+  const absl::flat_hash_set<uint32_t> freed(rows.begin() + 10, rows.begin() + 60);
+  for (uint32_t r : freed) arena.Free(r);
+  arena.Free(RowArena::kNoRow);  // ignored
+  EXPECT_EQ(arena.rows_in_use(), 50u);
   for (int i = 0; i < 50; ++i) EXPECT_TRUE(freed.contains(arena.Allocate()));
-  EXPECT_EQ(arena.reserved_bytes(), reserved);
+  EXPECT_EQ(arena.carved_bytes(), carved);
+  EXPECT_EQ(arena.rows_in_use(), 100u);
 }
 
-TEST(RowArenaTest, ThreadsAllocateDistinctRows) {
-  RowArena arena(16);
+TEST(RowArenaTest, AFullArenaSaysSo) {
+  // Rows of 256 MiB: 2^40 bytes hold 4096 of them (never touched: no memory is used).
+  RowArena arena(size_t{256} << 20);
+  EXPECT_EQ(arena.max_rows(), 4096u);
+  for (int i = 0; i < 4096; ++i) ASSERT_NE(arena.Allocate(), RowArena::kNoRow) << i;
+  EXPECT_EQ(arena.Allocate(), RowArena::kNoRow);
+}
+
+TEST(RowArenaTest, ThreadsAllocateDistinctRowsAndReadThemWithoutALock) {
+  RowArena arena(64);
   constexpr int kThreads = 4;
-  constexpr int kRows = 20000;
-  std::vector<std::vector<float*>> got(kThreads);
+  constexpr int kRows = 40000;  // several chunks
+  std::vector<std::vector<uint32_t>> got(kThreads);
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < kRows; ++i) {
-        float* row = arena.Allocate();
-        row[0] = static_cast<float>(t);
+        const uint32_t row = arena.Allocate();
+        arena.At(row)[0] = static_cast<char>(t);
         got[t].push_back(row);
         if (i % 3 == 0) {
           arena.Free(row);
@@ -128,11 +136,11 @@ TEST(RowArenaTest, ThreadsAllocateDistinctRows) {
     });
   }
   for (std::thread& t : threads) t.join();
-  absl::flat_hash_set<float*> all;
+  absl::flat_hash_set<uint32_t> all;
   for (int t = 0; t < kThreads; ++t) {
-    for (float* row : got[t]) {
+    for (uint32_t row : got[t]) {
       EXPECT_TRUE(all.insert(row).second) << "a row handed out twice";
-      EXPECT_EQ(row[0], static_cast<float>(t));
+      EXPECT_EQ(arena.At(row)[0], static_cast<char>(t));
     }
   }
 }
@@ -142,19 +150,20 @@ TEST(RowArenaTest, ThreadsAllocateDistinctRows) {
 // bytes after each row and freed rows are poisoned. (Checked with ASan's own query, not by
 // crashing: the sanitizer runs fail on any report written, a death test's included.)
 TEST(RowArenaTest, RowsAreFencedAndFreedRowsPoisonedUnderAsan) {
-  RowArena arena(8);
-  float* row = arena.Allocate();
-  float* neighbour = arena.Allocate();
-  EXPECT_FALSE(__asan_address_is_poisoned(row));
-  EXPECT_FALSE(__asan_address_is_poisoned(row + 7));  // the row's last float
-  EXPECT_TRUE(__asan_address_is_poisoned(row + 8));   // one past it
-  EXPECT_FALSE(__asan_address_is_poisoned(neighbour));
+  RowArena arena(32);
+  const uint32_t row = arena.Allocate();
+  const uint32_t neighbour = arena.Allocate();
+  char* p = arena.At(row);
+  EXPECT_FALSE(__asan_address_is_poisoned(p));
+  EXPECT_FALSE(__asan_address_is_poisoned(p + 31));  // the row's last byte
+  EXPECT_TRUE(__asan_address_is_poisoned(p + 32));   // one past it
+  EXPECT_FALSE(__asan_address_is_poisoned(arena.At(neighbour)));
   arena.Free(row);
-  EXPECT_TRUE(__asan_address_is_poisoned(row));
-  EXPECT_TRUE(__asan_address_is_poisoned(row + 7));
-  EXPECT_FALSE(__asan_address_is_poisoned(neighbour));
+  EXPECT_TRUE(__asan_address_is_poisoned(p));
+  EXPECT_TRUE(__asan_address_is_poisoned(p + 31));
+  EXPECT_FALSE(__asan_address_is_poisoned(arena.At(neighbour)));
   EXPECT_EQ(arena.Allocate(), row);  // reused, and usable again
-  EXPECT_FALSE(__asan_address_is_poisoned(row + 7));
+  EXPECT_FALSE(__asan_address_is_poisoned(p + 31));
 }
 #endif
 

@@ -26,6 +26,12 @@ inline absl::Status TableDroppedError(const TableStore::Table& t) {
                       "' was dropped from this server while the request ran (the job ended)")));
 }
 
+inline absl::Status NoMemoryError(const TableStore::Table& t) {
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "table ", t.spec.table_id(), " of job '", t.spec.job_id(),
+      "': no memory for a new row (the system refused it, or the table's arena is full)"));
+}
+
 // Erases the summed gradients (of every clock) of the rows whose table id passes `of_tables`
 // from a slot's pending map (clock -> (table id, key) -> sum), and the clocks left empty.
 template <typename PendingMap, typename Pred>
