@@ -15,6 +15,7 @@
 #include "common/status_macros.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "server/initializer.h"
+#include "server/internal/prefetch.h"
 #include "server/internal/slot_groups.h"
 #include "server/internal/store_helpers.h"
 #include "server/reject_reason.h"
@@ -577,7 +578,7 @@ void TableStore::EvictOne(Slot& slot, const Table& table) {
   uint32_t sample[kSample];
   const size_t n = table.index[SlotIndex(slot)].Sample(NextRandom(slot), sample, kSample);
   if (n == 0) return;  // the cap is held on average: other slots hold the table's rows
-  for (size_t i = 0; i < n; ++i) __builtin_prefetch(table.arena->At(sample[i]));
+  for (size_t i = 0; i < n; ++i) PrefetchRead(table.arena->At(sample[i]));
   uint32_t victim = sample[0];
   uint32_t oldest = table.Header(table.arena->At(victim))->used;
   for (size_t i = 1; i < n; ++i) {
@@ -645,9 +646,9 @@ absl::Status TableStore::ForEachRow(const Table& t, absl::Span<const uint64_t> k
     for (size_t off = kLine; off < prefetch_bytes + kLine; off += kLine) {
       const char* at = p + std::min(off, prefetch_bytes - 1);
       if (for_write) {
-        __builtin_prefetch(at, 1);
+        PrefetchWrite(at);
       } else {
-        __builtin_prefetch(at, 0);
+        PrefetchRead(at);
       }
     }
   };

@@ -9,9 +9,8 @@ namespace ps {
 RowIndex::~RowIndex() { Clear(); }
 
 void RowIndex::Clear() {
-  std::free(ctrl_);
-  ctrl_ = nullptr;
-  rows_ = nullptr;
+  std::free(buckets_);
+  buckets_ = nullptr;
   capacity_ = 0;
   size_ = 0;
 }
@@ -22,45 +21,45 @@ uint32_t RowIndex::Find(const RowArena& arena, uint64_t key) const {
   const uint8_t tag = Tag(hash);
   const size_t mask = capacity_ - 1;
   for (size_t i = Position(hash);; i = (i + 1) & mask) {
-    const uint8_t c = ctrl_[i];
+    const uint8_t c = Ctrl(i);
     if (c == kEmpty) return RowArena::kNoRow;
-    if (c == tag && KeyOf(arena.At(rows_[i])) == key) return rows_[i];
+    if (c == tag && KeyOf(arena.At(RowAt(i))) == key) return RowAt(i);
   }
 }
 
 void RowIndex::PlaceNew(uint64_t hash, uint32_t row) {
   const size_t mask = capacity_ - 1;
   size_t i = Position(hash);
-  while (ctrl_[i] != kEmpty) i = (i + 1) & mask;
-  ctrl_[i] = Tag(hash);
-  rows_[i] = row;
+  while (Ctrl(i) != kEmpty) i = (i + 1) & mask;
+  Set(i, Tag(hash), row);
   ++size_;
 }
 
 bool RowIndex::Resize(const RowArena& arena, size_t capacity) {
-  // Control bytes, then the handles at a 4-byte boundary.
-  const size_t ctrl_bytes = (capacity + 3) & ~size_t{3};
-  auto* block = static_cast<uint8_t*>(std::malloc(ctrl_bytes + capacity * sizeof(uint32_t)));
+  auto* block = static_cast<uint8_t*>(std::malloc(capacity * kBucketBytes + kPadBytes));
   if (block == nullptr) return false;
-  std::memset(block, kEmpty, capacity);
-  uint8_t* old_ctrl = ctrl_;
-  uint32_t* old_rows = rows_;
+  std::memset(block, 0, capacity * kBucketBytes + kPadBytes);  // every control byte kEmpty
+  uint8_t* old = buckets_;
   const size_t old_capacity = capacity_;
-  ctrl_ = block;
-  rows_ = reinterpret_cast<uint32_t*>(block + ctrl_bytes);
+  buckets_ = block;
   capacity_ = capacity;
   size_ = 0;
+  auto old_row = [&](size_t i) {
+    uint32_t row;
+    std::memcpy(&row, old + i * kBucketBytes + 1, sizeof(row));
+    return row;
+  };
   // The keys are read from the rows: fetched a few entries ahead, so the misses overlap.
   constexpr size_t kAhead = 8;
   size_t ahead = 0;
   for (size_t i = 0; i < old_capacity; ++i) {
-    if (old_ctrl[i] == kEmpty) continue;
+    if (old[i * kBucketBytes] == kEmpty) continue;
     for (ahead = std::max(ahead, i + 1); ahead < old_capacity && ahead < i + kAhead; ++ahead) {
-      if (old_ctrl[ahead] != kEmpty) __builtin_prefetch(arena.At(old_rows[ahead]));
+      if (old[ahead * kBucketBytes] != kEmpty) PrefetchRead(arena.At(old_row(ahead)));
     }
-    PlaceNew(Hash(KeyOf(arena.At(old_rows[i]))), old_rows[i]);
+    PlaceNew(Hash(KeyOf(arena.At(old_row(i)))), old_row(i));
   }
-  std::free(old_ctrl);
+  std::free(old);
   return true;
 }
 
@@ -80,23 +79,22 @@ uint32_t RowIndex::Erase(const RowArena& arena, uint64_t key) {
   const size_t mask = capacity_ - 1;
   size_t i = Position(hash);
   for (;; i = (i + 1) & mask) {
-    const uint8_t c = ctrl_[i];
+    const uint8_t c = Ctrl(i);
     if (c == kEmpty) return RowArena::kNoRow;
-    if (c == tag && KeyOf(arena.At(rows_[i])) == key) break;
+    if (c == tag && KeyOf(arena.At(RowAt(i))) == key) break;
   }
-  const uint32_t erased = rows_[i];
+  const uint32_t erased = RowAt(i);
   // Backward shift: entries after the hole that may live there (their home is not in the
   // cyclic range (hole, entry]) move into it, until an empty bucket ends the run.
   size_t hole = i;
-  for (size_t j = (hole + 1) & mask; ctrl_[j] != kEmpty; j = (j + 1) & mask) {
-    const size_t home = Position(Hash(KeyOf(arena.At(rows_[j]))));
+  for (size_t j = (hole + 1) & mask; Ctrl(j) != kEmpty; j = (j + 1) & mask) {
+    const size_t home = Position(Hash(KeyOf(arena.At(RowAt(j)))));
     const bool stays = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
     if (stays) continue;
-    ctrl_[hole] = ctrl_[j];
-    rows_[hole] = rows_[j];
+    Set(hole, Ctrl(j), RowAt(j));
     hole = j;
   }
-  ctrl_[hole] = kEmpty;
+  Set(hole, kEmpty, 0);
   --size_;
   return erased;
 }
@@ -107,7 +105,7 @@ size_t RowIndex::Sample(uint64_t start, uint32_t* out, size_t n) const {
   const size_t mask = capacity_ - 1;
   for (size_t i = start & mask, seen = 0; found < n && seen < capacity_; i = (i + 1) & mask) {
     ++seen;
-    if (ctrl_[i] != kEmpty) out[found++] = rows_[i];
+    if (Ctrl(i) != kEmpty) out[found++] = RowAt(i);
   }
   return found;
 }

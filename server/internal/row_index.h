@@ -7,15 +7,17 @@
 #include <cstdint>
 #include <cstring>
 
+#include "server/internal/prefetch.h"
 #include "server/internal/row_arena.h"
 
 namespace ps {
 
-// Open addressing with linear probing: per bucket a control byte (empty, or 7 bits of the key's
-// hash) and a 4-byte row handle, 5 bytes a bucket at a load of 3/8 to 3/4 (about 7-13 bytes a
-// row). A lookup compares control bytes, which sit together in memory, and reads a row's key
-// only where its 7 bits match (a false match is 1 in 128). Erase shifts the following entries
-// back (no tombstones). Thread-compatible: the caller serializes (the slot's lock).
+// Open addressing with linear probing over packed 5-byte buckets: a control byte (empty, or 7
+// bits of the key's hash) and the 4-byte row handle beside it, so that a lookup reads one cache
+// line of buckets (rarely two) and then the row, whose key it compares only where the 7 bits
+// match (a false match is 1 in 128). Buckets are 3/8 to 3/4 full: about 7-13 bytes a row.
+// Erase shifts the following entries back (no tombstones). Thread-compatible: the caller
+// serializes (the slot's lock).
 class RowIndex {
  public:
   RowIndex() = default;
@@ -41,10 +43,7 @@ class RowIndex {
   uint32_t Find(const RowArena& arena, uint64_t key) const;
   // Fetches the control bytes where `key` would be into cache (a lookup soon after costs less).
   void Prefetch(uint64_t key) const {
-    if (capacity_ == 0) return;
-    const size_t i = Position(Hash(key));
-    __builtin_prefetch(ctrl_ + i);
-    __builtin_prefetch(rows_ + i);
+    if (capacity_ != 0) PrefetchRead(Bucket(Position(Hash(key))));
   }
   // Fetches the row `key` probably has (the first whose control byte matches) into cache: after
   // Prefetch, once its buckets arrived, so that Find then finds the row's key in cache.
@@ -53,9 +52,10 @@ class RowIndex {
     const uint64_t hash = Hash(key);
     const uint8_t tag = Tag(hash);
     for (size_t i = Position(hash);; i = (i + 1) & (capacity_ - 1)) {
-      if (ctrl_[i] == kEmpty) return;
-      if (ctrl_[i] == tag) {
-        __builtin_prefetch(arena.At(rows_[i]));
+      const uint8_t c = Ctrl(i);
+      if (c == kEmpty) return;
+      if (c == tag) {
+        PrefetchRead(arena.At(RowAt(i)));
         return;
       }
     }
@@ -70,12 +70,12 @@ class RowIndex {
 
   size_t size() const { return size_; }
   // Bytes of the buckets.
-  size_t bytes() const { return capacity_ * kBucketBytes; }
+  size_t bytes() const { return capacity_ == 0 ? 0 : capacity_ * kBucketBytes + kPadBytes; }
   // Calls fn(handle) for every row, in bucket order. fn must not change the index.
   template <typename Fn>
   void ForEach(Fn fn) const {
     for (size_t i = 0; i < capacity_; ++i) {
-      if (ctrl_[i] != kEmpty) fn(rows_[i]);
+      if (Ctrl(i) != kEmpty) fn(RowAt(i));
     }
   }
   // Up to `n` handles of rows in consecutive buckets from bucket `start` % capacity on (wrapping
@@ -87,14 +87,26 @@ class RowIndex {
 
  private:
   static constexpr uint8_t kEmpty = 0;
+  static constexpr size_t kPadBytes = 8;  // after the last bucket: its handle is read as 8 bytes
+  const uint8_t* Bucket(size_t i) const { return buckets_ + i * kBucketBytes; }
+  uint8_t* Bucket(size_t i) { return buckets_ + i * kBucketBytes; }
+  uint8_t Ctrl(size_t i) const { return buckets_[i * kBucketBytes]; }
+  uint32_t RowAt(size_t i) const {
+    uint32_t row;
+    std::memcpy(&row, Bucket(i) + 1, sizeof(row));
+    return row;
+  }
+  void Set(size_t i, uint8_t ctrl, uint32_t row) {
+    Bucket(i)[0] = ctrl;
+    std::memcpy(Bucket(i) + 1, &row, sizeof(row));
+  }
   static uint8_t Tag(uint64_t hash) { return static_cast<uint8_t>(0x80u | (hash & 0x7fu)); }
   size_t Position(uint64_t hash) const { return (hash >> 7) & (capacity_ - 1); }
   // Moves every row into `capacity` buckets (a power of two); false if no memory.
   bool Resize(const RowArena& arena, size_t capacity);
   void PlaceNew(uint64_t hash, uint32_t row);  // no growth, key absent
 
-  uint8_t* ctrl_ = nullptr;  // capacity_ control bytes, then the handles (one allocation)
-  uint32_t* rows_ = nullptr;
+  uint8_t* buckets_ = nullptr;  // capacity_ buckets of 5 bytes (control byte, row handle)
   size_t capacity_ = 0;      // 0 or a power of two >= kMinCapacity
   size_t size_ = 0;
 };

@@ -42,7 +42,7 @@ TEST_F(RowIndexTest, FindsWhatWasInsertedAndNothingElse) {
   }
   // Between 3/8 and 3/4 full, 5 bytes a bucket.
   EXPECT_GE(index_.bytes(), expected.size() * RowIndex::kBucketBytes * 4 / 3);
-  EXPECT_LE(index_.bytes(), expected.size() * RowIndex::kBucketBytes * 8 / 3 + 64);
+  EXPECT_LE(index_.bytes(), expected.size() * RowIndex::kBucketBytes * 8 / 3 + 16);
 }
 
 TEST_F(RowIndexTest, EraseKeepsEveryOtherKeyFindable) {
