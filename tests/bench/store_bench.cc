@@ -1,5 +1,7 @@
 // store_bench: keys/s of a server's sparse row path alone, in process (no gRPC, no client):
 //   create  pulls of keys never seen (each creates and initializes its row)
+//   memory  after create: the process's resident memory grown per row (VmRSS), against the
+//           row's own bytes (8-byte key, values as stored, optimizer state)
 //   pull    pulls of random existing rows (the answer assembled from the rows)
 //   push    pushes of gradients to random existing rows (the optimizer applied to each)
 //   mem-read, mem-update (unless --nomemory_floor)
@@ -22,6 +24,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <unistd.h>
 #include <memory>
 #include <random>
 #include <string>
@@ -53,6 +56,7 @@ ABSL_FLAG(bool, huge_pages, false,
           "the rows on transparent huge pages (ps_server --huge_pages; the kernel may refuse)");
 ABSL_FLAG(bool, memory_floor, true,
           "also print the mem-read and mem-update lines, on one thread and on two (2t)");
+ABSL_FLAG(std::string, storage, "fp32", "the table's storage of values: fp32, fp16 or bf16");
 ABSL_FLAG(std::string, optimizer, "sgd",
           "the table's optimizer: sgd (no state), momentum / adagrad (1 float per value), "
           "adam / ftrl (2)");
@@ -66,6 +70,7 @@ struct BenchOptions {
   uint64_t keys_per_request = 0;
   double seconds = 0;
   v1::OptimizerSpec::Kind optimizer = v1::OptimizerSpec::SGD;
+  v1::TableSpec::Storage storage = v1::TableSpec::FP32;
   bool huge_pages = false;
   bool memory_floor = true;
 };
@@ -94,12 +99,28 @@ absl::StatusOr<BenchOptions> OptionsFromFlags() {
     return absl::InvalidArgumentError(
         absl::StrCat("--optimizer: unknown '", absl::GetFlag(FLAGS_optimizer), "'"));
   }
+  if (!v1::TableSpec::Storage_Parse(absl::AsciiStrToUpper(absl::GetFlag(FLAGS_storage)),
+                                    &o.storage)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--storage: unknown '", absl::GetFlag(FLAGS_storage), "' (fp32, fp16, bf16)"));
+  }
   return o;
 }
 
 constexpr char kJob[] = "bench";
 
-v1::TableSpec Spec(uint32_t id, int dim, v1::OptimizerSpec::Kind optimizer) {
+// The process's resident memory (VmRSS), bytes; 0 if it cannot be read.
+uint64_t ResidentBytes() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return 0;
+  unsigned long long pages = 0, resident = 0;
+  const int got = std::fscanf(f, "%llu %llu", &pages, &resident);
+  std::fclose(f);
+  return got == 2 ? resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE)) : 0;
+}
+
+v1::TableSpec Spec(uint32_t id, int dim, v1::OptimizerSpec::Kind optimizer,
+                   v1::TableSpec::Storage storage) {
   v1::TableSpec spec;
   spec.set_table_id(id);
   spec.set_name(absl::StrCat("dim", dim));
@@ -111,6 +132,7 @@ v1::TableSpec Spec(uint32_t id, int dim, v1::OptimizerSpec::Kind optimizer) {
   spec.mutable_initializer()->set_high(0.1f);
   spec.mutable_optimizer()->set_kind(optimizer);
   spec.mutable_optimizer()->set_learning_rate(1e-3f);
+  spec.set_storage(storage);
   return spec;
 }
 
@@ -189,7 +211,12 @@ void MemoryFloor(const BenchOptions& o, int dim, size_t row_floats,
 }
 
 absl::Status RunDim(const BenchOptions& o, TableStore& store, uint32_t table_id, int dim) {
-  PS_RETURN_IF_ERROR(store.CreateTable(Spec(table_id, dim, o.optimizer)));
+  const v1::TableSpec spec = Spec(table_id, dim, o.optimizer, o.storage);
+  auto optimizer = RowOptimizer::Create(spec.optimizer());
+  if (!optimizer.ok()) return optimizer.status();
+  const size_t state_floats = static_cast<size_t>(dim) * (*optimizer)->state_per_value();
+  const uint64_t resident_before = ResidentBytes();
+  PS_RETURN_IF_ERROR(store.CreateTable(spec));
   const uint64_t n = o.keys_per_request;
   std::vector<uint64_t> keys(n);
   std::vector<float> grad(n * dim);
@@ -217,6 +244,17 @@ absl::Status RunDim(const BenchOptions& o, TableStore& store, uint32_t table_id,
     done += n;
   }
   Report(dim, "create", done, absl::ToDoubleSeconds(absl::Now() - start));
+  {
+    const double per_row =
+        static_cast<double>(ResidentBytes() - resident_before) / static_cast<double>(done);
+    const size_t own = sizeof(uint64_t) + dim * (o.storage == v1::TableSpec::FP32 ? 4 : 2) +
+                       state_floats * sizeof(float);
+    absl::PrintF(
+        "dim %-5d %-13s %12.1f B/row resident %5zu B/row own (key, %s values, state) %5.2fx\n",
+        dim, "memory", per_row, own, absl::AsciiStrToLower(v1::TableSpec::Storage_Name(o.storage)),
+        per_row / static_cast<double>(own));
+    std::fflush(stdout);
+  }
 
   // Random requests without a key twice (the server refuses those): consecutive runs of a
   // shuffled list of every key.
@@ -237,18 +275,16 @@ absl::Status RunDim(const BenchOptions& o, TableStore& store, uint32_t table_id,
   }
   if (o.memory_floor) {
     // A row as the store lays it out: the values, then the optimizer's state.
-    auto optimizer = RowOptimizer::Create(Spec(table_id, dim, o.optimizer).optimizer());
-    if (!optimizer.ok()) return optimizer.status();
-    MemoryFloor(o, dim, static_cast<size_t>(dim) * (1 + (*optimizer)->state_per_value()), grad);
+    MemoryFloor(o, dim, dim + state_floats, grad);
   }
   return absl::OkStatus();
 }
 
 absl::Status Run(const BenchOptions& o) {
-  absl::PrintF("%llu rows per dim, %llu keys per request, optimizer %s\n",
+  absl::PrintF("%llu rows per dim, %llu keys per request, optimizer %s, storage %s\n",
                static_cast<unsigned long long>(o.rows),
                static_cast<unsigned long long>(o.keys_per_request),
-               v1::OptimizerSpec::Kind_Name(o.optimizer));
+               v1::OptimizerSpec::Kind_Name(o.optimizer), v1::TableSpec::Storage_Name(o.storage));
   for (size_t i = 0; i < o.dims.size(); ++i) {
     // A store per dim: the rows of one do not crowd the caches of the next.
     TableStoreOptions options;
@@ -266,7 +302,8 @@ absl::Status Run(const BenchOptions& o) {
 
 int main(int argc, char** argv) {
   ps::SetUsage(
-      "Keys/s of the server's sparse row path (create, pull, push), in process: no network.\n"
+      "Keys/s of the server's sparse row path (create, pull, push), in process: no network,\n"
+      "and after create the resident memory per row against the row's own bytes.\n"
       "Then mem-read and mem-update: the same random rows on a plain array, the memory's floor,\n"
       "and their 2t lines: the same on two threads at once, each on half of the rows (keys/s\n"
       "summed). --nomemory_floor skips them; they take as much memory again as the store's rows.\n"
