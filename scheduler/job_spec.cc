@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "common/printable.h"
 #include "common/status_macros.h"
+#include "common/table_features.h"
 
 namespace ps {
 namespace {
@@ -219,6 +220,9 @@ absl::Status CheckTables(v1::JobSpec* spec) {
     if (!v1::OptimizerSpec::Kind_IsValid(t.optimizer().kind())) {
       return Invalid(
           absl::StrCat(which, ": optimizer.kind = ", t.optimizer().kind(), " is not an optimizer"));
+    }
+    if (absl::Status s = ValidateTableFeatures(t); !s.ok()) {
+      return Invalid(absl::StrCat(which, ": ", s.message()));
     }
   }
   return absl::OkStatus();

@@ -314,6 +314,35 @@ TEST_F(JobSpecTest, RejectsBadProgramJobsByName) {
                  Program());
 }
 
+// Storage, admission and eviction are checked at submit as the servers check them.
+TEST_F(JobSpecTest, RejectsBadTableFeaturesByName) {
+  ExpectRejected([](v1::JobSpec* s) { s->mutable_tables(0)->mutable_eviction()->set_max_rows(0); },
+                 "tables[0] (\"emb\"): eviction.max_rows = 0", Program());
+  ExpectRejected(
+      [](v1::JobSpec* s) { s->mutable_tables(0)->mutable_eviction()->set_ttl_seconds(-5); },
+      "eviction.ttl_seconds = -5 must be >= 1", Program());
+  ExpectRejected(
+      [](v1::JobSpec* s) { s->mutable_tables(0)->mutable_admission()->set_min_count(300); },
+      "admission.min_count = 300 is not in 0..255", Program());
+  ExpectRejected(
+      [](v1::JobSpec* s) { s->mutable_tables(0)->mutable_admission()->set_probability(1.5f); },
+      "admission.probability = 1.5 is not in (0, 1]", Program());
+  ExpectRejected(
+      [](v1::JobSpec* s) { s->mutable_tables(1)->mutable_eviction()->set_max_rows(10); },
+      "eviction is for SPARSE tables", Program());
+  ExpectRejected(
+      [](v1::JobSpec* s) {
+        s->mutable_tables(0)->set_storage(static_cast<v1::TableSpec::Storage>(7));
+      },
+      "storage = 7 is not FP32, FP16 or BF16", Program());
+  v1::JobSpec spec = Program();
+  spec.mutable_tables(0)->set_storage(v1::TableSpec::FP16);
+  spec.mutable_tables(0)->mutable_admission()->set_min_count(2);
+  spec.mutable_tables(0)->mutable_eviction()->set_max_rows(1000);
+  spec.mutable_tables(0)->mutable_eviction()->set_ttl_seconds(60);
+  EXPECT_TRUE(NormalizeJobSpec(&spec, limits_).ok());
+}
+
 TEST_F(JobSpecTest, ProgramJobOverTheModelCapIsResourceExhausted) {
   v1::JobSpec spec = Program();
   spec.mutable_tables(1)->set_num_rows(uint64_t{1} << 30);  // x 10 floats x 3: 120 GiB
