@@ -532,8 +532,12 @@ uint64_t TableStore::NextRandom(Slot& slot) {
 }
 
 char* TableStore::InsertRow(Slot& slot, const Table& table, uint64_t key) {
-  if (table.max_rows != 0 && table.rows.load(std::memory_order_relaxed) >= table.max_rows) {
-    EvictOne(slot, table);
+  // At the cap, a row of this slot goes first; where the slot had none of the table's rows, the
+  // table went over by one, which the next inserts take back (two evictions each at most).
+  for (int i = 0; i < 2 && table.max_rows != 0 &&
+                  table.rows.load(std::memory_order_relaxed) >= table.max_rows;
+       ++i) {
+    if (!EvictOne(slot, table)) break;
   }
   const uint32_t handle = table.arena->Allocate();
   if (handle == RowArena::kNoRow) return nullptr;
@@ -573,11 +577,11 @@ void TableStore::EraseRow(Slot& slot, const Table& table, uint64_t key, uint32_t
   table.rows.fetch_sub(1, std::memory_order_relaxed);
 }
 
-void TableStore::EvictOne(Slot& slot, const Table& table) {
+bool TableStore::EvictOne(Slot& slot, const Table& table) {
   constexpr size_t kSample = 8;
   uint32_t sample[kSample];
   const size_t n = table.index[SlotIndex(slot)].Sample(NextRandom(slot), sample, kSample);
-  if (n == 0) return;  // the cap is held on average: other slots hold the table's rows
+  if (n == 0) return false;
   for (size_t i = 0; i < n; ++i) PrefetchRead(table.arena->At(sample[i]));
   uint32_t victim = sample[0];
   uint32_t oldest = table.Header(table.arena->At(victim))->used;
@@ -591,6 +595,7 @@ void TableStore::EvictOne(Slot& slot, const Table& table) {
   EraseRow(slot, table, table.Header(table.arena->At(victim))->key, victim);
   CountErasedRows(table, 1);
   CountEvicted(table, 1, 0);
+  return true;
 }
 
 uint64_t TableStore::ClearSlot(Slot& slot, const Table& table) {

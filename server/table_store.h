@@ -322,9 +322,9 @@ class TableStore {
   // the table is at its cap; the caller counts it (CountNewRows). Null if no memory.
   char* InsertRow(Slot& slot, const Table& table, uint64_t key)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
-  // Drops the least recently used of a few rows of `table` sampled in the slot (none if the
-  // slot holds none of the table's rows).
-  void EvictOne(Slot& slot, const Table& table) ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
+  // Drops the least recently used of a few rows of `table` sampled in the slot; false if the
+  // slot holds none of the table's rows.
+  bool EvictOne(Slot& slot, const Table& table) ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
   // Drops the row `row` of `key` from the slot's index of `table` and gives its memory back;
   // the caller counts it (CountErasedRows).
   void EraseRow(Slot& slot, const Table& table, uint64_t key, uint32_t row)
