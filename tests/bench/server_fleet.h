@@ -33,6 +33,8 @@ class ServerFleet {
 
   // "127.0.0.1:port" of each server, in shard-map order.
   const std::vector<std::string>& addresses() const { return addresses_; }
+  // The servers' process ids, in the same order.
+  const std::vector<pid_t>& pids() const { return pids_; }
 
  private:
   ServerFleet() = default;
