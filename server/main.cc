@@ -40,7 +40,8 @@ ABSL_FLAG(absl::Duration, max_pull_wait, absl::Seconds(120),
           "longest a pull waits for slow workers (sync/ssp) before DEADLINE_EXCEEDED");
 ABSL_FLAG(int, max_message_mb, 256, "largest gRPC message accepted, MiB");
 ABSL_FLAG(uint64_t, max_job_bytes, uint64_t{16} << 30,
-          "most row bytes (values + optimizer state) one job's tables may hold on this server: "
+          "most row bytes (as stored: key, values, optimizer state) one job's tables may hold on "
+          "this server: "
           "dense tables count with this server's share at CreateTable, sparse rows as new keys "
           "are pulled or pushed; beyond it RESOURCE_EXHAUSTED (default 16 GiB). A job's rows "
           "are freed when it ends (the scheduler's DropJob)");
