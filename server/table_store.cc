@@ -531,7 +531,7 @@ uint64_t TableStore::NextRandom(Slot& slot) {
   return x;
 }
 
-char* TableStore::InsertRow(Slot& slot, const Table& table, uint64_t key) {
+char* TableStore::InsertRow(Slot& slot, const Table& table, uint64_t key, RowCache* cache) {
   // At the cap, a row of this slot goes first; where the slot had none of the table's rows, the
   // table went over by one, which the next inserts take back (two evictions each at most).
   for (int i = 0; i < 2 && table.max_rows != 0 &&
@@ -539,7 +539,7 @@ char* TableStore::InsertRow(Slot& slot, const Table& table, uint64_t key) {
        ++i) {
     if (!EvictOne(slot, table)) break;
   }
-  const uint32_t handle = table.arena->Allocate();
+  const uint32_t handle = cache != nullptr ? cache->Take() : table.arena->Allocate();
   if (handle == RowArena::kNoRow) return nullptr;
   char* row = table.arena->At(handle);
   RowHeader* header = table.Header(row);
@@ -658,6 +658,7 @@ absl::Status TableStore::ForEachRow(const Table& t, absl::Span<const uint64_t> k
     }
   };
   uint64_t created = 0;  // rows created, counted once at the end
+  RowCache cache(t.arena.get());
   // The keys of a batch of slots, in the batch's order: (slot's index, index into keys). On the
   // stack for a batch of up to twice kBatchKeys keys (a small request allocates nothing).
   absl::InlinedVector<std::pair<const RowIndex*, uint32_t>, 2 * kBatchKeys> stream;
@@ -705,7 +706,7 @@ absl::Status TableStore::ForEachRow(const Table& t, absl::Span<const uint64_t> k
         Slot& slot = *batch[b].slot;
         if (!t.admission || missing == Missing::kCreate ||
             (missing == Missing::kPush && Admit(slot, t, key))) {
-          row = InsertRow(slot, t, key);
+          row = InsertRow(slot, t, key, &cache);
           if (row == nullptr) return NoMemoryError(t);
           ++created;
         } else if (missing == Missing::kPush) {

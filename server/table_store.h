@@ -318,9 +318,35 @@ class TableStore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
   // Whether a push of `key` (no row) admits it now: counts it in the slot's sketch.
   bool Admit(Slot& slot, const Table& table, uint64_t key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
+  // Rows of one table taken from its arena a few at a time (one lock for several new rows); those
+  // not used go back when it is destroyed.
+  class RowCache {
+   public:
+    explicit RowCache(RowArena* arena) : arena_(arena) {}
+    ~RowCache() { arena_->FreeMany(rows_ + next_, size_ - next_); }
+    RowCache(const RowCache&) = delete;
+    RowCache& operator=(const RowCache&) = delete;
+    // A row, or RowArena::kNoRow.
+    uint32_t Take() {
+      if (next_ == size_) {
+        size_ = arena_->AllocateMany(rows_, kRows);
+        next_ = 0;
+        if (size_ == 0) return RowArena::kNoRow;
+      }
+      return rows_[next_++];
+    }
+
+   private:
+    static constexpr size_t kRows = 32;
+    RowArena* const arena_;
+    uint32_t rows_[kRows];
+    size_t next_ = 0;
+    size_t size_ = 0;
+  };
   // Creates the row of `key` (not in the slot) of `table`, initialized, evicting one first if
-  // the table is at its cap; the caller counts it (CountNewRows). Null if no memory.
-  char* InsertRow(Slot& slot, const Table& table, uint64_t key)
+  // the table is at its cap; the caller counts it (CountNewRows). Null if no memory. Its memory
+  // comes from `cache` if given.
+  char* InsertRow(Slot& slot, const Table& table, uint64_t key, RowCache* cache = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
   // Drops the least recently used of a few rows of `table` sampled in the slot; false if the
   // slot holds none of the table's rows.

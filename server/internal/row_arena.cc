@@ -101,6 +101,19 @@ char* RowArena::MapChunk() {
 
 uint32_t RowArena::Allocate() {
   absl::MutexLock l(&mu_);
+  return AllocateLocked();
+}
+
+size_t RowArena::AllocateMany(uint32_t* out, size_t n) {
+  absl::MutexLock l(&mu_);
+  for (size_t i = 0; i < n; ++i) {
+    out[i] = AllocateLocked();
+    if (out[i] == kNoRow) return i;
+  }
+  return n;
+}
+
+uint32_t RowArena::AllocateLocked() {
   if (!free_.empty()) {
     const uint32_t row = free_.back();
     free_.pop_back();
@@ -119,11 +132,15 @@ uint32_t RowArena::Allocate() {
   return row;
 }
 
-void RowArena::Free(uint32_t row) {
-  if (row == kNoRow) return;
+void RowArena::Free(uint32_t row) { FreeMany(&row, 1); }
+
+void RowArena::FreeMany(const uint32_t* rows, size_t n) {
   absl::MutexLock l(&mu_);
-  PS_POISON(At(row), row_bytes_);
-  free_.push_back(row);
+  for (size_t i = 0; i < n; ++i) {
+    if (rows[i] == kNoRow) continue;
+    PS_POISON(At(rows[i]), row_bytes_);
+    free_.push_back(rows[i]);
+  }
 }
 
 size_t RowArena::carved_bytes() const {

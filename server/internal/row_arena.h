@@ -38,8 +38,12 @@ class RowArena {
   // Uninitialized room for one row; kNoRow when the arena is full (max_rows()) or the system
   // refuses memory for a new chunk.
   uint32_t Allocate();
+  // Up to `n` rows at once (one lock for all): writes their handles to `out`, returns how many
+  // (fewer only where Allocate would say kNoRow).
+  size_t AllocateMany(uint32_t* out, size_t n);
   // Gives back a row from Allocate() (it may be handed out again).
   void Free(uint32_t row);
+  void FreeMany(const uint32_t* rows, size_t n);
   // The row's bytes.
   char* At(uint32_t row) const {
     return chunks_[row >> shift_].load(std::memory_order_acquire) +
@@ -58,6 +62,7 @@ class RowArena {
 
  private:
   char* MapChunk();
+  uint32_t AllocateLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const bool huge_pages_;
   const size_t row_bytes_;
