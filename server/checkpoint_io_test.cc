@@ -182,6 +182,44 @@ TEST_F(CheckpointIoTest, RestoreIntoAFreshStoreGivesBitIdenticalRows) {
   EXPECT_EQ(meta->rows(), 800u);
 }
 
+// A table with a cap, a TTL and half-precision rows: the checkpoint holds the rows live when it
+// is taken (none of those evicted or expired before), in float32, and restores bit-identically;
+// restoring it into a table whose cap is smaller is refused and loads nothing.
+TEST_F(CheckpointIoTest, ACappedHalfPrecisionTableRestoresItsLiveRows) {
+  std::vector<TableSpec> specs = Specs();
+  TableSpec& sparse = specs[1];
+  sparse.set_storage(TableSpec::FP16);
+  sparse.mutable_eviction()->set_max_rows(400);
+  sparse.mutable_eviction()->set_ttl_seconds(30);
+  auto source = NewStore(specs);
+  const absl::Time t0 = absl::Now();
+  source->Tick(t0);
+  Train(*source, specs, 3);  // 500 sparse keys: past the cap
+  const uint64_t live = source->NumRows(kSparse);
+  EXPECT_LE(live, 400u + 2);
+  EXPECT_GT(source->Stats(kSparse)->evicted(), 0u);
+  const v1::CheckpointShard shard = Write(*source, "shard-0");
+  auto read = ReadCheckpointSlots({shard}, AllSlots(), specs);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->num_rows, 300u + live);
+  auto target = NewStore(specs);
+  ASSERT_TRUE(target->LoadSlots(kJob, AllSlots(), read->rows).ok());
+  EXPECT_EQ(Raw(*target, kSparse), Raw(*source, kSparse));
+  EXPECT_EQ(Raw(*target, kDense), Raw(*source, kDense));
+  // The restored rows count as used at the restore: they expire a TTL after it, not before.
+  EXPECT_EQ(target->Tick(absl::Now() + absl::Seconds(20)), 0u);
+  EXPECT_EQ(target->NumRows(kSparse), live);
+
+  std::vector<TableSpec> smaller = specs;
+  smaller[1].mutable_eviction()->set_max_rows(100);
+  auto capped = NewStore(smaller);
+  const absl::Status s = capped->LoadSlots(kJob, AllSlots(), read->rows);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("over the table's cap of 100"), std::string::npos) << s;
+  EXPECT_EQ(capped->NumRows(kSparse), 0u);
+  EXPECT_EQ(capped->NumRows(kDense), 300u);  // its own, untouched
+}
+
 TEST_F(CheckpointIoTest, ShardsOfSeveralServersRestoreTogether) {
   const std::vector<TableSpec> specs = Specs();
   auto even = NewStore(specs, ParitySlots(0));

@@ -532,12 +532,13 @@ uint64_t TableStore::NextRandom(Slot& slot) {
 }
 
 char* TableStore::InsertRow(Slot& slot, const Table& table, uint64_t key, RowCache* cache) {
-  // At the cap, a row of this slot goes first; where the slot had none of the table's rows, the
-  // table went over by one, which the next inserts take back (two evictions each at most).
+  // At the cap, a row of this slot goes first, else one of another slot that is free now;
+  // where neither was found the table goes over by one, which the next inserts take back (two
+  // evictions each at most).
   for (int i = 0; i < 2 && table.max_rows != 0 &&
                   table.rows.load(std::memory_order_relaxed) >= table.max_rows;
        ++i) {
-    if (!EvictOne(slot, table)) break;
+    if (!EvictOne(slot, table) && !EvictElsewhere(slot, table)) break;
   }
   const uint32_t handle = cache != nullptr ? cache->Take() : table.arena->Allocate();
   if (handle == RowArena::kNoRow) return nullptr;
@@ -596,6 +597,20 @@ bool TableStore::EvictOne(Slot& slot, const Table& table) {
   CountErasedRows(table, 1);
   CountEvicted(table, 1, 0);
   return true;
+}
+
+bool TableStore::EvictElsewhere(Slot& slot, const Table& table) {
+  constexpr int kTries = 8;
+  for (int i = 0; i < kTries; ++i) {
+    Slot& other = slots_[NextRandom(slot) % kNumSlots];
+    if (&other == &slot) continue;
+    // Never waits: a slot held by this request (or another) is skipped, so no lock order forms.
+    if (!other.mu.TryLock()) continue;
+    const bool evicted = !table.dropped.load() && EvictOne(other, table);
+    other.mu.Unlock();
+    if (evicted) return true;
+  }
+  return false;
 }
 
 uint64_t TableStore::ClearSlot(Slot& slot, const Table& table) {

@@ -351,6 +351,9 @@ class TableStore {
   // Drops the least recently used of a few rows of `table` sampled in the slot; false if the
   // slot holds none of the table's rows.
   bool EvictOne(Slot& slot, const Table& table) ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
+  // EvictOne in a few other slots picked at random whose lock is free at once (TryLock: it never
+  // waits, so it forms no lock order with the slots the caller holds); false if none evicted.
+  bool EvictElsewhere(Slot& slot, const Table& table) ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
   // Drops the row `row` of `key` from the slot's index of `table` and gives its memory back;
   // the caller counts it (CountErasedRows).
   void EraseRow(Slot& slot, const Table& table, uint64_t key, uint32_t row)

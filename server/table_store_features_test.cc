@@ -215,8 +215,8 @@ TEST(TableStoreEvictionTest, TheCapHoldsAndTheLeastRecentlyUsedGo) {
     store.Tick(t0 + absl::Seconds(second));
     PullOf(store, 1, hot);
     PullOf(store, 1, Keys(second * 10000, 5000));
-    // A slot without rows of the table to evict lets it pass the cap by one; the next inserts
-    // take that back.
+    // A row of another slot goes where the new row's slot has none; failing that the table
+    // passes the cap by one, which the next inserts take back.
     EXPECT_LE(store.NumRows(1), 20000u + 50) << second;
   }
   const uint64_t rows = store.NumRows(1);
