@@ -100,7 +100,7 @@ absl::string_view OverlapName(OverlapMode mode) {
 absl::StatusOr<std::unique_ptr<ComputeBackend>> MakeBackend(const ComputeOptions& options) {
   switch (options.device.kind) {
     case DeviceSpec::Kind::kCpu:
-      return MakeCpuBackend();
+      return MakeCpuBackend({options.cpu_kernels});
     case DeviceSpec::Kind::kCuda:
       return MakeCudaBackend(options.device.index, options.gemm_precision);
     case DeviceSpec::Kind::kAuto:
