@@ -429,6 +429,22 @@ TEST(CpuThreadsTest, SetCpuThreadsRejectsZeroAndSetsOpenBlas) {
   ASSERT_TRUE(SetCpuThreads(before).ok());
 }
 
+TEST(CpuThreadsTest, OpenBlasGemmOnTwoThreadsMatchesNaive) {
+  const int before = CpuThreads();
+  ASSERT_TRUE(SetCpuThreads(2).ok());
+  const int m = 256, n = 300, k = 500;
+  const std::vector<float> a = RandomMatrix(static_cast<size_t>(m) * k, 8);
+  const std::vector<float> b = RandomMatrix(static_cast<size_t>(n) * k, 9);
+  std::vector<float> c(static_cast<size_t>(m) * n, kNaN);
+  MakeCpuBackend()->Gemm(false, true, m, n, k, 1.0f, a.data(), b.data(), 0.0f, c.data());
+  std::vector<double> want(c.size(), 0.0), magnitude;
+  NaiveGemm(false, true, m, n, k, 1.0, a, b, 0.0, want, magnitude);
+  for (size_t i = 0; i < c.size(); ++i) {
+    ASSERT_NEAR(c[i], want[i], 4.0 * (k + 2) * 1.2e-7 * magnitude[i]) << "at " << i;
+  }
+  ASSERT_TRUE(SetCpuThreads(before).ok());
+}
+
 TEST(CpuThreadsTest, MeasureCpuSgemmTflopsIsPositive) {
   absl::StatusOr<double> tflops = MeasureCpuSgemmTflops(32, 0.0);
   ASSERT_TRUE(tflops.ok()) << tflops.status();
