@@ -1,7 +1,5 @@
 #include "worker/compute/cpu_backend.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -18,8 +16,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/status_macros.h"
 #include "worker/compute/compute_backend.h"
 #include "worker/compute/internal/blocked_gemm.h"
+#include "worker/compute/internal/openblas_library.h"
 
 namespace ps {
 namespace {
@@ -35,7 +35,12 @@ void ScaleC(size_t size, float beta, float* c) {
 
 class CpuBackend : public ComputeBackend {
  public:
-  explicit CpuBackend(const CpuBackendOptions& options) : kernels_(options.kernels) {}
+  explicit CpuBackend(const CpuBackendOptions& options) : kernels_(options.kernels) {
+    if (kernels_ == CpuKernels::kOpenBlas) {
+      absl::StatusOr<const internal::OpenBlasApi*> api = internal::OpenBlas();
+      if (api.ok()) blas_ = *api;  // else every Gemm records the error
+    }
+  }
 
   std::string name() const override { return "cpu"; }
   bool host_memory() const override { return true; }
@@ -57,6 +62,10 @@ class CpuBackend : public ComputeBackend {
       return;
     }
     if (m <= 0 || n <= 0) return;
+    if (blas_ == nullptr) {
+      RecordError(internal::OpenBlas().status());
+      return;
+    }
     if (k <= 0 || alpha == 0.0f) {
       // BLAS reads C when beta != 0 and skips nothing; keep the contract (C unread when beta is
       // 0) explicit for the degenerate shapes too.
@@ -64,7 +73,7 @@ class CpuBackend : public ComputeBackend {
       return;
     }
     // Row-major, as ComputeBackend: the leading dimension is the stored row length.
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+    blas_->sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
                 trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, trans_a ? m : k, b,
                 trans_b ? k : n, beta, c, n);
   }
@@ -177,6 +186,7 @@ class CpuBackend : public ComputeBackend {
   }
 
   const CpuKernels kernels_;
+  const internal::OpenBlasApi* blas_ = nullptr;  // kOpenBlas: the loaded library (process-wide)
   internal::BlockedGemm reference_gemm_;  // kReference's GEMM and its packing buffers
   absl::Status status_;                   // the first error since the last Synchronize()
 };
@@ -199,27 +209,39 @@ std::unique_ptr<ComputeBackend> MakeCpuBackend(const CpuBackendOptions& options)
   return std::make_unique<CpuBackend>(options);
 }
 
+absl::Status CpuKernelsAvailable(CpuKernels kernels) {
+  if (kernels == CpuKernels::kReference) return absl::OkStatus();
+  return internal::OpenBlas().status();
+}
+
 absl::Status SetCpuThreads(int threads) {
   if (threads < 1) {
     return absl::InvalidArgumentError(absl::StrCat("CPU threads must be >= 1, not ", threads));
   }
-  openblas_set_num_threads(threads);
+  PS_ASSIGN_OR_RETURN(const internal::OpenBlasApi* blas, internal::OpenBlas());
+  blas->set_num_threads(threads);
   return absl::OkStatus();
 }
 
-int CpuThreads() { return openblas_get_num_threads(); }
+int CpuThreads() {
+  absl::StatusOr<const internal::OpenBlasApi*> blas = internal::OpenBlas();
+  return blas.ok() ? (*blas)->get_num_threads() : 0;
+}
 
 int DefaultCpuThreads(int hardware_threads, int workers_on_host) {
   return std::max(1, std::max(1, hardware_threads) / std::max(1, workers_on_host));
 }
 
 std::string CpuBlasDescription() {
-  const char* config = openblas_get_config();
+  absl::StatusOr<const internal::OpenBlasApi*> blas = internal::OpenBlas();
+  if (!blas.ok()) return std::string(blas.status().message());
+  const char* config = (*blas)->get_config();
   return config == nullptr ? "OpenBLAS" : config;
 }
 
 absl::StatusOr<double> MeasureCpuSgemmTflops(int n, double seconds) {
   if (n < 1) return absl::InvalidArgumentError(absl::StrCat("SGEMM size must be >= 1, not ", n));
+  PS_ASSIGN_OR_RETURN(const internal::OpenBlasApi* blas, internal::OpenBlas());
   const size_t size = static_cast<size_t>(n) * n;
   std::vector<float> a(size), b(size), c(size);
   std::mt19937 rng(1);
@@ -229,7 +251,7 @@ absl::StatusOr<double> MeasureCpuSgemmTflops(int n, double seconds) {
     b[i] = dist(rng);
   }
   const auto sgemm = [&] {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n,
+    blas->sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n,
                 0.0f, c.data(), n);
   };
   sgemm();  // warm-up: OpenBLAS starts its threads, the pages of C are touched

@@ -30,12 +30,19 @@ struct CpuBackendOptions {
 };
 
 // Returns a backend that computes with host pointers, everything done before a method returns.
-// Not thread-safe (it keeps scratch buffers): one per thread.
+// Not thread-safe (it keeps scratch buffers): one per thread. kOpenBlas loads OpenBLAS (dlopen)
+// on first use; where it cannot be loaded, each Gemm records that error (Synchronize returns
+// it): check CpuKernelsAvailable first.
 std::unique_ptr<ComputeBackend> MakeCpuBackend(const CpuBackendOptions& options = {});
+
+// OK if `kernels` can run here; for kOpenBlas, FAILED_PRECONDITION when OpenBLAS cannot be
+// loaded (saying why).
+absl::Status CpuKernelsAvailable(CpuKernels kernels);
 
 // The threads OpenBLAS's GEMMs use, for every CPU backend of the process: OpenBLAS keeps one
 // thread pool per process, so this is a process-wide setting that a main() makes once, at
-// start-up. INVALID_ARGUMENT unless threads >= 1.
+// start-up (it loads OpenBLAS, which then starts its threads). INVALID_ARGUMENT unless
+// threads >= 1; FAILED_PRECONDITION when OpenBLAS cannot be loaded. CpuThreads() is 0 then.
 absl::Status SetCpuThreads(int threads);
 int CpuThreads();
 
@@ -45,12 +52,13 @@ int CpuThreads();
 int DefaultCpuThreads(int hardware_threads, int workers_on_host);
 
 // OpenBLAS's own description of its build and the kernels it chose for this CPU, e.g.
-// "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY Zen MAX_THREADS=64".
+// "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY Zen MAX_THREADS=64" (the load error where it cannot
+// be loaded).
 std::string CpuBlasDescription();
 
 // TFLOP/s of OpenBLAS's own SGEMM on an n x n x n product (FP32), on CpuThreads() threads, timed
 // over at least `seconds` (and 3 runs) after one warm-up: the CPU's reference peak for
-// worker_bench. INVALID_ARGUMENT unless n >= 1.
+// worker_bench. INVALID_ARGUMENT unless n >= 1; FAILED_PRECONDITION without OpenBLAS.
 absl::StatusOr<double> MeasureCpuSgemmTflops(int n, double seconds);
 
 }  // namespace ps
