@@ -17,8 +17,8 @@ DenseParameters
 
 On a CUDA device (ids, module and parameters moved with ``.to(device)``) the same code runs:
 pulls land in page-locked (pinned) host buffers and go to the device with non_blocking copies;
-gradients come back the same way before they are pushed. On the CPU, pulls write the tensors'
-own memory (no copy).
+gradients come back the same way before they are pushed. On the CPU there is no such copy:
+DenseParameters' pulls write the parameters' own memory, the pushes read the gradients'.
 
 Optimizers: ``Embedding`` and ``DenseParameters`` give their ``optimizer`` PyTorch's defaults
 where the server's differ (see torch_defaults): ``Optimizer.adagrad(0.05)`` starts its
@@ -29,7 +29,6 @@ A training loop with both::
     import torch, paramserver as ps, paramserver.torch as pst
 
     client = ps.Client(servers, job_id="ctr", consistency="sync")
-    model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(),
                                 torch.nn.Linear(64, 1)).to(device)
