@@ -120,9 +120,12 @@ start_server() {
 }
 
 start_worker() {
-  local i=$1
+  local i=$1 on_host=$2
+  # Every worker runs on this host: they share its cores (--workers_on_host sets the default of
+  # --cpu_threads; a --cpu_threads in --worker_flags wins).
   # shellcheck disable=SC2086
-  start "worker$i" "$worker_bin" --scheduler="$(scheduler_address)" ${worker_flags:-}
+  start "worker$i" "$worker_bin" --scheduler="$(scheduler_address)" \
+    --workers_on_host="$on_host" ${worker_flags:-}
 }
 
 # The pids of ours that `psctl nodes` shows ALIVE, one per line (from the HOST/PID column,
@@ -186,7 +189,7 @@ cmd_up() {
   local address
   address=$(scheduler_address)
   for i in $(seq 0 $((servers - 1))); do start_server "$i"; done
-  for i in $(seq 0 $((workers - 1))); do start_worker "$i"; done
+  for i in $(seq 0 $((workers - 1))); do start_worker "$i" "$workers"; done
   for i in $(seq 0 $((servers - 1))); do wait_port "server$i" >/dev/null || { cmd_down >/dev/null; exit 1; }; done
   wait_registered || { cmd_down >/dev/null; exit 1; }
   write_targets

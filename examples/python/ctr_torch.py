@@ -13,8 +13,15 @@ servers apply the optimizers. At the end worker 0 prints the held-out AUC beside
 teacher's (the best any model can reach on this data).
 
     ctr_torch.py --servers=host:port,host:port [--worker=0 --workers=1]
-                 [--consistency=sync|ssp|async] [--steps=400] [--batch=1024]
-    ctr_torch.py --session [--steps=400] [--batch=1024]
+                 [--consistency=sync|ssp|async] [--steps=400] [--batch=1024] [--device=auto]
+    ctr_torch.py --session [--steps=400] [--batch=1024] [--device=auto]
+
+--device: where the model computes, "cpu", "cuda" (cuda:0), "cuda:N" or "auto" (a CUDA device
+when PyTorch sees one, else the CPU). The program is the same on both: the model and each
+batch move with .to(device); paramserver.torch brings the pulled rows and parameters to the
+device through pinned host buffers and the gradients back. After each step the embeddings
+prefetch the next batch's rows (Embedding.prefetch), so its pull overlaps the making of the
+next batch.
 
 With --session it is a program job's program (deploy/jobs/ctr_torch.textproto): the worker
 daemon names the job, the worker and the servers, the job file declares the tables (with the
@@ -59,7 +66,8 @@ class WideAndDeep(torch.nn.Module):
                                  initializer=ps.Initializer.normal(0.05, seed=7),
                                  optimizer=SPARSE_OPTIMIZER)
         fields = ctr_data.NUM_FIELDS
-        self.pairs = torch.triu_indices(fields, fields, offset=1)  # (2, 325): f < g
+        # (2, 325): f < g. A buffer, so that .to(device) moves it with the model.
+        self.register_buffer("pairs", torch.triu_indices(fields, fields, offset=1))
         layers = []
         width = fields * emb_dim + self.pairs.shape[1] + ctr_data.NUM_DENSE
         for h in hidden:
@@ -69,35 +77,49 @@ class WideAndDeep(torch.nn.Module):
         self.mlp = torch.nn.Sequential(*layers)
 
     def forward(self, keys, dense):
-        keys = torch.from_numpy(keys.view(np.int64))  # non-negative: field << 40 | id
+        keys = _ids(keys).to(dense.device)  # the embeddings answer on the ids' device
         wide = self.wide(keys).sum(dim=(1, 2))
         emb = self.emb(keys)  # (n, fields, emb_dim)
         dots = torch.bmm(emb, emb.transpose(1, 2))[:, self.pairs[0], self.pairs[1]]
         return wide + self.mlp(torch.cat([emb.flatten(1), dots, dense], dim=1))[:, 0]
 
+    def prefetch(self, keys, device):
+        """Starts pulling the embedding rows of a later batch's `keys` in the background."""
+        keys = _ids(keys).to(device)
+        self.wide.prefetch(keys)
+        self.emb.prefetch(keys)
 
-def train_step(model, dense_params, data, stream, step, batch, loss_fn):
-    """One step of stream `stream`'s batch `step`: forward, backward (the embeddings' backward
-    pushes their rows' gradients), then the MLP's push_pull (push its gradients, advance the
-    clock, pull it). Returns the batch's loss."""
+
+def _ids(keys):
+    """The ids tensor of a batch's keys (uint64, non-negative: field << 40 | id)."""
+    return torch.from_numpy(keys.view(np.int64))
+
+
+def train_step(model, dense_params, data, stream, step, batch, loss_fn, device):
+    """One step of stream `stream`'s batch `step` on `device`: forward, backward (the
+    embeddings' backward pushes their rows' gradients), then the MLP's push_pull (push its
+    gradients, advance the clock, pull it), then the prefetch of the next batch's rows: after
+    the clock has advanced, so that the prefetched rows are those a pull would see (in sync
+    mode, every worker's updates of this step). Returns the batch's loss."""
     ids, dense, labels = data.batch(stream, step, batch)
     keys = ctr_data.keys_of(ids)
-    logits = model(keys, torch.from_numpy(dense))
-    loss = loss_fn(logits, torch.from_numpy(labels))
+    logits = model(keys, torch.from_numpy(dense).to(device))
+    loss = loss_fn(logits, torch.from_numpy(labels).to(device))
     model.mlp.zero_grad(set_to_none=True)
     loss.backward()
     dense_params.push_pull()
+    model.prefetch(ctr_data.keys_of(data.batch(stream, step + 1, batch)[0]), device)
     return float(loss)
 
 
-def train(model, dense_params, data, worker, steps, batch, log_every):
+def train(model, dense_params, data, worker, steps, batch, log_every, device):
     """The training loop: `steps` batches of worker `worker`'s stream, one clock tick each."""
     loss_fn = torch.nn.BCEWithLogitsLoss()
     start = time.monotonic()
     running = 0.0
     comm0 = pst.communication()
     for step in range(steps):
-        running += train_step(model, dense_params, data, worker, step, batch, loss_fn)
+        running += train_step(model, dense_params, data, worker, step, batch, loss_fn, device)
         if (step + 1) % log_every == 0 or step + 1 == steps:
             elapsed = time.monotonic() - start
             comm = pst.communication()
@@ -109,7 +131,7 @@ def train(model, dense_params, data, worker, steps, batch, log_every):
             running = 0.0
 
 
-def train_session(session, model, dense_params, data, steps, batch, log_every):
+def train_session(session, model, dense_params, data, steps, batch, log_every, device):
     """The same loop as a program job's: Session.steps() gives the steps (it resumes after a
     restart or a lost server by itself), and each step's figures go to psctl status."""
     loss_fn = torch.nn.BCEWithLogitsLoss()
@@ -117,7 +139,7 @@ def train_session(session, model, dense_params, data, steps, batch, log_every):
     for step in session.steps(steps):
         # Each worker's stream is its rank's: a worker that joins in a dead one's place goes on
         # with that stream, and a redone step (after a rollback) reads the same batch again.
-        loss = train_step(model, dense_params, data, session.rank, step, batch, loss_fn)
+        loss = train_step(model, dense_params, data, session.rank, step, batch, loss_fn, device)
         now, comm = time.monotonic(), pst.communication()
         elapsed = now - start
         session.report(loss=loss, samples=batch,
@@ -131,14 +153,14 @@ def train_session(session, model, dense_params, data, steps, batch, log_every):
                   flush=True)
 
 
-def evaluate(model, data, examples):
+def evaluate(model, data, examples, device):
     """(model's AUC, teacher's AUC) on the held-out set of `examples` examples."""
     ids, dense, labels = test = data.test_set(examples)
     scores = []
     with torch.no_grad():
         for i in range(0, len(ids), 4096):
             scores.append(model(ctr_data.keys_of(ids[i:i + 4096]),
-                                torch.from_numpy(dense[i:i + 4096])).numpy())
+                                torch.from_numpy(dense[i:i + 4096]).to(device)).cpu().numpy())
     return ctr_data.auc(labels, np.concatenate(scores)), data.teacher_auc(test)
 
 
@@ -157,27 +179,31 @@ def main():
     p.add_argument("--test_examples", type=int, default=20000)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--log_every", type=int, default=100)
+    p.add_argument("--device", default="auto",
+                   help="cpu, cuda, cuda:N or auto (cuda when PyTorch sees a device, else cpu)")
     a = p.parse_args()
     if not a.session and not a.servers:
         p.error("give --servers (standalone) or --session (a program job)")
     torch.manual_seed(a.seed)
     torch.set_num_threads(1)
+    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu")
+                          if a.device == "auto" else a.device)
 
     data = ctr_data.CtrData(a.seed)
     session = ps.Session.from_env() if a.session else None
     client = session.client if session else ps.Client(
         a.servers.split(","), job_id=a.job_id, worker_id=a.worker, num_workers=a.workers,
         consistency=a.consistency, staleness=a.staleness)
-    model = WideAndDeep(client)
+    model = WideAndDeep(client).to(device)
     dense_params = pst.DenseParameters(client, model.mlp, optimizer=DENSE_OPTIMIZER,
                                        prefix="ctr_mlp/", seed=a.seed)
     if session:
-        train_session(session, model, dense_params, data, a.steps, a.batch, a.log_every)
+        train_session(session, model, dense_params, data, a.steps, a.batch, a.log_every, device)
         dense_params.pull()
     else:
-        train(model, dense_params, data, a.worker, a.steps, a.batch, a.log_every)
+        train(model, dense_params, data, a.worker, a.steps, a.batch, a.log_every, device)
     if session or a.worker == 0:
-        auc, teacher_auc = evaluate(model, data, a.test_examples)
+        auc, teacher_auc = evaluate(model, data, a.test_examples, device)
         print(f"auc {auc:.4f} teacher_auc {teacher_auc:.4f}", flush=True)
         if session:
             session.report_evaluation(auc=auc, teacher_auc=teacher_auc)

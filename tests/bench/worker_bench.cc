@@ -1,17 +1,19 @@
-// worker_bench: where a worker's step time goes, per compute backend (cpu, and cuda when there
-// is a device). For an MLP (default: the wide fashion MLP, 784-4096-4096-10, ~20M parameters):
+// worker_bench: where a worker's step time goes, per compute backend (cpu on OpenBLAS, cpu-ref on
+// the reference kernel, and cuda when there is a device). For an MLP (default: the wide fashion
+// MLP, 784-4096-4096-10, ~20M parameters):
 //
 //   step     samples/s of the worker's training step (forward + backward, with the host <->
 //            device copies of parameters and gradients a worker does every step);
 //   gemm     TFLOP/s of each of the step's own GEMMs through the backend, against
-//   peak     the raw cuBLAS SGEMM / TF32 rate measured in the same run (cpu: the CPU backend's
-//            own large square GEMM);
+//   peak     the raw cuBLAS SGEMM / TF32 rate measured in the same run (cpu, cpu-ref: OpenBLAS's
+//            own SGEMM on a large square, once per run);
 //   copy     host <-> device GB/s between page-locked staging and device memory (cpu: memcpy);
 //   overlap  whole training steps against real ps_server processes on loopback (a JobRunner as
 //            in ps_worker): samples/s, compute and communication time, and the share of the
 //            communication hidden behind compute, with overlap off and on per consistency mode.
 //
 //   worker_bench --backends=cpu,cuda --layers=784,4096,4096,10 --batch=256
+//   worker_bench --backends=cpu,cpu-ref --overlap=false   # OpenBLAS against the reference kernel
 //
 // Benchmarks report figures; nothing here asserts on speed. This file is the tool's main: the
 // flags fill BenchOptions, as in the daemons' main.cc.
@@ -27,7 +29,9 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -51,6 +55,7 @@
 #include "worker/client/job_admin.h"
 #include "worker/client/rpc_client.h"
 #include "worker/compute/compute_backend.h"
+#include "worker/compute/cpu_backend.h"
 #include "worker/compute/cuda/cuda_backend.h"
 #include "worker/compute/device.h"
 #include "worker/daemon/job_runner.h"
@@ -59,13 +64,16 @@
 #include "worker/models/mlp_model.h"
 
 ABSL_FLAG(std::string, backends, "cpu,cuda",
-          "comma list of: cpu, cuda (cuda is skipped, saying why, without a device)");
+          "comma list of: cpu (OpenBLAS), cpu-ref (the CPU's reference kernel), cuda (skipped, "
+          "saying why, without a device)");
+ABSL_FLAG(int, cpu_threads, 0, "threads of the CPU's GEMMs (OpenBLAS); 0: all hardware threads");
 ABSL_FLAG(int, cuda_device, 0, "the CUDA device of the cuda backend");
 ABSL_FLAG(std::string, layers, "784,4096,4096,10", "MLP layer sizes, inputs first");
 ABSL_FLAG(int, batch, 256, "examples per training step");
 ABSL_FLAG(std::string, gemm_precision, "tf32", "CUDA GEMMs of the worker: fp32|tf32|bf16|fp16");
 ABSL_FLAG(double, seconds, 2.0, "measured seconds per step / GEMM / copy figure (at least 3 runs)");
-ABSL_FLAG(int, peak_size, 8192, "cuda: n of the raw cuBLAS n x n x n GEMMs; cpu: min(n, 1024)");
+ABSL_FLAG(int, peak_size, 8192,
+          "cuda: n of the raw cuBLAS n x n x n GEMMs; cpu: of OpenBLAS's SGEMM, min(n, 2048)");
 ABSL_FLAG(std::string, copy_bytes, "256M", "bytes per host <-> device copy (K, M, G: 1024^k)");
 ABSL_FLAG(bool, overlap, true, "run the overlap section against spawned ps_server processes");
 ABSL_FLAG(std::string, modes, "sync,async",
@@ -79,8 +87,9 @@ namespace ps {
 namespace {
 
 struct BenchOptions {
-  std::vector<std::string> backends;  // "cpu", "cuda"
+  std::vector<std::string> backends;  // "cpu", "cpu-ref", "cuda"
   int cuda_device = 0;
+  int cpu_threads = 0;  // 0: all hardware threads
   std::vector<int> layers;
   int batch = 256;
   GemmPrecision precision = GemmPrecision::kTf32;
@@ -97,6 +106,7 @@ struct BenchOptions {
     PS_RETURN_IF_ERROR(MlpModel::ValidateLayers(layers));
     if (batch < 1) return absl::InvalidArgumentError("--batch must be >= 1");
     if (seconds <= 0) return absl::InvalidArgumentError("--seconds must be > 0");
+    if (cpu_threads < 0) return absl::InvalidArgumentError("--cpu_threads must be >= 0");
     if (peak_size < 1) return absl::InvalidArgumentError("--peak_size must be >= 1");
     if (copy_bytes < 4) return absl::InvalidArgumentError("--copy_bytes must be >= 4");
     if (overlap_steps < 1) return absl::InvalidArgumentError("--overlap_steps must be >= 1");
@@ -130,12 +140,13 @@ absl::StatusOr<BenchOptions> OptionsFromFlags() {
   BenchOptions o;
   for (absl::string_view b :
        absl::StrSplit(absl::GetFlag(FLAGS_backends), ',', absl::SkipEmpty())) {
-    if (b != "cpu" && b != "cuda") {
+    if (b != "cpu" && b != "cpu-ref" && b != "cuda") {
       return absl::InvalidArgumentError(absl::StrCat("--backends: unknown backend '", b, "'"));
     }
     o.backends.emplace_back(b);
   }
   o.cuda_device = absl::GetFlag(FLAGS_cuda_device);
+  o.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
   for (absl::string_view l : absl::StrSplit(absl::GetFlag(FLAGS_layers), ',')) {
     int units = 0;
     if (!absl::SimpleAtoi(l, &units)) {
@@ -229,8 +240,15 @@ double StepFlops(const std::vector<int>& layers, int batch) {
 
 class BackendBench {
  public:
-  BackendBench(const BenchOptions& o, std::string label, std::unique_ptr<ComputeBackend> backend)
-      : o_(o), label_(std::move(label)), backend_(std::move(backend)) {}
+  // `cpu_peak_tflops`: OpenBLAS's SGEMM rate, the reference of a CPU backend's GEMMs.
+  BackendBench(const BenchOptions& o, std::string label, std::unique_ptr<ComputeBackend> backend,
+               double cpu_peak_tflops)
+      : o_(o),
+        label_(std::move(label)),
+        backend_(std::move(backend)),
+        peak_tflops_(cpu_peak_tflops) {}
+
+  double step_seconds() const { return step_seconds_; }
 
   absl::Status Run() {
     PS_RETURN_IF_ERROR(Peak());
@@ -243,21 +261,9 @@ class BackendBench {
   bool cuda() const { return !backend_->host_memory(); }
 
   // The reference rates: raw cuBLAS in FP32, TF32 and (if another) the worker's precision; on
-  // the CPU its own GEMM on a large square.
+  // the CPU, OpenBLAS's SGEMM (measured once per run, by CpuPeak()).
   absl::Status Peak() {
-    if (!cuda()) {
-      const int n = std::min(o_.peak_size, 1024);
-      std::vector<float> a = RandomVector(static_cast<size_t>(n) * n, 1, -1, 1), c(a.size());
-      PS_ASSIGN_OR_RETURN(const double s, TimePerRun(*backend_, o_.seconds, 3, [&] {
-                            backend_->Gemm(false, false, n, n, n, 1.0f, a.data(), a.data(), 0.0f,
-                                           c.data());
-                            return absl::OkStatus();
-                          }));
-      peak_tflops_ = 2.0 * n * n * static_cast<double>(n) / s / 1e12;
-      std::printf("%-8s %-12s %dx%dx%d square, fp32: %.3f TFLOP/s (the reference for 'gemm')\n",
-                  "peak", label_.c_str(), n, n, n, peak_tflops_);
-      return absl::OkStatus();
-    }
+    if (!cuda()) return absl::OkStatus();
     std::vector<GemmPrecision> precisions = {GemmPrecision::kFp32, GemmPrecision::kTf32};
     if (o_.precision != GemmPrecision::kFp32 && o_.precision != GemmPrecision::kTf32) {
       precisions.push_back(o_.precision);
@@ -346,7 +352,7 @@ class BackendBench {
     backend_->CopyToDevice(b.data(), hb.data(), 4 * max_b);
     backend_->ComputeAfterCopies();
     PS_RETURN_IF_ERROR(backend_->Synchronize());
-    double total = 0;
+    double total = 0, total_flops = 0;
     for (const Shape& s : shapes) {
       PS_ASSIGN_OR_RETURN(const double secs, TimePerRun(*backend_, o_.seconds / 4, 3, [&] {
                             backend_->Gemm(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a.floats(), b.floats(),
@@ -354,15 +360,20 @@ class BackendBench {
                             return absl::OkStatus();
                           }));
       total += secs;
+      total_flops += 2.0 * s.m * s.n * static_cast<double>(s.k);
       const double tflops = 2.0 * s.m * s.n * static_cast<double>(s.k) / secs / 1e12;
       std::printf("%-8s %-12s %s %6dx%-6dx%-6d (%s%s): %8.3f TFLOP/s  %5.1f%% of peak  %.3f ms\n",
                   "gemm", label_.c_str(), s.what.c_str(), s.m, s.n, s.k, s.ta ? "T" : "N",
                   s.tb ? "T" : "N", tflops, 100 * tflops / std::max(1e-12, peak_tflops_),
                   1e3 * secs);
     }
-    std::printf("%-8s %-12s the step's GEMMs: %.2f ms of the %.2f ms step (%.0f%%)\n", "gemm",
-                label_.c_str(), 1e3 * total, 1e3 * step_seconds_,
-                100 * total / std::max(1e-12, step_seconds_));
+    const double gemm_tflops = total_flops / std::max(1e-12, total) / 1e12;
+    std::printf(
+        "%-8s %-12s the step's GEMMs: %.2f ms of the %.2f ms step (%.0f%%); together %.3f "
+        "TFLOP/s, %.1f%% of peak\n",
+        "gemm", label_.c_str(), 1e3 * total, 1e3 * step_seconds_,
+        100 * total / std::max(1e-12, step_seconds_), gemm_tflops,
+        100 * gemm_tflops / std::max(1e-12, peak_tflops_));
     return absl::OkStatus();
   }
 
@@ -481,15 +492,9 @@ std::string CpuModel() {
   return "unknown CPU";
 }
 
-absl::Status Main(const BenchOptions& o) {
-  // Servers first: fork before gRPC or CUDA start threads.
-  std::unique_ptr<bench::ServerFleet> fleet;
-  if (o.overlap) {
-    PS_ASSIGN_OR_RETURN(fleet, bench::ServerFleet::Spawn(o.server_binary, o.servers));
-  }
+void PrintHeader(const BenchOptions& o, const CudaAvailability& cuda) {
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
-  const CudaAvailability cuda = ProbeCuda();
   std::string gpu = cuda.devices > 0 ? "" : cuda.reason;
   if (cuda.devices > 0) {
     auto name = CudaDeviceName(o.cuda_device);
@@ -502,29 +507,73 @@ absl::Status Main(const BenchOptions& o) {
               MlpModel(o.layers, nullptr).num_parameters() / 1e6, o.batch,
               std::string(GemmPrecisionName(o.precision)).c_str());
   std::fflush(stdout);
+}
+
+// OpenBLAS's own SGEMM rate on a large square: the reference of the CPU backends' 'gemm' lines,
+// measured once per run (0 when no CPU backend is benchmarked).
+absl::StatusOr<double> CpuPeak(const BenchOptions& o) {
+  const bool any_cpu = std::any_of(o.backends.begin(), o.backends.end(),
+                                   [](const std::string& b) { return b != "cuda"; });
+  if (!any_cpu) return 0.0;
+  const int n = std::min(o.peak_size, 2048);
+  PS_ASSIGN_OR_RETURN(const double tflops, MeasureCpuSgemmTflops(n, o.seconds));
+  std::printf(
+      "%-8s %-12s OpenBLAS SGEMM %dx%dx%d, fp32, %d thread(s): %.3f TFLOP/s (the reference of the "
+      "CPU's 'gemm' lines; %s)\n",
+      "peak", "cpu", n, n, n, CpuThreads(), tflops, CpuBlasDescription().c_str());
+  std::fflush(stdout);
+  return tflops;
+}
+
+// The compute options and label of backend `b` ("cpu", "cpu-ref", "cuda"); nullopt (after
+// saying why) when cuda is asked for and not there.
+std::optional<std::pair<ComputeOptions, std::string>> BackendFor(const BenchOptions& o,
+                                                                 const std::string& b,
+                                                                 const CudaAvailability& cuda) {
+  ComputeOptions compute;
+  compute.gemm_precision = o.precision;
+  if (b == "cpu-ref") compute.cpu_kernels = CpuKernels::kReference;
+  if (b != "cuda") return std::make_pair(compute, b);
+  DeviceSpec d{DeviceSpec::Kind::kCuda, o.cuda_device};
+  auto resolved = ResolveDevice(d, cuda);
+  if (!resolved.ok()) {
+    std::printf("%-8s %-12s skipped: %s\n", "-", "cuda",
+                std::string(resolved.status().message()).c_str());
+    return std::nullopt;
+  }
+  compute.device = *resolved;
+  return std::make_pair(
+      compute, absl::StrCat(compute.device.ToString(), "/", GemmPrecisionName(o.precision)));
+}
+
+absl::Status Main(const BenchOptions& o) {
+  // Servers first: fork before gRPC or CUDA start threads.
+  std::unique_ptr<bench::ServerFleet> fleet;
+  if (o.overlap) {
+    PS_ASSIGN_OR_RETURN(fleet, bench::ServerFleet::Spawn(o.server_binary, o.servers));
+  }
+  const CudaAvailability cuda = ProbeCuda();
+  PrintHeader(o, cuda);
+  PS_ASSIGN_OR_RETURN(const double cpu_peak, CpuPeak(o));
   int next_run = 0;
+  std::map<std::string, double> step_seconds;  // per backend label
   for (const std::string& b : o.backends) {
-    ComputeOptions compute;
-    compute.gemm_precision = o.precision;
-    std::string label = "cpu";
-    if (b == "cuda") {
-      DeviceSpec d{DeviceSpec::Kind::kCuda, o.cuda_device};
-      auto resolved = ResolveDevice(d, cuda);
-      if (!resolved.ok()) {
-        std::printf("%-8s %-12s skipped: %s\n", "-", "cuda",
-                    std::string(resolved.status().message()).c_str());
-        continue;
-      }
-      compute.device = *resolved;
-      label = absl::StrCat(compute.device.ToString(), "/", GemmPrecisionName(o.precision));
-    }
+    auto backend_for = BackendFor(o, b, cuda);
+    if (!backend_for.has_value()) continue;
+    const auto& [compute, label] = *backend_for;
     PS_ASSIGN_OR_RETURN(std::unique_ptr<ComputeBackend> backend, MakeBackend(compute));
-    BackendBench bench(o, label, std::move(backend));
+    BackendBench bench(o, label, std::move(backend), cpu_peak);
     PS_RETURN_IF_ERROR(bench.Run());
+    step_seconds[label] = bench.step_seconds();
     std::fflush(stdout);
     if (fleet != nullptr) {
       PS_RETURN_IF_ERROR(RunOverlap(o, compute, fleet->addresses(), label, &next_run));
     }
+  }
+  if (step_seconds.count("cpu") > 0 && step_seconds.count("cpu-ref") > 0) {
+    std::printf("%-8s %-12s step on OpenBLAS %.2f ms, on the reference kernel %.2f ms: %.2fx\n",
+                "compare", "cpu/cpu-ref", 1e3 * step_seconds["cpu"], 1e3 * step_seconds["cpu-ref"],
+                step_seconds["cpu-ref"] / std::max(1e-12, step_seconds["cpu"]));
   }
   return absl::OkStatus();
 }
@@ -535,7 +584,8 @@ absl::Status Main(const BenchOptions& o) {
 int main(int argc, char** argv) {
   ps::SetUsage(
       "Where a worker's step time goes, per compute backend: training-step samples/s, the "
-      "step's GEMMs against cuBLAS peak, host<->device copy GB/s, and communication hidden by "
+      "step's GEMMs against cuBLAS's or OpenBLAS's peak, host<->device copy GB/s, and "
+      "communication hidden by "
       "overlap against spawned ps_server processes.\n"
       "Example: worker_bench --backends=cpu,cuda --layers=784,4096,4096,10 --batch=256",
       __FILE__);
@@ -547,6 +597,15 @@ int main(int argc, char** argv) {
   auto options = ps::OptionsFromFlags();
   if (!options.ok()) {
     std::fprintf(stderr, "worker_bench: %s\n", std::string(options.status().message()).c_str());
+    return 2;
+  }
+  // OpenBLAS's threads: a process-wide setting, made here once.
+  const int hardware_threads = static_cast<int>(std::thread::hardware_concurrency());
+  if (absl::Status s =
+          ps::SetCpuThreads(options->cpu_threads > 0 ? options->cpu_threads
+                                                     : ps::DefaultCpuThreads(hardware_threads, 1));
+      !s.ok()) {
+    std::fprintf(stderr, "worker_bench: %s\n", std::string(s.message()).c_str());
     return 2;
   }
   const absl::Status s = ps::Main(*options);

@@ -1,5 +1,6 @@
 // The math a worker needs to train its models, behind one interface with two implementations:
-// the CPU reference (worker/cpu_backend.h) and CUDA (worker/cuda/cuda_backend.h).
+// the CPU backend (worker/compute/cpu_backend.h: OpenBLAS, or the exact reference kernel) and
+// CUDA (worker/compute/cuda/cuda_backend.h).
 #ifndef PS_WORKER_COMPUTE_COMPUTE_BACKEND_H_
 #define PS_WORKER_COMPUTE_COMPUTE_BACKEND_H_
 

@@ -35,18 +35,32 @@ struct AlphaBeta {
   float alpha, beta;
 };
 
-// (trans_a, trans_b, shape).
-class GemmTest : public testing::TestWithParam<std::tuple<bool, bool, GemmShape>> {};
+// Every test runs on both kernel sets: OpenBLAS (the default) and the reference.
+CpuBackendOptions WithKernels(CpuKernels kernels) {
+  CpuBackendOptions options;
+  options.kernels = kernels;
+  return options;
+}
+
+std::string KernelsName(CpuKernels kernels) { return std::string(CpuKernelsName(kernels)); }
+
+// (trans_a, trans_b, shape, kernels).
+class GemmTest : public testing::TestWithParam<std::tuple<bool, bool, GemmShape, CpuKernels>> {
+ protected:
+  std::unique_ptr<ComputeBackend> Backend() const {
+    return MakeCpuBackend(WithKernels(std::get<3>(GetParam())));
+  }
+};
 
 TEST_P(GemmTest, MatchesNaiveTripleLoop) {
-  const auto [trans_a, trans_b, shape] = GetParam();
+  const auto [trans_a, trans_b, shape, kernels] = GetParam();
   const auto [m, n, k] = shape;
   const std::vector<float> a = RandomMatrix(static_cast<size_t>(m) * k, 1);
   const std::vector<float> b = RandomMatrix(static_cast<size_t>(k) * n, 2);
   const std::vector<float> c0 = RandomMatrix(static_cast<size_t>(m) * n, 3);
   const AlphaBeta cases[] = {{1.0f, 0.0f},   {1.0f, 1.0f}, {0.5f, -2.0f},
                              {-1.5f, 0.25f}, {0.0f, 0.5f}, {0.0f, 0.0f}};
-  std::unique_ptr<ComputeBackend> backend = MakeCpuBackend();
+  std::unique_ptr<ComputeBackend> backend = Backend();
   for (const AlphaBeta& ab : cases) {
     SCOPED_TRACE(absl::StrCat("alpha=", ab.alpha, " beta=", ab.beta));
     // With beta == 0, C must not be read: fill it with NaN garbage.
@@ -69,11 +83,11 @@ TEST_P(GemmTest, MatchesNaiveTripleLoop) {
 }
 
 TEST_P(GemmTest, BetaOneAccumulatesTwoProducts) {
-  const auto [trans_a, trans_b, shape] = GetParam();
+  const auto [trans_a, trans_b, shape, kernels] = GetParam();
   const auto [m, n, k] = shape;
   const std::vector<float> a = RandomMatrix(static_cast<size_t>(m) * k, 4);
   const std::vector<float> b = RandomMatrix(static_cast<size_t>(k) * n, 5);
-  std::unique_ptr<ComputeBackend> backend = MakeCpuBackend();
+  std::unique_ptr<ComputeBackend> backend = Backend();
   std::vector<float> once(static_cast<size_t>(m) * n, kNaN);
   backend->Gemm(trans_a, trans_b, m, n, k, 1.0f, a.data(), b.data(), 0.0f, once.data());
   std::vector<float> twice = once;
@@ -89,24 +103,32 @@ TEST_P(GemmTest, BetaOneAccumulatesTwoProducts) {
 }
 
 std::string GemmTestName(const testing::TestParamInfo<GemmTest::ParamType>& info) {
-  const auto [trans_a, trans_b, shape] = info.param;
-  return absl::StrCat(trans_a ? "At" : "A", trans_b ? "Bt" : "B", "_", shape.m, "x", shape.n, "x",
-                      shape.k);
+  const auto [trans_a, trans_b, shape, kernels] = info.param;
+  return absl::StrCat(KernelsName(kernels), "_", trans_a ? "At" : "A", trans_b ? "Bt" : "B", "_",
+                      shape.m, "x", shape.n, "x", shape.k);
 }
 
-// Sizes around the tiles (4 x 8) and blocks (128 x 512, depth 256) of the CPU GEMM.
+// Sizes around the tiles (4 x 8) and blocks (128 x 512, depth 256) of the reference GEMM.
 INSTANTIATE_TEST_SUITE_P(
     Shapes, GemmTest,
     testing::Combine(testing::Bool(), testing::Bool(),
                      testing::Values(GemmShape{1, 1, 1}, GemmShape{5, 7, 3}, GemmShape{4, 8, 16},
                                      GemmShape{3, 9, 600}, GemmShape{130, 513, 257},
-                                     GemmShape{17, 1, 33}, GemmShape{1, 19, 258})),
+                                     GemmShape{17, 1, 33}, GemmShape{1, 19, 258}),
+                     testing::Values(CpuKernels::kOpenBlas, CpuKernels::kReference)),
     GemmTestName);
 
-TEST(CpuBackendTest, NameIsCpu) { EXPECT_EQ(MakeCpuBackend()->name(), "cpu"); }
+class CpuBackendTest : public testing::TestWithParam<CpuKernels> {
+ protected:
+  std::unique_ptr<ComputeBackend> Backend() const {
+    return MakeCpuBackend(WithKernels(GetParam()));
+  }
+};
 
-TEST(CpuBackendTest, GemmReusesScratchAcrossShrinkingAndGrowingShapes) {
-  std::unique_ptr<ComputeBackend> backend = MakeCpuBackend();
+TEST_P(CpuBackendTest, NameIsCpu) { EXPECT_EQ(Backend()->name(), "cpu"); }
+
+TEST_P(CpuBackendTest, GemmReusesScratchAcrossShrinkingAndGrowingShapes) {
+  std::unique_ptr<ComputeBackend> backend = Backend();
   const GemmShape shapes[] = {{130, 513, 257}, {2, 3, 4}, {64, 70, 300}, {1, 1, 1}};
   for (const GemmShape& s : shapes) {
     SCOPED_TRACE(absl::StrCat(s.m, "x", s.n, "x", s.k));
@@ -122,8 +144,8 @@ TEST(CpuBackendTest, GemmReusesScratchAcrossShrinkingAndGrowingShapes) {
   }
 }
 
-TEST(CpuBackendTest, GemmWithZeroSizesReadsNothing) {
-  std::unique_ptr<ComputeBackend> backend = MakeCpuBackend();
+TEST_P(CpuBackendTest, GemmWithZeroSizesReadsNothing) {
+  std::unique_ptr<ComputeBackend> backend = Backend();
   // m or n zero: nothing is read or written, so null pointers are fine.
   backend->Gemm(false, false, 0, 5, 3, 1.0f, nullptr, nullptr, 0.0f, nullptr);
   backend->Gemm(true, true, 5, 0, 3, 1.0f, nullptr, nullptr, 1.0f, nullptr);
@@ -136,8 +158,8 @@ TEST(CpuBackendTest, GemmWithZeroSizesReadsNothing) {
   EXPECT_EQ(c, std::vector<float>({0.5f, 1, 1.5f, 2}));
 }
 
-TEST(CpuBackendTest, GemmSmallHandComputed) {
-  std::unique_ptr<ComputeBackend> backend = MakeCpuBackend();
+TEST_P(CpuBackendTest, GemmSmallHandComputed) {
+  std::unique_ptr<ComputeBackend> backend = Backend();
   // A = [1 2 3; 4 5 6] (2 x 3), B = [1 0; 0 1; 1 1] (3 x 2): A * B = [4 5; 10 11].
   const std::vector<float> a = {1, 2, 3, 4, 5, 6};
   const std::vector<float> b = {1, 0, 0, 1, 1, 1};
@@ -154,8 +176,8 @@ TEST(CpuBackendTest, GemmSmallHandComputed) {
   EXPECT_EQ(aat, std::vector<float>({29, 65, 65, 155}));
 }
 
-TEST(CpuBackendTest, AddBias) {
-  std::unique_ptr<ComputeBackend> backend = MakeCpuBackend();
+TEST_P(CpuBackendTest, AddBias) {
+  std::unique_ptr<ComputeBackend> backend = Backend();
   std::vector<float> y = {1, 2, 3, -1, -2, -3};
   const std::vector<float> bias = {10, 20, 30};
   backend->AddBias(2, 3, bias.data(), y.data());
@@ -164,24 +186,24 @@ TEST(CpuBackendTest, AddBias) {
   EXPECT_EQ(y, std::vector<float>({11, 22, 33, 9, 18, 27}));
 }
 
-TEST(CpuBackendTest, AddBiasRelu) {
-  std::unique_ptr<ComputeBackend> backend = MakeCpuBackend();
+TEST_P(CpuBackendTest, AddBiasRelu) {
+  std::unique_ptr<ComputeBackend> backend = Backend();
   std::vector<float> y = {1, -2, 3, -1, 0.5f, -3, 0, 0, 0};
   const std::vector<float> bias = {0.5f, 1, -3};
   backend->AddBiasRelu(3, 3, bias.data(), y.data());
   EXPECT_EQ(y, std::vector<float>({1.5f, 0, 0, 0, 1.5f, 0, 0.5f, 1, 0}));
 }
 
-TEST(CpuBackendTest, ReluBackwardZeroesWhereActivationIsNotPositive) {
-  std::unique_ptr<ComputeBackend> backend = MakeCpuBackend();
+TEST_P(CpuBackendTest, ReluBackwardZeroesWhereActivationIsNotPositive) {
+  std::unique_ptr<ComputeBackend> backend = Backend();
   const std::vector<float> activation = {0, 1, 0, 2.5f, 1e-30f, 0};
   std::vector<float> grad = {5, -6, 7, -8, 9, -10};
   backend->ReluBackward(6, activation.data(), grad.data());
   EXPECT_EQ(grad, std::vector<float>({0, -6, 0, -8, 9, 0}));
 }
 
-TEST(CpuBackendTest, BiasGradientSumsColumnsAndOverwrites) {
-  std::unique_ptr<ComputeBackend> backend = MakeCpuBackend();
+TEST_P(CpuBackendTest, BiasGradientSumsColumnsAndOverwrites) {
+  std::unique_ptr<ComputeBackend> backend = Backend();
   const std::vector<float> grad = {1, 2, 3, 4, 5, 6, -1, -1, 0.5f};
   std::vector<float> bias_grad = {kNaN, kNaN, kNaN};
   backend->BiasGradient(3, 3, grad.data(), bias_grad.data());
@@ -190,8 +212,8 @@ TEST(CpuBackendTest, BiasGradientSumsColumnsAndOverwrites) {
   EXPECT_EQ(bias_grad, std::vector<float>({0, 0, 0}));
 }
 
-TEST(CpuBackendTest, SoftmaxCrossEntropyOfUniformLogitsIsLogClasses) {
-  std::unique_ptr<ComputeBackend> backend = MakeCpuBackend();
+TEST_P(CpuBackendTest, SoftmaxCrossEntropyOfUniformLogitsIsLogClasses) {
+  std::unique_ptr<ComputeBackend> backend = Backend();
   constexpr int kBatch = 4, kClasses = 10;
   const std::vector<float> logits(kBatch * kClasses, 3.5f);
   const std::vector<int32_t> labels = {0, 3, 9, 3};
@@ -207,8 +229,8 @@ TEST(CpuBackendTest, SoftmaxCrossEntropyOfUniformLogitsIsLogClasses) {
   }
 }
 
-TEST(CpuBackendTest, SoftmaxCrossEntropyHandComputed) {
-  std::unique_ptr<ComputeBackend> backend = MakeCpuBackend();
+TEST_P(CpuBackendTest, SoftmaxCrossEntropyHandComputed) {
+  std::unique_ptr<ComputeBackend> backend = Backend();
   // softmax(1, 2, 3) = (0.0900306, 0.2447285, 0.6652410).
   const std::vector<float> logits = {1, 2, 3, 3, 2, 1, 1, 2, 3};
   const std::vector<int32_t> labels = {2, 2, 0};
@@ -224,8 +246,8 @@ TEST(CpuBackendTest, SoftmaxCrossEntropyHandComputed) {
   for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(grad[i], want[i], 1e-6) << "at " << i;
 }
 
-TEST(CpuBackendTest, SoftmaxCrossEntropyWithoutGradientGivesSameStats) {
-  std::unique_ptr<ComputeBackend> backend = MakeCpuBackend();
+TEST_P(CpuBackendTest, SoftmaxCrossEntropyWithoutGradientGivesSameStats) {
+  std::unique_ptr<ComputeBackend> backend = Backend();
   const std::vector<float> logits = RandomMatrix(7 * 5, 8);
   const std::vector<int32_t> labels = {0, 1, 2, 3, 4, 0, 1};
   std::vector<float> grad(logits.size());
@@ -237,8 +259,8 @@ TEST(CpuBackendTest, SoftmaxCrossEntropyWithoutGradientGivesSameStats) {
   EXPECT_EQ(with_grad.correct, without.correct);
 }
 
-TEST(CpuBackendTest, SoftmaxCrossEntropyGradientRowsSumToZeroAndScale) {
-  std::unique_ptr<ComputeBackend> backend = MakeCpuBackend();
+TEST_P(CpuBackendTest, SoftmaxCrossEntropyGradientRowsSumToZeroAndScale) {
+  std::unique_ptr<ComputeBackend> backend = Backend();
   constexpr int kBatch = 6, kClasses = 7;
   const std::vector<float> logits = RandomMatrix(kBatch * kClasses, 9);
   const std::vector<int32_t> labels = {6, 0, 3, 3, 1, 5};
@@ -262,8 +284,8 @@ TEST(CpuBackendTest, SoftmaxCrossEntropyGradientRowsSumToZeroAndScale) {
   }
 }
 
-TEST(CpuBackendTest, SoftmaxCrossEntropyIsStableForHugeLogits) {
-  std::unique_ptr<ComputeBackend> backend = MakeCpuBackend();
+TEST_P(CpuBackendTest, SoftmaxCrossEntropyIsStableForHugeLogits) {
+  std::unique_ptr<ComputeBackend> backend = Backend();
   const std::vector<float> logits = {1e4f,  0,     -1e4f,   // confident and right
                                      1e4f,  0,     -1e4f,   // confident and wrong by 1e4
                                      1e4f,  1e4f,  1e4f,    // a three-way tie far from zero
@@ -286,8 +308,8 @@ TEST(CpuBackendTest, SoftmaxCrossEntropyIsStableForHugeLogits) {
   EXPECT_LE(stats.correct, 3);
 }
 
-TEST(CpuBackendTest, SoftmaxCrossEntropyGradientMayAliasLogits) {
-  std::unique_ptr<ComputeBackend> backend = MakeCpuBackend();
+TEST_P(CpuBackendTest, SoftmaxCrossEntropyGradientMayAliasLogits) {
+  std::unique_ptr<ComputeBackend> backend = Backend();
   constexpr int kBatch = 5, kClasses = 4;
   const std::vector<float> logits = RandomMatrix(kBatch * kClasses, 10);
   const std::vector<int32_t> labels = {3, 2, 1, 0, 3};
@@ -302,8 +324,8 @@ TEST(CpuBackendTest, SoftmaxCrossEntropyGradientMayAliasLogits) {
   EXPECT_EQ(in_place, separate);
 }
 
-TEST(CpuBackendTest, SoftmaxCrossEntropyCountsCorrectPredictions) {
-  std::unique_ptr<ComputeBackend> backend = MakeCpuBackend();
+TEST_P(CpuBackendTest, SoftmaxCrossEntropyCountsCorrectPredictions) {
+  std::unique_ptr<ComputeBackend> backend = Backend();
   const std::vector<float> logits = {0.1f,  0.9f,  0.0f,   //
                                      2.0f,  -1.0f, 1.0f,   //
                                      -5.0f, -4.0f, -3.0f,  //
@@ -317,8 +339,8 @@ TEST(CpuBackendTest, SoftmaxCrossEntropyCountsCorrectPredictions) {
   EXPECT_EQ(empty.correct, 0);
 }
 
-TEST(CpuBackendTest, SoftmaxCrossEntropyReportsLabelsOutOfRange) {
-  std::unique_ptr<ComputeBackend> backend = MakeCpuBackend();
+TEST_P(CpuBackendTest, SoftmaxCrossEntropyReportsLabelsOutOfRange) {
+  std::unique_ptr<ComputeBackend> backend = Backend();
   const std::vector<float> logits = {1, 2, 3, 3, 2, 1};
   const std::vector<int32_t> labels = {2, 3};  // 3 is not a class of 3
   std::vector<float> grad(logits.size(), kNaN);
@@ -333,8 +355,8 @@ TEST(CpuBackendTest, SoftmaxCrossEntropyReportsLabelsOutOfRange) {
   EXPECT_TRUE(backend->Synchronize().ok()) << "the error is reported once";
 }
 
-TEST(CpuBackendTest, GatherAndScatterAdd) {
-  std::unique_ptr<ComputeBackend> backend = MakeCpuBackend();
+TEST_P(CpuBackendTest, GatherAndScatterAdd) {
+  std::unique_ptr<ComputeBackend> backend = Backend();
   std::vector<float> table = {0, 1, 10, 11, 20, 21};  // 3 rows of dim 2
   const std::vector<int32_t> rows = {2, 0, 2};
   std::vector<float> out(6, kNaN);
@@ -346,8 +368,8 @@ TEST(CpuBackendTest, GatherAndScatterAdd) {
   EXPECT_TRUE(backend->Synchronize().ok());
 }
 
-TEST(CpuBackendTest, GatherAndScatterAddReportRowsOutOfRange) {
-  std::unique_ptr<ComputeBackend> backend = MakeCpuBackend();
+TEST_P(CpuBackendTest, GatherAndScatterAddReportRowsOutOfRange) {
+  std::unique_ptr<ComputeBackend> backend = Backend();
   std::vector<float> table = {0, 1, 10, 11};
   const std::vector<int32_t> rows = {1, -1, 2};
   std::vector<float> out(6, kNaN);
@@ -360,8 +382,8 @@ TEST(CpuBackendTest, GatherAndScatterAddReportRowsOutOfRange) {
   EXPECT_EQ(backend->Synchronize().code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST(CpuBackendTest, MemoryIsHostMemoryAndCopiesAreMemcpy) {
-  std::unique_ptr<ComputeBackend> backend = MakeCpuBackend();
+TEST_P(CpuBackendTest, MemoryIsHostMemoryAndCopiesAreMemcpy) {
+  std::unique_ptr<ComputeBackend> backend = Backend();
   EXPECT_TRUE(backend->host_memory());
   auto device = backend->Allocate(MemoryKind::kDevice, 5 * sizeof(float));
   auto staging = backend->Allocate(MemoryKind::kStaging, 5 * sizeof(float));
@@ -376,6 +398,58 @@ TEST(CpuBackendTest, MemoryIsHostMemoryAndCopiesAreMemcpy) {
   auto empty = backend->Allocate(MemoryKind::kDevice, 0);
   ASSERT_TRUE(empty.ok());
   EXPECT_EQ(empty->data(), nullptr);
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, CpuBackendTest,
+                         testing::Values(CpuKernels::kOpenBlas, CpuKernels::kReference),
+                         [](const testing::TestParamInfo<CpuKernels>& info) {
+                           return KernelsName(info.param);
+                         });
+
+TEST(CpuKernelsTest, ParseAndNameRoundTrip) {
+  for (CpuKernels k : {CpuKernels::kOpenBlas, CpuKernels::kReference}) {
+    EXPECT_EQ(*ParseCpuKernels(CpuKernelsName(k)), k);
+  }
+  EXPECT_FALSE(ParseCpuKernels("mkl").ok());
+}
+
+TEST(CpuThreadsTest, DefaultSharesTheHostAmongItsWorkers) {
+  EXPECT_EQ(DefaultCpuThreads(16, 1), 16);
+  EXPECT_EQ(DefaultCpuThreads(16, 4), 4);
+  EXPECT_EQ(DefaultCpuThreads(2, 2), 1);
+  EXPECT_EQ(DefaultCpuThreads(2, 3), 1);  // never 0
+  EXPECT_EQ(DefaultCpuThreads(0, 0), 1);  // an unknown core count
+}
+
+TEST(CpuThreadsTest, SetCpuThreadsRejectsZeroAndSetsOpenBlas) {
+  const int before = CpuThreads();
+  EXPECT_FALSE(SetCpuThreads(0).ok());
+  ASSERT_TRUE(SetCpuThreads(1).ok());
+  EXPECT_EQ(CpuThreads(), 1);
+  ASSERT_TRUE(SetCpuThreads(before).ok());
+}
+
+TEST(CpuThreadsTest, OpenBlasGemmOnTwoThreadsMatchesNaive) {
+  const int before = CpuThreads();
+  ASSERT_TRUE(SetCpuThreads(2).ok());
+  const int m = 256, n = 300, k = 500;
+  const std::vector<float> a = RandomMatrix(static_cast<size_t>(m) * k, 8);
+  const std::vector<float> b = RandomMatrix(static_cast<size_t>(n) * k, 9);
+  std::vector<float> c(static_cast<size_t>(m) * n, kNaN);
+  MakeCpuBackend()->Gemm(false, true, m, n, k, 1.0f, a.data(), b.data(), 0.0f, c.data());
+  std::vector<double> want(c.size(), 0.0), magnitude;
+  NaiveGemm(false, true, m, n, k, 1.0, a, b, 0.0, want, magnitude);
+  for (size_t i = 0; i < c.size(); ++i) {
+    ASSERT_NEAR(c[i], want[i], 4.0 * (k + 2) * 1.2e-7 * magnitude[i]) << "at " << i;
+  }
+  ASSERT_TRUE(SetCpuThreads(before).ok());
+}
+
+TEST(CpuThreadsTest, MeasureCpuSgemmTflopsIsPositive) {
+  absl::StatusOr<double> tflops = MeasureCpuSgemmTflops(32, 0.0);
+  ASSERT_TRUE(tflops.ok()) << tflops.status();
+  EXPECT_GT(*tflops, 0.0);
+  EXPECT_FALSE(MeasureCpuSgemmTflops(0, 0.0).ok());
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/status_macros.h"
 #include "worker/compute/cpu_backend.h"
 
 namespace ps {
@@ -100,7 +101,8 @@ absl::string_view OverlapName(OverlapMode mode) {
 absl::StatusOr<std::unique_ptr<ComputeBackend>> MakeBackend(const ComputeOptions& options) {
   switch (options.device.kind) {
     case DeviceSpec::Kind::kCpu:
-      return MakeCpuBackend();
+      PS_RETURN_IF_ERROR(CpuKernelsAvailable(options.cpu_kernels));
+      return MakeCpuBackend({options.cpu_kernels});
     case DeviceSpec::Kind::kCuda:
       return MakeCudaBackend(options.device.index, options.gemm_precision);
     case DeviceSpec::Kind::kAuto:

@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "worker/compute/compute_backend.h"
+#include "worker/compute/cpu_backend.h"
 #include "worker/compute/cuda/cuda_backend.h"
 
 namespace ps {
@@ -41,15 +42,17 @@ enum class OverlapMode { kAuto, kOn, kOff };
 absl::StatusOr<OverlapMode> ParseOverlap(absl::string_view text);
 absl::string_view OverlapName(OverlapMode mode);
 
-// How a worker computes. The defaults are the CPU reference.
+// How a worker computes. The defaults are the CPU on OpenBLAS.
 struct ComputeOptions {
   DeviceSpec device;                                    // resolved: kCpu or kCuda
   GemmPrecision gemm_precision = GemmPrecision::kTf32;  // CUDA GEMMs (the CPU computes FP32)
+  CpuKernels cpu_kernels = CpuKernels::kOpenBlas;       // the CPU backend's kernels
   OverlapMode overlap = OverlapMode::kAuto;
 };
 
-// The backend of `options.device` (which must be resolved): the CPU backend, or a CUDA backend
-// with `options.gemm_precision`. Errors as MakeCudaBackend.
+// The backend of `options.device` (which must be resolved): the CPU backend with
+// `options.cpu_kernels`, or a CUDA backend with `options.gemm_precision`. Errors as
+// MakeCudaBackend.
 absl::StatusOr<std::unique_ptr<ComputeBackend>> MakeBackend(const ComputeOptions& options);
 
 }  // namespace ps

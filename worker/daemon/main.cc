@@ -28,8 +28,10 @@
 #include "common/scheduler_link.h"
 #include "common/security.h"
 #include "common/signals.h"
+#include "common/status_macros.h"
 #include "worker/client/job_admin.h"
 #include "worker/client/rpc_client.h"
+#include "worker/compute/cpu_backend.h"
 #include "worker/compute/device.h"
 #include "worker/daemon/job_runner.h"
 #include "worker/daemon/model_zoo.h"
@@ -80,6 +82,15 @@ ABSL_FLAG(std::string, device, "auto",
 ABSL_FLAG(std::string, gemm_precision, "tf32",
           "CUDA GEMMs: fp32 (exact FP32, as the CPU) | tf32 (tensor cores, ~1e-3 relative "
           "rounding of the inputs) | bf16 | fp16 (tensor cores; fp16 may flush tiny gradients)");
+ABSL_FLAG(std::string, cpu_kernels, "openblas",
+          "CPU training steps: openblas (GEMMs on OpenBLAS, --cpu_threads threads) | reference "
+          "(the project's own single-threaded GEMM: slower, for comparisons)");
+ABSL_FLAG(int, cpu_threads, 0,
+          "threads of the CPU's GEMMs (OpenBLAS); 0: this host's hardware threads / "
+          "--workers_on_host (at least 1)");
+ABSL_FLAG(int, workers_on_host, 1,
+          "ps_worker processes sharing this host, to share its cores among them: the default of "
+          "--cpu_threads");
 ABSL_FLAG(std::string, overlap, "auto",
           "overlap a step's push/pull with the next step's compute: auto (on the GPU, in async "
           "and ssp with staleness >= 1) | on (also on the CPU) | off. Overlap reads parameters "
@@ -158,6 +169,11 @@ absl::StatusOr<ps::ComputeOptions> ComputeOptionsFromFlags() {
     return absl::InvalidArgumentError(absl::StrCat("--overlap: ", overlap.status().message()));
   }
   o.overlap = *overlap;
+  auto kernels = ps::ParseCpuKernels(absl::GetFlag(FLAGS_cpu_kernels));
+  if (!kernels.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--cpu_kernels: ", kernels.status().message()));
+  }
+  o.cpu_kernels = *kernels;
   std::string where = o.device.ToString();
   if (o.device.kind == ps::DeviceSpec::Kind::kCuda) {
     auto name = ps::CudaDeviceName(o.device.index);
@@ -167,6 +183,26 @@ absl::StatusOr<ps::ComputeOptions> ComputeOptionsFromFlags() {
   LOG(INFO) << "ps_worker: computing on " << where << " (--device=" << absl::GetFlag(FLAGS_device)
             << "), overlap " << ps::OverlapName(o.overlap);
   return o;
+}
+
+// --cpu_threads (0: the host's hardware threads shared among --workers_on_host): OpenBLAS's
+// thread count, a process-wide setting made once here.
+absl::Status SetCpuThreadsFromFlags(const ps::ComputeOptions& compute) {
+  if (absl::GetFlag(FLAGS_workers_on_host) < 1) {
+    return absl::InvalidArgumentError("--workers_on_host must be >= 1");
+  }
+  int threads = absl::GetFlag(FLAGS_cpu_threads);
+  if (threads < 0) return absl::InvalidArgumentError("--cpu_threads must be >= 0");
+  if (threads == 0) {
+    threads = ps::DefaultCpuThreads(static_cast<int>(std::thread::hardware_concurrency()),
+                                    absl::GetFlag(FLAGS_workers_on_host));
+  }
+  PS_RETURN_IF_ERROR(ps::SetCpuThreads(threads));
+  if (compute.device.kind == ps::DeviceSpec::Kind::kCpu) {
+    LOG(INFO) << "ps_worker: CPU kernels " << ps::CpuKernelsName(compute.cpu_kernels) << ", "
+              << threads << " GEMM thread(s) (" << ps::CpuBlasDescription() << ")";
+  }
+  return absl::OkStatus();
 }
 
 // The job spec of standalone mode, from the flags.
@@ -387,6 +423,10 @@ int main(int argc, char** argv) {
   auto compute = ComputeOptionsFromFlags();
   if (!compute.ok()) {
     std::cerr << "ps_worker: " << compute.status().message() << "\n";
+    return 2;
+  }
+  if (absl::Status s = SetCpuThreadsFromFlags(*compute); !s.ok()) {
+    std::cerr << "ps_worker: " << s.message() << "\n";
     return 2;
   }
   return daemon ? RunDaemon(*compute) : RunStandalone(*compute);

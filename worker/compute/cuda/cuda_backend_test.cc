@@ -76,7 +76,7 @@ class CudaParityTest : public testing::Test {
     auto gpu = MakeCudaBackend(0, GemmPrecision::kFp32);
     ASSERT_TRUE(gpu.ok()) << gpu.status();
     gpu_ = std::move(*gpu);
-    cpu_ = MakeCpuBackend();
+    cpu_ = MakeCpuBackend({CpuKernels::kReference});  // the exact CPU reference
   }
 
   template <typename T>
@@ -477,7 +477,7 @@ TEST_P(CudaMlpStepTest, MatchesCpuStep) {
   const double loss_tolerance = precision == GemmPrecision::kFp32 ? 1e-5 : 1e-2;
   auto gpu = MakeCudaBackend(0, precision);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
-  std::unique_ptr<ComputeBackend> cpu = MakeCpuBackend();
+  std::unique_ptr<ComputeBackend> cpu = MakeCpuBackend({CpuKernels::kReference});
   for (const std::vector<int>& layers :
        {std::vector<int>{784, 256, 10}, std::vector<int>{50, 64, 48, 10}}) {
     SCOPED_TRACE(absl::StrCat("layers ", layers.size(), " deep, ", layers[1], " wide"));

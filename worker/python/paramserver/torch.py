@@ -1,11 +1,13 @@
-"""PyTorch helpers (CPU): model parameters that live in parameter-server tables.
+"""PyTorch helpers: model parameters that live in parameter-server tables, for modules on the CPU
+or on a CUDA device.
 
 Embedding
     A ``torch.nn.Module`` whose rows live in a sparse table. ``forward(ids)`` pulls the rows of
     the batch's unique ids (one pull) and returns ``ids.shape + (dim,)`` embeddings; the
     backward pass sums the gradients per unique id and pushes them (one push): the servers'
     optimizer updates the rows. The layer has no torch parameters, so a torch optimizer over
-    ``model.parameters()`` handles the rest of the model as usual.
+    ``model.parameters()`` handles the rest of the model as usual. ``prefetch(ids)`` pulls the
+    next batch's rows in the background while the current step computes.
 
 DenseParameters
     Keeps a module's parameters in dense tables (one per parameter): ``pull()`` copies the
@@ -13,16 +15,28 @@ DenseParameters
     each parameter's ``.grad``, ``push_pull()`` does both in one round trip and advances the
     clock (one training step). The server-side optimizer replaces the torch optimizer.
 
+On a CUDA device (ids, module and parameters moved with ``.to(device)``) the same code runs:
+pulls land in page-locked (pinned) host buffers and go to the device with non_blocking copies;
+gradients come back the same way before they are pushed. On the CPU there is no such copy:
+DenseParameters' pulls write the parameters' own memory, the pushes read the gradients'.
+
+Optimizers: ``Embedding`` and ``DenseParameters`` give their ``optimizer`` PyTorch's defaults
+where the server's differ (see torch_defaults): ``Optimizer.adagrad(0.05)`` starts its
+accumulator at 0, as ``torch.optim.Adagrad``, not at the server's 0.1.
+
 A training loop with both::
 
     import torch, paramserver as ps, paramserver.torch as pst
 
     client = ps.Client(servers, job_id="ctr", consistency="sync")
-    model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(),
+                                torch.nn.Linear(64, 1)).to(device)
     emb = pst.Embedding(client, "emb", dim=16, optimizer=ps.Optimizer.adagrad(0.05))
     dense = pst.DenseParameters(client, model, optimizer=ps.Optimizer.adam(0.001),
                                 prefix="mlp/")
     for ids, labels in batches:
+        ids, labels = ids.to(device), labels.to(device)
         loss = torch.nn.functional.binary_cross_entropy_with_logits(
             model(emb(ids).sum(1)).squeeze(1), labels)
         loss.backward()          # pushes the embedding gradients
@@ -32,13 +46,14 @@ A training loop with both::
 import contextlib
 import math
 import time
+import warnings
 
 import numpy as np
 import torch
 
 import paramserver as _ps
 
-__all__ = ["Embedding", "DenseParameters", "glorot_uniform", "communication"]
+__all__ = ["Embedding", "DenseParameters", "glorot_uniform", "communication", "torch_defaults"]
 
 # What the helpers of this module spent waiting on the servers, process-wide.
 _comm = {"seconds": 0.0, "keys_pulled": 0, "keys_pushed": 0}
@@ -71,6 +86,85 @@ def glorot_uniform(rows, dim, seed=0):
     return _ps.Initializer.uniform(-limit, limit, seed=seed)
 
 
+# Where PyTorch's optimizers start from other values than the server's (proto/ps/v1/types.proto):
+# {kind: {field: PyTorch's value}}. Adagrad: torch.optim.Adagrad's initial_accumulator_value is
+# 0; the server's (TensorFlow's) is 0.1, which a model tuned in PyTorch barely learns with.
+# The other defaults agree: Adagrad's eps 1e-10 and learning rate 0.01, Adam's betas
+# (0.9, 0.999) and eps 1e-8, no weight decay. The momentum kind has no PyTorch counterpart
+# default (torch.optim.SGD's momentum is 0, plain SGD): the server's 0.9 stays.
+_TORCH_DEFAULTS = {"adagrad": {"initial_accumulator": 0.0}}
+_OPTIMIZER_FIELDS = ("learning_rate", "momentum", "beta1", "beta2", "epsilon",
+                     "initial_accumulator", "l1", "l2", "ftrl_beta", "weight_decay")
+
+
+def torch_defaults(optimizer):
+    """The optimizer with PyTorch's defaults in the fields it leaves unset where PyTorch's
+    optimizers start from other values than the server: Adagrad's initial accumulator 0
+    (torch.optim.Adagrad's initial_accumulator_value; the server's default is 0.1, as
+    TensorFlow's). Fields that are set are kept; other kinds are returned as they are.
+    ``optimizer``: a paramserver.Optimizer, a kind name ("adagrad", ...) or None (the server's
+    default optimizer, sgd: returned as None). Embedding and DenseParameters apply this to
+    their ``optimizer`` argument."""
+    if optimizer is None:
+        return None
+    if isinstance(optimizer, str):
+        optimizer = _ps.Optimizer(optimizer)
+    if not isinstance(optimizer, _ps.Optimizer):
+        raise TypeError("optimizer must be a paramserver.Optimizer, a name or None, got "
+                        f"{type(optimizer).__name__}")
+    defaults = _TORCH_DEFAULTS.get(optimizer.kind, {})
+    unset = {f: v for f, v in defaults.items() if getattr(optimizer, f) is None}
+    if not unset:
+        return optimizer
+    fields = {f: getattr(optimizer, f) for f in _OPTIMIZER_FIELDS}
+    fields.update(unset)
+    return _ps.Optimizer(optimizer.kind, **fields)
+
+
+def _create_table(client, name, optimizer, **config):
+    """client.create_table with torch_defaults(optimizer). Where the table already exists with
+    `optimizer` as given, on the server's defaults (declared by a job file, or created by a
+    client without this module), that table is used as it is, with a warning."""
+    given = _ps.Optimizer(optimizer) if isinstance(optimizer, str) else optimizer
+    torch_optimizer = torch_defaults(given)
+    try:
+        return client.create_table(name, optimizer=torch_optimizer, **config)
+    except _ps.AlreadyExistsError:
+        if torch_optimizer is given:  # no default of ours in it: another spec, a real conflict
+            raise
+    table = client.create_table(name, optimizer=given, **config)
+    warnings.warn(f"table {name!r} already exists with the server's defaults for {given!r}, "
+                  f"not PyTorch's ({torch_optimizer!r}); using it as it is", stacklevel=3)
+    return table
+
+
+def _pinned_rows(rows, dim, device):
+    """A (rows, dim) float32 host tensor to copy to or from `device`: page-locked (pinned)
+    when `device` is a CUDA device, so that copies run asynchronously at full bus speed."""
+    pin = device.type == "cuda" and torch.cuda.is_available()
+    return torch.empty((rows, dim), dtype=torch.float32, pin_memory=pin)
+
+
+def _to_host(tensor, rows, dim):
+    """`tensor` (any device) as a contiguous (rows, dim) float32 CPU tensor. From a CUDA device:
+    a non_blocking copy into a pinned buffer, waited for (the push reads it next)."""
+    if tensor.device.type == "cpu":
+        return tensor.detach().to(torch.float32).contiguous().reshape(rows, dim)
+    host = _pinned_rows(rows, dim, tensor.device)
+    host.copy_(tensor.detach().reshape(rows, dim), non_blocking=True)
+    _wait_for_copies(tensor.device)
+    return host
+
+
+def _wait_for_copies(device):
+    """Waits until the work queued so far on `device`'s current stream (copies included) is
+    done: the host may then read what was copied to it and rewrite what was copied from it."""
+    if device.type == "cuda":
+        event = torch.cuda.Event()
+        event.record(torch.cuda.current_stream(device))
+        event.synchronize()
+
+
 def _float32_rows(tensor, rows, dim, what):
     """A (rows, dim) numpy view of a contiguous float32 CPU tensor's memory (no copy)."""
     if tensor.dtype != torch.float32:
@@ -96,7 +190,9 @@ class _Lookup(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out):
         (inverse,) = ctx.saved_tensors
-        grad_rows = torch.zeros(ctx.num_rows, grad_out.shape[1], dtype=torch.float32)
+        # Summed on the gradients' device; _push brings them to the host.
+        grad_rows = torch.zeros(ctx.num_rows, grad_out.shape[1], dtype=torch.float32,
+                                device=grad_out.device)
         grad_rows.index_add_(0, inverse, grad_out.to(torch.float32))
         ctx.layer._push(ctx.keys, grad_rows)
         return None, None, None, None, None
@@ -113,14 +209,23 @@ class Embedding(torch.nn.Module):
         per row with ``initializer`` (default: normal(0, 0.01)) and ``optimizer`` (default:
         the server's, sgd with learning rate 0.01); creating is idempotent, so every worker
         may do it.
+        ``optimizer`` gets PyTorch's defaults where the server's differ (torch_defaults).
     grad_scale: multiplies the gradients before they are pushed (e.g. 1/num_workers in sync
         mode, to average over workers rather than sum).
     async_push: push in the background (the next forward, or ``flush()``, waits for it).
 
-    ``forward(ids)`` takes an integer tensor (or array) of non-negative ids of any shape and
-    returns a float32 tensor of shape ``ids.shape + (dim,)``. The batch's unique ids are pulled
-    once; in training the backward pass pushes one summed gradient per unique id. The
-    layer holds no torch parameters: the servers' optimizer trains it.
+    ``forward(ids)`` takes an integer tensor (or array) of non-negative ids of any shape, on
+    any device, and returns a float32 tensor of shape ``ids.shape + (dim,)`` on the ids'
+    device. The batch's unique ids are pulled once (on a CUDA device: into a pinned host
+    buffer, then a non_blocking copy to the device); in training the backward pass pushes one
+    summed gradient per unique id. The layer holds no torch parameters: the servers' optimizer
+    trains it.
+
+    ``prefetch(ids)`` starts pulling the rows of a later batch in the background; the forward
+    pass of those same ids then waits for that pull instead of starting its own (other ids:
+    the prefetch is dropped). The rows are those the servers hold when the prefetch is
+    served: call it after the current step's push (after ``loss.backward()``) for rows as
+    fresh as a plain pull; before it, they miss the current step's update of those rows.
     """
 
     def __init__(self, source, name=None, dim=None, *, initializer=None, optimizer=None,
@@ -138,8 +243,8 @@ class Embedding(torch.nn.Module):
                                  "create the table")
             if initializer is None:
                 initializer = _ps.Initializer.normal(0.01)
-            table = source.create_table(name, kind="sparse", dim=dim, initializer=initializer,
-                                        optimizer=optimizer)
+            table = _create_table(source, name, optimizer, kind="sparse", dim=dim,
+                                  initializer=initializer)
         else:
             raise TypeError("Embedding takes a paramserver.Table or paramserver.Client, got "
                             f"{type(source).__name__}")
@@ -147,6 +252,7 @@ class Embedding(torch.nn.Module):
         self.grad_scale = float(grad_scale)
         self.async_push = bool(async_push)
         self._pending = None
+        self._prefetched = None  # _Prefetch of prefetch(), until a forward uses or drops it
         # Makes autograd call the lookup's backward (the pulled rows themselves need no grad).
         self._anchor = torch.zeros((), requires_grad=True)
 
@@ -168,33 +274,80 @@ class Embedding(torch.nn.Module):
     def _push(self, keys, grad_rows):
         if self.grad_scale != 1.0:
             grad_rows = grad_rows * self.grad_scale
-        grads = grad_rows.numpy()
+        grads = _to_host(grad_rows, grad_rows.shape[0], grad_rows.shape[1]).numpy()
         if self.async_push:
             self.flush()
             _comm["keys_pushed"] += len(keys)
-            self._pending = self.table.push_async(keys, grads)
+            self._pending = self.table.push_async(keys, grads)  # holds `grads` until done
         else:
             with _waiting(pushed=len(keys)):
                 self.table.push(keys, grads)
 
-    def forward(self, ids):
+    @staticmethod
+    def _flat_ids(ids):
+        """(ids as a tensor, its ids flattened to int64 on the CPU)."""
         ids = torch.as_tensor(ids)
         if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
             raise TypeError(f"ids must be an integer tensor, got {ids.dtype}")
-        self.flush()
-        dim = self.table.dim
-        flat = ids.reshape(-1).to(device="cpu", dtype=torch.int64)
-        if flat.numel() == 0:
-            return torch.zeros(*ids.shape, dim)
+        return ids, ids.reshape(-1).to(device="cpu", dtype=torch.int64)
+
+    def prefetch(self, ids):
+        """Starts pulling the rows of `ids` (a later batch) in the background: the forward pass
+        of the same ids uses them. Replaces an earlier prefetch that no forward used."""
+        ids, flat = self._flat_ids(ids)
+        self._prefetched = None  # dropping an unfinished pull waits for it
+        if flat.numel() > 0:
+            self._prefetched = _Prefetch(self.table, flat, ids.device)
+
+    def _rows(self, flat, device):
+        """(rows of the unique ids of `flat` on `device`, inverse, keys): from the prefetch of
+        these ids if there is one, else pulled now."""
+        prefetched, self._prefetched = self._prefetched, None
+        if prefetched is not None and prefetched.matches(flat, device):
+            return prefetched.rows()
         unique, inverse = torch.unique(flat, sorted=True, return_inverse=True)
         keys = unique.contiguous().numpy()  # int64, checked non-negative by the pull
+        host = _pinned_rows(len(keys), self.table.dim, device)
         with _waiting(pulled=len(keys)):
-            rows = torch.from_numpy(self.table.pull(keys))
+            self.table.pull(keys, host.numpy())
+        return (host.to(device, non_blocking=True), inverse.to(device, non_blocking=True),
+                keys)
+
+    def forward(self, ids):
+        ids, flat = self._flat_ids(ids)
+        self.flush()
+        dim = self.table.dim
+        if flat.numel() == 0:
+            return torch.zeros(*ids.shape, dim, device=ids.device)
+        rows, inverse, keys = self._rows(flat, ids.device)
         if torch.is_grad_enabled():
             out = _Lookup.apply(self._anchor, rows, inverse, keys, self)
         else:
             out = rows.index_select(0, inverse)
         return out.view(*ids.shape, dim)
+
+
+class _Prefetch:
+    """A background pull of the unique ids of a batch into a (pinned) host buffer."""
+
+    def __init__(self, table, flat, device):
+        self.flat = flat
+        self.device = device
+        unique, self.inverse = torch.unique(flat, sorted=True, return_inverse=True)
+        self.keys = unique.contiguous().numpy()
+        self.host = _pinned_rows(len(self.keys), table.dim, device)
+        self.request = table.pull_async(self.keys, self.host.numpy())
+        _comm["keys_pulled"] += len(self.keys)
+
+    def matches(self, flat, device):
+        return device == self.device and torch.equal(flat, self.flat)
+
+    def rows(self):
+        """(rows on the device, inverse on the device, keys) once the pull is done."""
+        with _waiting():
+            self.request.wait()
+        return (self.host.to(self.device, non_blocking=True),
+                self.inverse.to(self.device, non_blocking=True), self.keys)
 
 
 class DenseParameters:
@@ -209,7 +362,8 @@ class DenseParameters:
     ``nn.Linear(in, out)`` weight, shaped (out, in), is thus a table of `out` rows of `in`
     floats (the built-in fashion_mlp stores the transpose, rows = in; training is the same).
 
-    optimizer: the server-side optimizer of every table (a paramserver.Optimizer or a name).
+    optimizer: the server-side optimizer of every table (a paramserver.Optimizer or a name),
+        with PyTorch's defaults where the server's differ (torch_defaults).
     initializer: None (default): Glorot uniform (see glorot_uniform) for parameters of 2 or more
         dimensions, zeros for 1-D ones (biases), as the built-in fashion_mlp; or one
         paramserver.Initializer for all; or a callable (name, parameter, rows, dim) ->
@@ -230,8 +384,14 @@ class DenseParameters:
             loss.backward()
             params.push_pull()   # push the grads, advance the clock, pull the new values
 
-    Pulls write the parameters' memory in place (outside autograd): pull before a forward pass,
-    not between a forward pass and its backward pass.
+    Parameters may live on the CPU or on a CUDA device, and may move (``module.to(device)``)
+    at any time: each call looks where they are. On the CPU, pulls write the parameters'
+    memory in place and pushes read the gradients' (no copy). On a CUDA device, pulls land in
+    page-locked host buffers (one per parameter, kept) and go to the parameters with
+    non_blocking copies; gradients come back through pinned buffers the same way.
+
+    Pulls write the parameters (outside autograd): pull before a forward pass, not between a
+    forward pass and its backward pass.
     """
 
     def __init__(self, client, module, *, optimizer=None, prefix="", initializer=None, seed=0,
@@ -249,7 +409,7 @@ class DenseParameters:
         for name, param in module.named_parameters():
             rows = int(param.shape[0]) if param.dim() >= 2 else 1
             dim = param.numel() // rows if rows > 0 else 0
-            _float32_rows(param, rows, dim, f"parameter {name!r}")  # checks dtype, layout
+            _check_parameter(param, f"parameter {name!r}")
             if initializer is None:
                 init = (glorot_uniform(rows, dim, seed=seed) if param.dim() >= 2
                         else _ps.Initializer.zeros())
@@ -260,39 +420,43 @@ class DenseParameters:
             else:
                 raise TypeError("initializer must be None, a paramserver.Initializer or a "
                                 f"callable, got {type(initializer).__name__}")
-            table = client.create_table(prefix + name, kind="dense", dim=dim, rows=rows,
-                                        initializer=init, optimizer=optimizer)
-            keys = np.arange(rows, dtype=np.uint64)
-            self._entries.append((name, param, table, keys, rows, dim))
+            table = _create_table(client, prefix + name, optimizer, kind="dense", dim=dim,
+                                  rows=rows, initializer=init)
+            self._entries.append(_DenseEntry(name, param, table, rows, dim))
         if pull:
             self.pull()
 
     @property
     def tables(self):
         """{parameter name: paramserver.Table}."""
-        return {name: table for name, _, table, _, _, _ in self._entries}
+        return {e.name: e.table for e in self._entries}
 
     def _pull_ops(self):
-        return [(table, keys, _float32_rows(param, rows, dim, f"parameter {name!r}"))
-                for name, param, table, keys, rows, dim in self._entries]
+        return [(e.table, e.keys, e.pull_buffer()) for e in self._entries]
 
     def _push_ops(self):
         ops = []
-        for name, param, table, keys, rows, dim in self._entries:
-            if param.grad is None:
+        for e in self._entries:
+            grad = e.param.grad
+            if grad is None:
                 continue
-            grad = param.grad.detach()
+            grad = grad.detach()
             if self.grad_scale != 1.0:
                 grad = grad * self.grad_scale
-            grad = grad.to(torch.float32).contiguous()
-            ops.append((table, keys, _float32_rows(grad, rows, dim, f"gradient of {name!r}")))
+            ops.append((e.table, e.keys, e.push_buffer(grad)))
         return ops
+
+    def _finish_pull(self):
+        """After a pull into the host buffers: copies them to the parameters on a device."""
+        for e in self._entries:
+            e.upload()
 
     def pull(self):
         """Copies the tables' current values into the module's parameters (in place)."""
         ops = self._pull_ops()
         with _waiting(pulled=sum(len(op[1]) for op in ops)):
             self.client.pull_many(ops)
+        self._finish_pull()
 
     def push(self):
         """Pushes each parameter's .grad (parameters without one are skipped)."""
@@ -307,10 +471,87 @@ class DenseParameters:
         push, pull = self._push_ops(), self._pull_ops()
         with _waiting(pulled=sum(len(op[1]) for op in pull), pushed=sum(len(op[1]) for op in push)):
             self.client.push_pull(push=push, pull=pull)
+        self._finish_pull()
         if zero_grad:
             self.module.zero_grad(set_to_none=True)
 
     def push_pull_async(self):
-        """push_pull in the background: returns a paramserver.Request. Do not use the module
-        (nor its gradients) until its wait() has returned."""
-        return self.client.push_pull_async(push=self._push_ops(), pull=self._pull_ops())
+        """push_pull in the background: returns a request whose wait() returns once the new
+        values are in the parameters (on a device: once their copies are queued). Do not use
+        the module (nor its gradients) until its wait() has returned."""
+        request = self.client.push_pull_async(push=self._push_ops(), pull=self._pull_ops())
+        return _PullRequest(request, self._finish_pull)
+
+
+def _check_parameter(param, what):
+    if param.dtype != torch.float32:
+        raise TypeError(f"{what} must be float32, got {param.dtype}")
+    if not param.is_contiguous():
+        raise ValueError(f"{what} must be contiguous")
+
+
+class _DenseEntry:
+    """One parameter of DenseParameters: its table, and the host buffers of a parameter on a
+    device (pinned, allocated on first use, kept)."""
+
+    def __init__(self, name, param, table, rows, dim):
+        self.name, self.param, self.table, self.rows, self.dim = name, param, table, rows, dim
+        self.keys = np.arange(rows, dtype=np.uint64)
+        self._host = None  # pulled values of a parameter on a device
+        self._host_grad = None  # gradients of a parameter on a device
+        self._uploading = None  # the device whose copy from _host may still be running
+
+    def pull_buffer(self):
+        """Where a pull writes: the parameter's own memory on the CPU, else the pinned host
+        buffer (once the last copy from it to the device is done)."""
+        _check_parameter(self.param, f"parameter {self.name!r}")
+        if self.param.device.type == "cpu":
+            return _float32_rows(self.param, self.rows, self.dim, f"parameter {self.name!r}")
+        if self._uploading is not None:
+            _wait_for_copies(self._uploading)
+            self._uploading = None
+        if self._host is None:
+            self._host = _pinned_rows(self.rows, self.dim, self.param.device)
+        return self._host.numpy()
+
+    def upload(self):
+        """Copies the pulled values to a parameter on a device (non_blocking)."""
+        if self.param.device.type == "cpu" or self._host is None:
+            return
+        with torch.no_grad():
+            self.param.view(self.rows, self.dim).copy_(self._host, non_blocking=True)
+        self._uploading = self.param.device
+
+    def push_buffer(self, grad):
+        """The (rows, dim) float32 host array of `grad`: its own memory on the CPU, else a copy
+        in the pinned gradient buffer, waited for."""
+        what = f"gradient of {self.name!r}"
+        if grad.device.type == "cpu":
+            return _float32_rows(grad.to(torch.float32).contiguous(), self.rows, self.dim, what)
+        if self._host_grad is None:
+            self._host_grad = _pinned_rows(self.rows, self.dim, grad.device)
+        self._host_grad.copy_(grad.reshape(self.rows, self.dim), non_blocking=True)
+        _wait_for_copies(grad.device)
+        return self._host_grad.numpy()
+
+
+class _PullRequest:
+    """A paramserver.Request whose wait() also copies the pulled values to the device."""
+
+    def __init__(self, request, finish):
+        self._request = request
+        self._finish = finish
+
+    def done(self):
+        """True once wait() would not block on the servers."""
+        return self._request.done()
+
+    def wait(self, timeout=None):
+        """Waits for the request (raising its error; TimeoutError after `timeout` seconds, the
+        request still in flight), then copies the pulled values to the parameters on a device,
+        once; returns the request's result."""
+        result = self._request.wait(timeout)
+        if self._finish is not None:
+            finish, self._finish = self._finish, None
+            finish()
+        return result
