@@ -932,25 +932,36 @@ std::vector<v1::TableSpec> TableStore::JobTables(const std::string& job_id) cons
   return specs;
 }
 
+namespace {
+
+// dim halves at `in` to floats at `out` (any alignment), and back.
+template <float (*kToFloat)(uint16_t)>
+void HalvesToFloats(const char* in, char* out, int dim) {
+  for (int i = 0; i < dim; ++i) {
+    uint16_t h;
+    std::memcpy(&h, in + 2 * i, 2);
+    const float f = kToFloat(h);
+    std::memcpy(out + 4 * i, &f, 4);
+  }
+}
+
+template <uint16_t (*kToHalf)(float)>
+void FloatsToHalves(const float* in, char* out, int dim) {
+  for (int i = 0; i < dim; ++i) {
+    const uint16_t h = kToHalf(in[i]);
+    std::memcpy(out + 2 * i, &h, 2);
+  }
+}
+
+}  // namespace
+
 void TableStore::Table::ReadValues(const char* row, void* out) const {
   const char* values = row + sizeof(RowHeader);
   switch (storage) {
     case v1::TableSpec::FP16:
-      for (int i = 0; i < dim; ++i) {
-        uint16_t h;
-        std::memcpy(&h, values + 2 * i, 2);
-        const float f = Fp16ToFloat(h);
-        std::memcpy(static_cast<char*>(out) + 4 * i, &f, 4);
-      }
-      return;
+      return HalvesToFloats<Fp16ToFloat>(values, static_cast<char*>(out), dim);
     case v1::TableSpec::BF16:
-      for (int i = 0; i < dim; ++i) {
-        uint16_t h;
-        std::memcpy(&h, values + 2 * i, 2);
-        const float f = Bf16ToFloat(h);
-        std::memcpy(static_cast<char*>(out) + 4 * i, &f, 4);
-      }
-      return;
+      return HalvesToFloats<Bf16ToFloat>(values, static_cast<char*>(out), dim);
     default:
       std::memcpy(out, values, dim * sizeof(float));
   }
@@ -960,17 +971,9 @@ void TableStore::Table::WriteValues(char* row, const float* in) const {
   char* values = row + sizeof(RowHeader);
   switch (storage) {
     case v1::TableSpec::FP16:
-      for (int i = 0; i < dim; ++i) {
-        const uint16_t h = FloatToFp16(in[i]);
-        std::memcpy(values + 2 * i, &h, 2);
-      }
-      return;
+      return FloatsToHalves<FloatToFp16>(in, values, dim);
     case v1::TableSpec::BF16:
-      for (int i = 0; i < dim; ++i) {
-        const uint16_t h = FloatToBf16(in[i]);
-        std::memcpy(values + 2 * i, &h, 2);
-      }
-      return;
+      return FloatsToHalves<FloatToBf16>(in, values, dim);
     default:
       std::memcpy(values, in, dim * sizeof(float));
   }
