@@ -145,7 +145,7 @@ TableStore::DroppedJob TableStore::DropJob(const std::string& job_id) {
     for (const auto& t : tables) {
       const uint64_t rows = ClearSlot(slot, *t);  // its rows' memory goes back with the arena
       CountErasedRows(*t, rows);
-      dropped.bytes += rows * t->arena->stride();
+      dropped.bytes += rows * t->arena->row_bytes();
     }
     ErasePendingIf(slot.pending, [&](uint32_t id) { return ids.contains(id); });
   }
@@ -454,7 +454,7 @@ absl::Status TableStore::CheckNewRows(absl::Span<const BlockView> views) const {
   uint64_t most = held;
   for (const BlockView& v : views) {
     if (v.table->spec.kind() == v1::DENSE) continue;
-    most += v.keys.size() * static_cast<uint64_t>(v.table->arena->stride());
+    most += v.keys.size() * static_cast<uint64_t>(v.table->arena->row_bytes());
   }
   if (most <= options_.max_job_bytes) return absl::OkStatus();
   for (const BlockView& v : views) {
@@ -469,7 +469,7 @@ absl::Status TableStore::CheckNewRows(absl::Span<const BlockView> views) const {
       missing += t.index[SlotIndex(slot)].Find(*t.arena, v.keys[i]) == RowArena::kNoRow;
       return absl::OkStatus();
     }).IgnoreError();
-    held += missing * static_cast<uint64_t>(t.arena->stride());
+    held += missing * static_cast<uint64_t>(t.arena->row_bytes());
     if (missing > 0 && held > options_.max_job_bytes) {
       return Rejected(
           RejectReason::kOther,
@@ -626,7 +626,7 @@ uint64_t TableStore::ClearSlot(Slot& slot, const Table& table) {
 void TableStore::CountNewRows(const Table& table, uint64_t rows) const {
   if (rows == 0 || table.metrics == nullptr) return;
   table.metrics->rows->Increment(static_cast<double>(rows));
-  table.metrics->bytes->Increment(static_cast<double>(rows * table.arena->stride()));
+  table.metrics->bytes->Increment(static_cast<double>(rows * table.arena->row_bytes()));
 }
 
 void TableStore::CountAdmission(const Table& table, uint64_t admitted, uint64_t rejected) const {
@@ -752,7 +752,7 @@ absl::Status TableStore::ForEachRow(const Table& t, absl::Span<const uint64_t> k
 void TableStore::CountErasedRows(const Table& table, uint64_t rows) const {
   if (rows == 0 || table.metrics == nullptr) return;
   table.metrics->rows->Decrement(static_cast<double>(rows));
-  table.metrics->bytes->Decrement(static_cast<double>(rows * table.arena->stride()));
+  table.metrics->bytes->Decrement(static_cast<double>(rows * table.arena->row_bytes()));
 }
 
 void TableStore::ApplyToRow(const Table& table, const void* grad, float lr_scale, char* row,

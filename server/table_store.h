@@ -116,7 +116,7 @@ class TableStore {
     uint32_t init_stream = 0;  // InitializerStream(spec)
 
     // Bytes of the rows held (as stored in the arena).
-    uint64_t RowBytes() const { return rows.load() * arena->stride(); }
+    uint64_t RowBytes() const { return rows.load() * arena->row_bytes(); }
     RowHeader* Header(char* row) const { return reinterpret_cast<RowHeader*>(row); }
     const RowHeader* Header(const char* row) const {
       return reinterpret_cast<const RowHeader*>(row);

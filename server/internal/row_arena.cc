@@ -34,10 +34,9 @@ constexpr size_t kPage = 4096;
 
 size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
-size_t StrideOf(size_t row_bytes) {
-  const size_t bytes = std::max<size_t>(row_bytes, 1) + kRedzone;
-  return bytes % 64 == 0 ? bytes : RoundUp(bytes, 16);
-}
+size_t RoundedRow(size_t bytes) { return bytes % 64 == 0 ? bytes : RoundUp(bytes, 16); }
+
+size_t StrideOf(size_t row_bytes) { return RoundedRow(std::max<size_t>(row_bytes, 1) + kRedzone); }
 
 // log2 of the rows per chunk: the largest power of two whose rows fit in kChunkBytes (1 for a
 // row larger than that).
@@ -67,6 +66,7 @@ RowArena::RowArena(size_t row_bytes, bool huge_pages)
     : huge_pages_(huge_pages),
       row_bytes_(std::max<size_t>(row_bytes, 1)),
       stride_(StrideOf(row_bytes)),
+      row_bytes_rounded_(RoundedRow(std::max<size_t>(row_bytes, 1))),
       shift_(ShiftOf(stride_)),
       mask_((uint32_t{1} << shift_) - 1),
       chunk_bytes_(RoundUp(stride_ << shift_, huge_pages ? kChunkBytes : kPage)),

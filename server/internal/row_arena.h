@@ -57,6 +57,9 @@ class RowArena {
   size_t rows_in_use() const;
   // Bytes from one row to the next: the row's size rounded up (plus a fence under ASan).
   size_t stride() const { return stride_; }
+  // A row's bytes as counted (memory caps, metrics): its size rounded up as its stride is, the
+  // same with or without ASan's fence.
+  size_t row_bytes() const { return row_bytes_rounded_; }
   size_t rows_per_chunk() const { return size_t{1} << shift_; }
   uint64_t max_rows() const { return max_rows_; }
 
@@ -67,6 +70,7 @@ class RowArena {
   const bool huge_pages_;
   const size_t row_bytes_;
   const size_t stride_;
+  const size_t row_bytes_rounded_;
   const uint32_t shift_;  // log2(rows per chunk)
   const uint32_t mask_;   // rows per chunk - 1
   const size_t chunk_bytes_;

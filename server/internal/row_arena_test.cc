@@ -54,21 +54,22 @@ TEST(RowArenaTest, RowsAreDistinctAlignedAndKeepTheirBytes) {
 
 TEST(RowArenaTest, HandlesCountUpAndChunksHoldAPowerOfTwoRows) {
   RowArena arena(80);
-  EXPECT_EQ(arena.stride(), 80u);
+  const size_t stride = arena.stride();  // 80 (112 under ASan: a fence after each row)
+  EXPECT_GE(stride, 80u);
   const size_t per_chunk = arena.rows_per_chunk();
   EXPECT_EQ(per_chunk & (per_chunk - 1), 0u);
   EXPECT_LE(per_chunk * arena.stride(), RowArena::kChunkBytes);
   EXPECT_GT(2 * per_chunk * arena.stride(), RowArena::kChunkBytes);
   for (uint32_t i = 0; i < 3 * per_chunk; ++i) EXPECT_EQ(arena.Allocate(), i);
   // Consecutive rows of one chunk lie one stride apart.
-  EXPECT_EQ(arena.At(1) - arena.At(0), 80);
-  EXPECT_EQ(arena.At(per_chunk + 5) - arena.At(per_chunk), 5 * 80);
+  EXPECT_EQ(static_cast<size_t>(arena.At(1) - arena.At(0)), stride);
+  EXPECT_EQ(static_cast<size_t>(arena.At(per_chunk + 5) - arena.At(per_chunk)), 5 * stride);
 }
 
 TEST(RowArenaTest, ASmallTableTouchesFewPages) {
   RowArena arena(80);
   for (int i = 0; i < 10; ++i) arena.Allocate();
-  EXPECT_EQ(arena.carved_bytes(), 800u);  // the chunk's other pages are never written
+  EXPECT_EQ(arena.carved_bytes(), 10 * arena.stride());  // the chunk's other pages: never written
 }
 
 TEST(RowArenaTest, HugePageChunksAreAligned) {
@@ -108,6 +109,7 @@ TEST(RowArenaTest, FreedRowsAreHandedOutAgainBeforeNewMemory) {
   EXPECT_EQ(arena.rows_in_use(), 100u);
 }
 
+#ifndef PS_TEST_ASAN  // ASan would write the shadow of every row handed out: 128 GiB here
 TEST(RowArenaTest, AFullArenaSaysSo) {
   // Rows of 256 MiB: 2^40 bytes hold 4096 of them (never touched: no memory is used).
   RowArena arena(size_t{256} << 20);
@@ -115,6 +117,7 @@ TEST(RowArenaTest, AFullArenaSaysSo) {
   for (int i = 0; i < 4096; ++i) ASSERT_NE(arena.Allocate(), RowArena::kNoRow) << i;
   EXPECT_EQ(arena.Allocate(), RowArena::kNoRow);
 }
+#endif
 
 TEST(RowArenaTest, ThreadsAllocateDistinctRowsAndReadThemWithoutALock) {
   RowArena arena(64);
