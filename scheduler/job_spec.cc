@@ -11,45 +11,18 @@
 #include "common/printable.h"
 #include "common/status_macros.h"
 #include "common/table_features.h"
+#include "common/zoo_models.h"
 
 namespace ps {
 namespace {
 
 constexpr int kDefaultBatchSize = 64;
 constexpr int kDefaultEpochs = 1;
-constexpr int kDefaultHashBits = 20;
-constexpr int kMnistInputs = 784;
-constexpr int kMnistClasses = 10;
 
 constexpr int kDefaultKeepCheckpoints = 3;
 
 absl::Status Invalid(const std::string& message) {
   return absl::InvalidArgumentError(absl::StrCat("spec.", message));
-}
-
-absl::Status CheckLayers(v1::JobSpec* spec) {
-  if (spec->layers().empty()) {
-    for (int size : {kMnistInputs, 128, kMnistClasses}) spec->add_layers(size);
-    return absl::OkStatus();
-  }
-  const std::string layers = absl::StrJoin(spec->layers(), ",");
-  if (spec->layers_size() < 2 || spec->layers_size() > kMaxLayers) {
-    return Invalid(absl::StrCat("layers must have 2..", kMaxLayers,
-                                " entries (inputs, hidden sizes, classes), not ",
-                                spec->layers_size()));
-  }
-  for (int i = 0; i < spec->layers_size(); ++i) {
-    if (spec->layers(i) < 1 || spec->layers(i) > kMaxLayerSize) {
-      return Invalid(
-          absl::StrCat("layers[", i, "] = ", spec->layers(i), " must be in 1..", kMaxLayerSize));
-    }
-  }
-  if (spec->layers(0) != kMnistInputs || spec->layers(spec->layers_size() - 1) != kMnistClasses) {
-    return Invalid(absl::StrCat("layers must start with ", kMnistInputs, " (pixels) and end with ",
-                                kMnistClasses, " (classes) for ", kFashionMlp, ", not [", layers,
-                                "]"));
-  }
-  return absl::OkStatus();
 }
 
 // True if `path` is `root` or lies under it (both normal).
@@ -248,17 +221,10 @@ uint64_t ModelBytes(const v1::JobSpec& spec) {
     }
     return bytes;
   }
-  uint64_t parameters = 0;
-  v1::OptimizerSpec::Kind optimizer = v1::OptimizerSpec::ADAM;  // fashion_mlp's default
-  if (spec.model() == kSpamLogreg) {
-    parameters = (uint64_t{1} << spec.hash_bits()) + 1;
-    optimizer = v1::OptimizerSpec::FTRL;  // spam_logreg's default
-  } else {
-    for (int i = 0; i + 1 < spec.layers_size(); ++i) {
-      const uint64_t in = spec.layers(i), out = spec.layers(i + 1);
-      parameters += in * out + out;
-    }
-  }
+  const ZooModel* model = FindZooModel(spec.model());
+  if (model == nullptr) return 0;  // refused by NormalizeJobSpec
+  const uint64_t parameters = model->parameters(spec);
+  v1::OptimizerSpec::Kind optimizer = model->default_optimizer().kind();
   if (spec.has_optimizer()) optimizer = spec.optimizer().kind();
   return parameters * sizeof(float) * (1 + StatePerParameter(optimizer));
 }
@@ -271,16 +237,15 @@ std::string NormalPath(absl::string_view path) {
 
 absl::Status NormalizeJobSpec(v1::JobSpec* spec, const JobLimits& limits) {
   const bool program = spec->has_program();
-  const bool mlp = spec->model() == kFashionMlp;
+  const ZooModel* model = program ? nullptr : FindZooModel(spec->model());
   if (program && !spec->model().empty()) {
     return Invalid(absl::StrCat("a job runs a model or a program, not both (model = \"",
                                 Printable(spec->model(), 64), "\")"));
   }
-  if (!program && !mlp && spec->model() != kSpamLogreg) {
+  if (!program && model == nullptr) {
     return Invalid(absl::StrCat(spec->model().empty() ? "neither model nor program is set: " : "",
-                                "model must be \"", kFashionMlp, "\" or \"", kSpamLogreg,
-                                "\" (or give a program), not \"", Printable(spec->model(), 64),
-                                "\""));
+                                "model must be one of the zoo's (", ZooModelNames(),
+                                ") or give a program, not \"", Printable(spec->model(), 64), "\""));
   }
   if (!program && spec->tables_size() > 0) {
     return Invalid("tables are declared by program jobs; a zoo model makes its own");
@@ -347,15 +312,8 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec, const JobLimits& limits) {
     if (spec->layers_size() > 0 || spec->hash_bits() != 0) {
       return Invalid("layers and hash_bits are zoo models' settings; a program job has tables");
     }
-  } else if (mlp) {
-    absl::Status s = CheckLayers(spec);
-    if (!s.ok()) return s;
   } else {
-    if (spec->hash_bits() == 0) spec->set_hash_bits(kDefaultHashBits);
-    if (spec->hash_bits() < 1 || spec->hash_bits() > kMaxHashBits) {
-      return Invalid(absl::StrCat("hash_bits = ", spec->hash_bits(), " must be in 1..",
-                                  kMaxHashBits, " (0: ", kDefaultHashBits, ")"));
-    }
+    PS_RETURN_IF_ERROR(model->normalize(spec));  // its layers, hash_bits, ...
   }
   if (!spec->has_evaluate()) spec->set_evaluate(true);
   v1::CheckpointPolicy& checkpoint = *spec->mutable_checkpoint();
@@ -376,9 +334,7 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec, const JobLimits& limits) {
         "spec: the model needs ", bytes, " bytes (", GiB(bytes),
         ", parameters and optimizer state), over the scheduler's cap of ", limits.max_model_bytes,
         " bytes (", GiB(limits.max_model_bytes), ", ps_scheduler --max_model_bytes); use ",
-        program ? "smaller dense tables"
-                : (spec->model() == kSpamLogreg ? "fewer hash_bits" : "smaller layers"),
-        " or ask the operator"));
+        program ? "smaller dense tables" : model->smaller, " or ask the operator"));
   }
   if (!v1::RecoveryMode_IsValid(spec->recovery())) {
     return Invalid(absl::StrCat("recovery = ", spec->recovery(), " is not a recovery mode"));
@@ -392,7 +348,7 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec, const JobLimits& limits) {
     return Invalid("from_checkpoint.job_id is empty");
   }
   if (program && spec->data_dir().empty()) return absl::OkStatus();  // a program's own business
-  if (spec->data_dir().empty()) spec->set_data_dir(mlp ? kFashionMnistDir : kSpamAssassinDir);
+  if (spec->data_dir().empty()) spec->set_data_dir(model->default_data_dir);
   // Its form only: whether it exists is the workers' to say (see the header).
   PS_RETURN_IF_ERROR(
       CheckClientText("spec.data_dir", spec->data_dir(), kMaxPathBytes, /*ascii_only=*/false));

@@ -12,18 +12,12 @@
 
 namespace ps {
 
-inline constexpr char kFashionMlp[] = "fashion_mlp";
-inline constexpr char kSpamLogreg[] = "spam_logreg";
-inline constexpr char kFashionMnistDir[] = "/usr/share/datasets/fashion-mnist";
-inline constexpr char kSpamAssassinDir[] = "/usr/share/datasets/spam-assassin";
 // Sane ranges of a spec's sizes (INVALID_ARGUMENT outside them; docs/operations.md lists them).
+// A zoo model's own settings (layers, hash_bits) are its to check (common/zoo_models.h).
 inline constexpr int kMaxWorkersPerJob = 1024;
 inline constexpr int kMaxServersPerJob = 1024;
-inline constexpr int kMaxLayers = 16;  // entries of `layers`, inputs and classes included
-inline constexpr int kMaxLayerSize = 65536;
 inline constexpr int kMaxEpochs = 10000;
 inline constexpr int kMaxBatchSize = 65536;
-inline constexpr int kMaxHashBits = 30;
 inline constexpr int kMaxKeepCheckpoints = 1000;
 // Program jobs.
 inline constexpr int kMaxProgramArgs = 256;          // argv entries, env entries
@@ -48,9 +42,9 @@ struct JobLimits {
 
 // The bytes the servers hold for a normalized spec's model at most: float32 parameters times
 // (1 + the optimizer's state per parameter: sgd 0, momentum 1, adagrad 1, adam 2, ftrl 2).
-// fashion_mlp: weights and biases of every layer; spam_logreg: 2^hash_bits weights (every
-// hashed feature touched) and a bias; a program: its dense tables (sparse ones grow as keys are
-// touched, within the servers' per-job cap).
+// A zoo model: its ZooModel::parameters (fashion_mlp: weights and biases of every layer;
+// spam_logreg: 2^hash_bits weights and a bias); a program: its dense tables (sparse ones grow
+// as keys are touched, within the servers' per-job cap).
 uint64_t ModelBytes(const v1::JobSpec& spec);
 
 // Gives a normalized program job's tables their ids (first_id, first_id + 1, ... in order) and

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/zoo_models.h"
 #include "gtest/gtest.h"
 #include "scheduler/internal/test_util.h"
 
@@ -16,14 +17,14 @@ class JobSpecTest : public ::testing::Test {
  protected:
   v1::JobSpec Mlp() const {
     v1::JobSpec spec;
-    spec.set_model(kFashionMlp);
+    spec.set_model("fashion_mlp");
     spec.set_num_workers(2);
     spec.set_data_dir(dir_.path());
     return spec;
   }
   v1::JobSpec Logreg() const {
     v1::JobSpec spec = Mlp();
-    spec.set_model(kSpamLogreg);
+    spec.set_model("spam_logreg");
     return spec;
   }
   // Expects INVALID_ARGUMENT whose message contains `field`.
@@ -63,17 +64,27 @@ TEST_F(JobSpecTest, FillsDefaults) {
 }
 
 TEST_F(JobSpecTest, DefaultDataDirPerModel) {
-  for (const char* model : {kFashionMlp, kSpamLogreg}) {
+  for (const ZooModel* model : ZooModels()) {
     v1::JobSpec spec = Mlp();
-    spec.set_model(model);
+    spec.set_model(model->name);
     spec.clear_data_dir();
-    const std::string expected =
-        std::string(model) == kFashionMlp ? kFashionMnistDir : kSpamAssassinDir;
+    const std::string expected = model->default_data_dir;
     absl::Status s = NormalizeJobSpec(&spec, limits_);
     // Whether the data set is installed here does not matter: the workers read it.
     EXPECT_TRUE(s.ok()) << s;
     EXPECT_EQ(spec.data_dir(), expected);
   }
+}
+
+// The zoo as the registry lists it: an unknown model is refused naming every model of it.
+TEST_F(JobSpecTest, UnknownModelNamesTheZoo) {
+  EXPECT_EQ(std::string(FindZooModel("fashion_mlp")->default_data_dir),
+            "/usr/share/datasets/fashion-mnist");
+  EXPECT_EQ(std::string(FindZooModel("spam_logreg")->default_data_dir),
+            "/usr/share/datasets/spam-assassin");
+  EXPECT_EQ(FindZooModel("resnet"), nullptr);
+  EXPECT_EQ(ZooModelNames(), "fashion_mlp, spam_logreg");
+  ExpectRejected([](v1::JobSpec* s) { s->set_model("resnet"); }, "fashion_mlp, spam_logreg", Mlp());
 }
 
 // A spec may write checkpoints only under a root the operator allowed, '..' included.
@@ -282,7 +293,7 @@ TEST_F(JobSpecTest, RejectsBadProgramJobsByName) {
         s->clear_tables();
       },
       "neither model nor program", Program());
-  ExpectRejected([](v1::JobSpec* s) { s->set_model(kFashionMlp); }, "not both", Program());
+  ExpectRejected([](v1::JobSpec* s) { s->set_model("fashion_mlp"); }, "not both", Program());
   ExpectRejected([](v1::JobSpec* s) { s->clear_tables(); }, "declares its tables", Program());
   ExpectRejected([](v1::JobSpec* s) { s->mutable_program()->clear_argv(); },
                  "program.argv is empty", Program());

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The client library as a program built elsewhere uses it: `cmake --install` of the client
 # component into a temporary prefix, examples/cpp configured with find_package(paramserver)
-# against that prefix and built, then run against 2 real ps_server processes on loopback.
+# against that prefix and built, then run against 2 real ps_server processes on loopback. The
+# installed library must export its public API only (nm -D: ps:: classes and functions of
+# include/ps/, nothing of ps::v1, RpcClient, gRPC, protobuf or absl).
 # Usage: tests/client_install_test.sh BUILD_DIR
 set -euo pipefail
 build=$(cd "$1" && pwd)
@@ -19,6 +21,27 @@ if grep -rnE '#include [<"](grpc|grpcpp|google/protobuf|ps/v1|common/|worker/)' 
     "$dir/prefix/include"; then
   fail "the installed headers include gRPC, protobuf or internal headers"
 fi
+
+echo "== the library exports its public API only (ps/*.h, PS_EXPORT)"
+lib=$(ls "$dir/prefix"/lib*/libparamserver_client.so | head -1)
+nm -D --defined-only -C "$lib" | awk '$2 ~ /^[TtWwVvDdBbRru]$/ { $1 = ""; $2 = ""; print substr($0, 3) }' |
+  sort -u >"$dir/exported.txt"
+[ -s "$dir/exported.txt" ] || fail "nm lists no symbol of $lib"
+# The public classes and functions of include/ps/ (their members, typeinfo and vtables too).
+public='ps::(Client|Pending|Session|Initializer|Optimizer|ClientOptions)(::|$|\b)'
+public+='|ps::(TuneProcess|TableIdFor|IsStepInterrupted)\('
+grep -vE "^((typeinfo|typeinfo name|vtable) for )?($public)" "$dir/exported.txt" |
+  grep -vE '^(_init|_fini|_edata|_end|__bss_start)$' >"$dir/unexpected.txt" || true
+if [ -s "$dir/unexpected.txt" ]; then
+  echo "$(wc -l <"$dir/unexpected.txt") symbols beyond the public API, e.g.:"
+  head -20 "$dir/unexpected.txt"
+  fail "libparamserver_client.so exports more than ps/*.h"
+fi
+grep -qE '^(ps::v1::|ps::RpcClient|grpc|google::protobuf|absl::)' "$dir/exported.txt" &&
+  fail "ps::v1, RpcClient, gRPC, protobuf or absl symbols exported"
+grep -q '^ps::Client::Connect' "$dir/exported.txt" || fail "ps::Client::Connect is not exported"
+grep -q '^ps::Session::FromEnv' "$dir/exported.txt" || fail "ps::Session::FromEnv is not exported"
+echo "ok: $(wc -l <"$dir/exported.txt") symbols exported, all of the public API"
 
 echo "== configuring and building examples/cpp against the prefix"
 cmake -S "$src/examples/cpp" -B "$dir/example" -DCMAKE_PREFIX_PATH="$dir/prefix" \

@@ -14,14 +14,16 @@
 #   prometheus                                 start a Prometheus (free port) that scrapes the
 #                                              cluster; prints its URL; `down` stops it
 #
-# Everything lives in run/cluster/: logs (*.log), pid files (*.pid), the scheduler's state
-# (scheduler/) and env (PS_SCHEDULER=..., for `source run/cluster/env`). Daemons whose binary
+# Everything lives in run/cluster/ (or $CLUSTER_RUN_DIR, relative to the repository root):
+# logs (*.log), pid files (*.pid), the scheduler's state (scheduler/) and env
+# (`export PS_SCHEDULER=...`: after `source run/cluster/env`, psctl finds the cluster without
+# --scheduler). Daemons whose binary
 # has --metrics_listen serve /metrics on a free loopback port (run/cluster/<name>.metrics_port);
 # prometheus-targets.json lists them for deploy/prometheus/prometheus.yml (file_sd).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${BUILD_DIR:-build}
-run=run/cluster
+run=${CLUSTER_RUN_DIR:-run/cluster}
 scheduler_bin=$build/scheduler/ps_scheduler
 server_bin=$build/server/ps_server
 worker_bin=$build/worker/ps_worker
@@ -193,11 +195,12 @@ cmd_up() {
   for i in $(seq 0 $((servers - 1))); do wait_port "server$i" >/dev/null || { cmd_down >/dev/null; exit 1; }; done
   wait_registered || { cmd_down >/dev/null; exit 1; }
   write_targets
-  echo "PS_SCHEDULER=$address" >"$run/env"
+  # Exported: `source run/cluster/env` then hands it to psctl and every other child.
+  echo "export PS_SCHEDULER=$address" >"$run/env"
   echo "cluster up: scheduler $address, $servers servers, $workers workers; logs in $run/"
   "$psctl" --scheduler="$address" nodes
   echo
-  echo "Use it with:  export PS_SCHEDULER=$address"
+  echo "Use it with:  source $run/env   (export PS_SCHEDULER=$address)"
   echo "              $psctl submit deploy/jobs/fashion_mlp.textproto"
   [ -s "$run/scheduler.metrics_port" ] &&
     echo "Metrics:      $0 prometheus   (targets in $run/prometheus-targets.json)"

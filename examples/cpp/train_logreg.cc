@@ -215,8 +215,24 @@ int main(int argc, char** argv) {
     if (!first.ok()) return Fail("session", first.status());
     step = *first;
   }
+  // A server died (a program job only): the step is cut short. Next() recovers and says which
+  // step to run; the batch's rows are pulled again.
+  auto interrupted = [&]() -> absl::Status {
+    if (session->step_interrupted()) {
+      auto next_step = session->Next();
+      if (!next_step.ok()) return next_step.status();
+      step = *next_step;
+    }  // else the request was sent before a recovery that has happened since
+    in_flight = pull(cur_keys, cur_w, &cur_b);
+    return absl::OkStatus();
+  };
   while (step < flags.steps) {
-    if (absl::Status s = in_flight.Wait(); !s.ok()) return Fail("pull", s);
+    if (absl::Status s = in_flight.Wait(); ps::IsStepInterrupted(s)) {
+      if (absl::Status r = interrupted(); !r.ok()) return Fail("next step", r);
+      continue;
+    } else if (!s.ok()) {
+      return Fail("pull", s);
+    }
     // Start the next batch's pull now: it travels while this batch's gradients are computed.
     fill(next, next_keys);
     in_flight = pull(next_keys, next_w, &next_b);
@@ -236,6 +252,10 @@ int main(int argc, char** argv) {
     // Repeated feature ids in the batch: the library sums their gradients.
     absl::Status pushed = client.Push(*weights, cur_keys, grads);
     if (pushed.ok()) pushed = client.Push(*bias, bias_key, absl::MakeConstSpan(&bias_grad, 1));
+    if (ps::IsStepInterrupted(pushed)) {
+      if (absl::Status r = interrupted(); !r.ok()) return Fail("next step", r);
+      continue;
+    }
     if (!pushed.ok()) return Fail("push", pushed);
     const int64_t done = step + 1;
     if (done % 100 == 0 || done == flags.steps) {

@@ -136,10 +136,19 @@ def train_session(session, model, dense_params, data, steps, batch, log_every, d
     restart or a lost server by itself), and each step's figures go to psctl status."""
     loss_fn = torch.nn.BCEWithLogitsLoss()
     start, comm0, last = time.monotonic(), pst.communication(), (time.monotonic(), 0.0)
+    resync = False
     for step in session.steps(steps):
         # Each worker's stream is its rank's: a worker that joins in a dead one's place goes on
         # with that stream, and a redone step (after a rollback) reads the same batch again.
-        loss = train_step(model, dense_params, data, session.rank, step, batch, loss_fn, device)
+        try:
+            if resync:  # the last step was cut short: its pull left the MLP incomplete
+                dense_params.pull()
+                resync = False
+            loss = train_step(model, dense_params, data, session.rank, step, batch, loss_fn,
+                              device)
+        except ps.StepInterrupted:
+            resync = True  # a server died: steps() recovers and says which step to run
+            continue
         now, comm = time.monotonic(), pst.communication()
         elapsed = now - start
         session.report(loss=loss, samples=batch,

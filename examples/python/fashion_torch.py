@@ -87,10 +87,17 @@ def main():
     start = time.monotonic()
     if session.dynamic_data:
         # data_assignment: DYNAMIC: the scheduler hands out the batches (the job file's epochs).
-        seen = 0
+        seen, resync = 0, False
         for batch in session.batches(len(train_x), a.batch):
             idx = torch.from_numpy(batch.examples)
-            loss, accuracy = train_step(model, params, loss_fn, train_x[idx], train_y[idx])
+            try:
+                if resync:  # the last step was cut short: its pull left the model incomplete
+                    params.pull()
+                    resync = False
+                loss, accuracy = train_step(model, params, loss_fn, train_x[idx], train_y[idx])
+            except ps.StepInterrupted:
+                resync = True  # a server died: batches() recovers and hands the range again
+                continue
             session.report(loss=loss, accuracy=accuracy, samples=len(idx))
             seen += 1
             if seen % 200 == 0:
@@ -98,7 +105,7 @@ def main():
                       f"{seen * a.batch / (time.monotonic() - start):.0f} samples/s", flush=True)
         print(f"this worker read {seen} batches", flush=True)
         return evaluate(session, model, params, loss_fn, test_x, test_y)
-    order, order_epoch = None, -1
+    order, order_epoch, resync = None, -1, False
     for step in session.steps(total, steps_per_epoch):
         epoch, in_epoch = divmod(step, steps_per_epoch)
         if epoch != order_epoch:
@@ -110,7 +117,14 @@ def main():
         mine = order[rank::n]
         first = (in_epoch * a.batch) % max(1, len(mine) - a.batch)
         idx = mine[first:first + a.batch]
-        loss, accuracy = train_step(model, params, loss_fn, train_x[idx], train_y[idx])
+        try:
+            if resync:  # the last step was cut short: its pull left the model incomplete
+                params.pull()
+                resync = False
+            loss, accuracy = train_step(model, params, loss_fn, train_x[idx], train_y[idx])
+        except ps.StepInterrupted:
+            resync = True  # a server died: steps() recovers and says which step to run
+            continue
         session.report(loss=loss, accuracy=accuracy, samples=len(idx))
         if (step + 1) % 200 == 0:
             print(f"step {step + 1}/{total} epoch {epoch + 1} loss {loss:.4f} "

@@ -25,6 +25,7 @@ def main():
     p.add_argument("--max_part_bytes", type=int, default=2 << 20)
     p.add_argument("--channels_per_server", type=int, default=2)
     a = p.parse_args()
+    paramserver.tune_process()  # as ps_bench and the daemons do: the figures compare
 
     client = paramserver.Client(a.servers.split(","), job_id=a.job_id, worker_id=a.worker_id,
                                 configure_job=False, max_part_bytes=a.max_part_bytes,

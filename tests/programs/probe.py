@@ -11,6 +11,10 @@ It trains nothing useful: each step pulls and pushes rows of the job's declared 
   undeclared  after --at steps uses a table the job file does not declare
   flood       writes --flood_mb MiB to stderr, then runs like ok
   slow        like ok, sleeping --sleep seconds per step (cancel and kill tests)
+  guard       like slow (the sleep before each step's pull), pulling into an array filled with
+              NaN first: a pull that returns must have written every row, else the program
+              saw an undefined buffer and exits 5; StepInterrupted (a server died) skips the
+              rest of the step; prints "probe: N steps interrupted" at the end
   data        a job of dynamic data assignment: steps on the batches the scheduler hands out
               (session.batches of --examples examples in ranges of --batch), sleeping
               --sleep seconds per step on the worker of id --slow_worker (else none), and
@@ -57,6 +61,8 @@ def main():
     keys = np.arange(w.rows, dtype=np.uint64)
     if a.mode == "data":
         return read_batches(session, w, keys, a)
+    if a.mode == "guard":
+        return guard_steps(session, w, keys, a)
     for step in session.steps(a.steps):
         if step == a.checkpoint_at and session.rank == 0:
             session.request_checkpoint()
@@ -78,6 +84,36 @@ def main():
         if a.sleep > 0:
             time.sleep(a.sleep)
     session.report_evaluation(accuracy=0.5, probe_done=1)
+    print("probe done", flush=True)
+    return 0
+
+
+def guard_steps(session, w, keys, a):
+    """Never uses a pulled array that the pull did not fill (tests/step_interrupt_test.sh)."""
+    interrupted = 0
+    for step in session.steps(a.steps):
+        time.sleep(a.sleep)  # a server killed now fails this step's pull
+        values = np.full((len(keys), w.dim), np.nan, dtype=np.float32)
+        try:
+            w.pull(keys, out=values)
+            pulled = True
+            if not np.isnan(values).any():
+                w.push(keys, np.full_like(values, 0.01))
+        except ps.StepInterrupted as e:
+            pulled = False
+            interrupted += 1
+            print(f"probe: step {step} interrupted: {e}", flush=True)
+            assert session.step_interrupted, "StepInterrupted but step_interrupted is False"
+            session.report(loss=float("nan"))  # ignored in an interrupted step
+        if pulled and np.isnan(values).any():
+            print(f"probe: step {step}: a pull returned with {int(np.isnan(values).sum())} "
+                  "values it did not write (an undefined buffer)", file=sys.stderr, flush=True)
+            return 5
+        if not pulled:
+            continue
+        session.report(loss=float(np.abs(values).mean()), samples=len(keys), probe=step)
+    session.report_evaluation(accuracy=0.5, probe_done=1)
+    print(f"probe: {interrupted} steps interrupted, {session.recoveries} recoveries", flush=True)
     print("probe done", flush=True)
     return 0
 

@@ -37,6 +37,7 @@
 #include "common/security.h"
 #include "common/tls_flags.h"
 #include "common/version.h"
+#include "common/zoo_models.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
 #include "ps/v1/scheduler.grpc.pb.h"
@@ -66,7 +67,7 @@ ABSL_FLAG(uint64_t, checkpoint, 0, "restore: the checkpoint id (0: the latest co
 
 // submit: each overrides the job file's field when given.
 ABSL_FLAG(std::string, name, "", "job name");
-ABSL_FLAG(std::string, model, "", "fashion_mlp | spam_logreg");
+ABSL_FLAG(std::string, model, "", "a model of the zoo (listed below)");
 ABSL_FLAG(std::string, layers, "", "fashion_mlp layer sizes, inputs first, e.g. 784,128,10");
 ABSL_FLAG(std::string, data_dir, "", "data set directory on every worker host");
 ABSL_FLAG(int, num_workers, 0, "workers training the job");
@@ -201,6 +202,10 @@ void PrintHelp(std::ostream& out) {
   out << "\nsubmit flags (each overrides the job file's field when given):\n";
   for (const char* name : kSubmitFlags) PrintFlag(out, *flags.at(name), false);
   for (const char* name : kCheckpointSubmitFlags) PrintFlag(out, *flags.at(name), false);
+  out << "\nthe zoo's models (--model): what each trains; its default data_dir\n";
+  for (const ps::ZooModel* m : ps::ZooModels()) {
+    out << "  " << m->name << ": " << m->summary << "; " << m->default_data_dir << "\n";
+  }
   out << "\ncheckpoint, restore and drain flags:\n";
   for (const char* name : {"wait", "wait_timeout", "checkpoint"}) {
     PrintFlag(out, *flags.at(name), true);

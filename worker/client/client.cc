@@ -10,6 +10,7 @@
 
 #include "absl/base/call_once.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_status.h"
@@ -200,6 +201,24 @@ Optimizer Optimizer::Ftrl(float alpha, float l1, float l2) {
 
 void TuneProcess() { TuneProcessForServing(); }
 
+namespace {
+// The payload that marks a step's interruption (an ABORTED from a server is not one).
+constexpr char kStepInterruptedPayload[] = "type.paramserver.dev/ps.StepInterrupted";
+}  // namespace
+
+absl::Status StepInterruptedError(const absl::Status& cause) {
+  absl::Status s = absl::AbortedError(absl::StrCat(
+      "step interrupted: ", absl::StatusCodeToString(cause.code()), ": ", cause.message(),
+      "; the step is skipped (a pull's buffer is incomplete) and run again after recovery"));
+  s.SetPayload(kStepInterruptedPayload, absl::Cord("1"));
+  return s;
+}
+
+bool IsStepInterrupted(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kAborted &&
+         status.GetPayload(kStepInterruptedPayload).has_value();
+}
+
 uint32_t TableIdFor(const std::string& job_id, const std::string& name) {
   // FNV-1a over "job_id\0name", folded to 31 bits.
   uint64_t h = 14695981039346656037ull;
@@ -251,7 +270,8 @@ struct Pending::Impl {
   RpcHandle handle;
   bool started = false;
   std::shared_ptr<RpcClient> engine;  // kept while the request lives (a Session swaps them)
-  std::shared_ptr<SessionLink> link;  // a Session's client: failures it takes report OK
+  std::shared_ptr<SessionLink> link;  // a Session's client: it takes the failures of lost servers
+  uint64_t generation = 0;            // link->generation() when the request was sent
   // What the library made for the request: deduplicated keys, summed gradients, a pull's unique
   // rows. They live as long as the request.
   std::vector<std::vector<uint64_t>> keys;
@@ -271,7 +291,12 @@ absl::Status Pending::Wait() const {
   if (impl_ == nullptr) return absl::FailedPreconditionError("this Pending holds no request");
   if (!impl_->started) return impl_->early;
   absl::Status s = impl_->handle.Wait();
-  if (!s.ok() && impl_->link != nullptr && impl_->link->Absorb(s)) return absl::OkStatus();
+  if (!s.ok() && impl_->link != nullptr) {
+    // Sent before the session's latest recovery: its step was cut short already.
+    if (impl_->generation != impl_->link->generation()) return StepInterruptedError(s);
+    // A lost server: the step is cut short (a pull's buffers are incomplete).
+    if (impl_->link->Absorb(s)) return StepInterruptedError(s);
+  }
   if (s.ok() && !impl_->scatters.empty()) {
     absl::call_once(impl_->scattered, [this] {
       for (auto& scatter : impl_->scatters) scatter();
@@ -358,12 +383,16 @@ class Client::Impl {
     return pending;
   }
 
-  // Sends a request (unless refused early, or skipped in an interrupted step of a Session).
+  // Sends a request (unless refused early, or not sent in an interrupted step of a Session).
   template <typename Send>
   void Start(Pending::Impl* pending, Send send) {
     pending->link = link_;
     if (!pending->early.ok()) return;
-    if (link_ != nullptr && link_->interrupted()) return;  // reports OK, does nothing
+    if (link_ != nullptr) pending->generation = link_->generation();
+    if (link_ != nullptr && link_->interrupted()) {  // not sent: the step is cut short
+      pending->early = link_->InterruptedStatus();
+      return;
+    }
     pending->engine = engine();
     pending->handle = send(*pending->engine);
     pending->started = true;
@@ -649,9 +678,9 @@ absl::Status Client::PushPull(std::vector<PushOp> push, std::vector<PullOp> pull
 absl::Status Client::Clock() {
   PS_RETURN_IF_ERROR(impl_->CheckOpen());
   const std::shared_ptr<SessionLink>& link = impl_->link();
-  if (link != nullptr && link->interrupted()) return absl::OkStatus();
+  if (link != nullptr && link->interrupted()) return link->InterruptedStatus();
   absl::Status s = impl_->engine()->Clock();
-  if (!s.ok() && link != nullptr && link->Absorb(s)) return absl::OkStatus();
+  if (!s.ok() && link != nullptr && link->Absorb(s)) return link->InterruptedStatus();
   return s;
 }
 

@@ -20,14 +20,23 @@ class SessionLink {
  public:
   virtual ~SessionLink() = default;
   // A request failed with `s`: true if the session takes the failure (a server was lost: it
-  // recovers at the end of the step), and the request then reports OK.
+  // recovers at the end of the step), and the request then reports StepInterruptedError.
   virtual bool Absorb(const absl::Status& s) = 0;
-  // True while the current step is interrupted: requests are skipped (they report OK).
+  // True while the current step is interrupted: requests are not sent (they report
+  // StepInterruptedError).
   virtual bool interrupted() const = 0;
+  // What a request of the interrupted step reports: StepInterruptedError(the cause).
+  virtual absl::Status InterruptedStatus() const = 0;
+  // Recoveries so far: a request sent before the latest one that fails reports
+  // StepInterruptedError without interrupting the step now running.
+  virtual uint64_t generation() const = 0;
   // The declared table named `name` (or with id `id`): the job's tables only.
   virtual absl::StatusOr<v1::TableSpec> DeclaredTable(const std::string& name) const = 0;
   virtual absl::StatusOr<v1::TableSpec> DeclaredTableById(uint32_t id) const = 0;
 };
+
+// ABORTED "step interrupted: <cause>", marked so that IsStepInterrupted() recognises it.
+absl::Status StepInterruptedError(const absl::Status& cause);
 
 // A client over `engine` that asks `link` (which must outlive every request) as above.
 std::shared_ptr<Client> MakeSessionClient(ClientOptions options, std::shared_ptr<RpcClient> engine,

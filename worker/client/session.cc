@@ -74,6 +74,13 @@ class SessionState final : public SessionLink {
     absl::MutexLock l(&mu_);
     return interrupted_;
   }
+  absl::Status InterruptedStatus() const override {
+    absl::MutexLock l(&mu_);
+    return StepInterruptedError(cause_);
+  }
+  uint64_t generation() const override { return generation_.load(); }
+  // The client runs under a new engine: requests sent before are of steps already cut short.
+  void Recovered() { ++generation_; }
   void Interrupt(const absl::Status& cause) {
     absl::MutexLock l(&mu_);
     if (!interrupted_) cause_ = cause;
@@ -111,6 +118,7 @@ class SessionState final : public SessionLink {
   }
 
   const std::vector<v1::TableSpec> tables_;
+  std::atomic<uint64_t> generation_{0};
   mutable absl::Mutex mu_;
   bool interrupted_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status cause_ ABSL_GUARDED_BY(mu_);
@@ -170,7 +178,8 @@ class Session::Impl {
 
   absl::StatusOr<int64_t> Next() {
     if (!state_->interrupted() && client_->clock() == step_clock_) {
-      PS_RETURN_IF_ERROR(client_->Clock());  // a failure it takes interrupts the step
+      const absl::Status clocked = client_->Clock();  // a server lost interrupts the step
+      if (!clocked.ok() && !IsStepInterrupted(clocked)) return clocked;
     }
     if (state_->interrupted() || NewerMap()) {
       PS_RETURN_IF_ERROR(Recover());
@@ -260,6 +269,9 @@ class Session::Impl {
   }
 
   absl::Status Report(const StepReport& r) {
+    // An interrupted step's figures are ignored (the step runs again): its requests failed, so
+    // what it computed, a non-finite loss included, is not the program's fault.
+    if (state_->interrupted()) return absl::OkStatus();
     if (r.loss.has_value() && !std::isfinite(*r.loss)) {
       absl::Status s = absl::InvalidArgumentError(absl::StrCat(
           "the program reported a non-finite loss (", *r.loss, ") at step ", step_clock_ + 1));
@@ -270,7 +282,6 @@ class Session::Impl {
       CallAgent(&v1::WorkerAgent::Stub::Report, req, &resp, absl::Seconds(10)).IgnoreError();
       return s;
     }
-    if (state_->interrupted()) return absl::OkStatus();  // the step is done again
     if (r.loss.has_value()) losses_.push_back(*r.loss);
     if (r.accuracy.has_value()) accuracies_.push_back(*r.accuracy);
     while (losses_.size() > kWindowSteps) losses_.pop_front();
@@ -298,7 +309,6 @@ class Session::Impl {
   }
 
   Client& client() { return *client_; }
-  std::shared_ptr<Client> shared_client() { return client_; }
   const std::vector<v1::TableSpec>& declared() const { return state_->tables(); }
   const std::string& job_id() const { return client_->job_id(); }
   uint32_t worker_id() const { return client_->worker_id(); }
@@ -436,6 +446,7 @@ class Session::Impl {
     PS_ASSIGN_OR_RETURN(RunStart run, StartUnder(a, step_clock_));
     state_->Resume().IgnoreError();  // failures of the old engine's last requests
     SwapEngine(*client_, std::shared_ptr<RpcClient>(std::move(run.client)));
+    state_->Recovered();
     {
       absl::MutexLock l(&mu_);
       if (run.assignment.shard_epoch() > assignment_.shard_epoch()) assignment_ = run.assignment;
@@ -552,7 +563,6 @@ Consistency Session::consistency() const {
 }
 int Session::staleness() const { return const_cast<Impl&>(*impl_).client().options().staleness; }
 Client& Session::client() { return impl_->client(); }
-std::shared_ptr<Client> Session::shared_client() { return impl_->shared_client(); }
 
 absl::StatusOr<Table> Session::table(const std::string& name) const {
   auto spec = impl_->state().DeclaredTable(name);
@@ -585,5 +595,6 @@ absl::StatusOr<std::optional<DataBatch>> Session::NextBatch(int64_t num_examples
   return impl_->NextBatch(num_examples, batch_size);
 }
 int Session::recoveries() const { return impl_->recoveries(); }
+bool Session::step_interrupted() const { return impl_->state().interrupted(); }
 
 }  // namespace ps

@@ -29,6 +29,7 @@
 #include "common/security.h"
 #include "common/signals.h"
 #include "common/status_macros.h"
+#include "common/zoo_models.h"
 #include "worker/client/job_admin.h"
 #include "worker/client/rpc_client.h"
 #include "worker/compute/cpu_backend.h"
@@ -50,18 +51,18 @@ ABSL_FLAG(int, worker_id, 0,
           "standalone: this worker's index, 0..num_workers-1; it reads data shard worker_id");
 ABSL_FLAG(int, num_workers, 1, "standalone: workers in the job");
 ABSL_FLAG(std::string, model, "784,128,10",
-          "standalone: 'spam_logreg', or MLP layer sizes for Fashion-MNIST, comma-separated: "
-          "inputs,hidden...,classes ('784,10' is softmax regression)");
+          "standalone: a model of the zoo by name (the list is at the top of --help), or MLP "
+          "layer sizes for fashion_mlp, comma-separated: inputs,hidden...,classes ('784,10' is "
+          "softmax regression)");
 ABSL_FLAG(std::string, data_dir, "",
-          "standalone: data set directory (default: /usr/share/datasets/fashion-mnist, or "
-          "/usr/share/datasets/spam-assassin for spam_logreg)");
+          "standalone: data set directory (default: the model's, listed at the top of --help)");
 ABSL_FLAG(int, epochs, 5, "standalone: passes over the data");
 ABSL_FLAG(int, batch_size, 64, "standalone: examples per step on this worker");
 ABSL_FLAG(std::string, consistency, "sync", "standalone: sync | ssp | async");
 ABSL_FLAG(int, staleness, 2, "standalone, ssp: clocks a worker may run ahead of the slowest");
 ABSL_FLAG(std::string, optimizer, "",
           "standalone: server-side optimizer sgd|momentum|adagrad|adam|ftrl (default: the "
-          "model's: adam for the MLP, ftrl for spam_logreg)");
+          "model's, e.g. adam for fashion_mlp, ftrl for spam_logreg)");
 ABSL_FLAG(double, learning_rate, 0.001, "standalone: the optimizer's learning rate");
 ABSL_FLAG(uint64_t, seed, 1, "standalone: seed of the initial weights and of the data order");
 ABSL_FLAG(bool, evaluate, false, "standalone: evaluate on the held-out set after every epoch");
@@ -209,15 +210,16 @@ absl::Status SetCpuThreadsFromFlags(const ps::ComputeOptions& compute) {
 absl::StatusOr<ps::v1::JobSpec> SpecFromFlags() {
   ps::v1::JobSpec spec;
   const std::string model = absl::GetFlag(FLAGS_model);
-  if (model == "spam_logreg") {
-    spec.set_model("spam_logreg");
+  if (ps::FindZooModel(model) != nullptr) {
+    spec.set_model(model);
   } else {
-    spec.set_model("fashion_mlp");
+    spec.set_model(ps::FashionMlpZooModel().name);
     for (absl::string_view part : absl::StrSplit(model, ',')) {
       int units = 0;
       if (!absl::SimpleAtoi(part, &units)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--model: '", part, "' is not a layer size (want spam_logreg or e.g. 784,128,10)"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("--model: '", part, "' is not a layer size (want a model of the zoo, ",
+                         ps::ZooModelNames(" or "), ", or layer sizes e.g. 784,128,10)"));
       }
       spec.add_layers(units);
     }
@@ -396,12 +398,18 @@ int RunDaemon(const ps::ComputeOptions& compute) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::string zoo;
+  for (const ps::ZooModel* m : ps::ZooModels()) {
+    absl::StrAppend(&zoo, "\n  ", m->name, ": ", m->summary, "; data ", m->default_data_dir);
+  }
   ps::SetUsage(
-      "Worker: trains models of the zoo (fashion_mlp, spam_logreg) through the parameter "
-      "servers, computing on the CPU or a CUDA GPU (--device).\n"
-      "Daemon:     ps_worker --scheduler=sched:7000\n"
-      "Standalone: ps_worker --servers=127.0.0.1:7100,127.0.0.1:7101 --worker_id=0 "
-      "--num_workers=2 --evaluate",
+      absl::StrCat("Worker: trains models of the zoo through the parameter servers, and runs "
+                   "program jobs' programs, computing on the CPU or a CUDA GPU (--device).\n"
+                   "Daemon:     ps_worker --scheduler=sched:7000\n"
+                   "Standalone: ps_worker --servers=127.0.0.1:7100,127.0.0.1:7101 --worker_id=0 "
+                   "--num_workers=2 --evaluate\n"
+                   "The zoo:",
+                   zoo),
       __FILE__);
   absl::ParseCommandLine(argc, argv);
   ps::TuneProcessForServing();

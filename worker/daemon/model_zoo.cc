@@ -2,41 +2,73 @@
 
 #include <vector>
 
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "common/status_macros.h"
+#include "common/zoo_models.h"
 #include "worker/models/fashion_model.h"
 #include "worker/models/sparse_logreg.h"
 
 namespace ps {
 
+namespace {
+
+// Builds one model of the zoo from a spec whose defaults are filled (ZooModel::normalize,
+// data_dir, optimizer).
+using Builder = absl::StatusOr<std::unique_ptr<Model>> (*)(const v1::JobSpec& spec,
+                                                           const ComputeOptions& compute);
+
+absl::StatusOr<std::unique_ptr<Model>> BuildFashionMlp(const v1::JobSpec& spec,
+                                                       const ComputeOptions& compute) {
+  MlpRunOptions options;
+  options.compute = compute;
+  options.consistency = spec.consistency();
+  options.batch_size = RunnerOptionsOf(spec).batch_size;
+  return MakeFashionMlp(spec.data_dir(),
+                        std::vector<int>(spec.layers().begin(), spec.layers().end()),
+                        spec.optimizer(), spec.seed(), options);
+}
+
+absl::StatusOr<std::unique_ptr<Model>> BuildSpamLogreg(const v1::JobSpec& spec,
+                                                       const ComputeOptions& compute) {
+  return MakeSpamLogReg(spec.data_dir(), spec.hash_bits(), spec.optimizer(), spec.seed(), compute);
+}
+
+// The builder of each model the registry (common/zoo_models.h) describes.
+struct ModelBuilder {
+  const ZooModel& (*model)();
+  Builder build;
+};
+constexpr ModelBuilder kBuilders[] = {
+    {&FashionMlpZooModel, &BuildFashionMlp},
+    {&SpamLogregZooModel, &BuildSpamLogreg},
+};
+
+Builder BuilderOf(absl::string_view model) {
+  for (const ModelBuilder& b : kBuilders) {
+    if (model == b.model().name) return b.build;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+bool HasBuilder(const std::string& model) { return BuilderOf(model) != nullptr; }
+
 absl::StatusOr<std::unique_ptr<Model>> MakeModel(const v1::JobSpec& spec,
                                                  const ComputeOptions& compute) {
-  if (spec.model() == "fashion_mlp") {
-    std::vector<int> layers(spec.layers().begin(), spec.layers().end());
-    if (layers.empty()) layers = {784, 128, 10};
-    v1::OptimizerSpec optimizer = spec.optimizer();
-    if (!spec.has_optimizer()) {
-      optimizer.set_kind(v1::OptimizerSpec::ADAM);
-      optimizer.set_learning_rate(0.001f);
-    }
-    MlpRunOptions options;
-    options.compute = compute;
-    options.consistency = spec.consistency();
-    options.batch_size = RunnerOptionsOf(spec).batch_size;
-    return MakeFashionMlp(
-        spec.data_dir().empty() ? "/usr/share/datasets/fashion-mnist" : spec.data_dir(), layers,
-        optimizer, spec.seed(), options);
+  const ZooModel* model = FindZooModel(spec.model());
+  if (model == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model '", spec.model(), "' is unknown; the zoo has ", ZooModelNames()));
   }
-  if (spec.model() == "spam_logreg") {
-    return MakeSpamLogReg(
-        spec.data_dir().empty() ? "/usr/share/datasets/spam-assassin" : spec.data_dir(),
-        spec.hash_bits() > 0 ? spec.hash_bits() : 20,
-        spec.has_optimizer() ? spec.optimizer() : DefaultSpamLogRegOptimizer(), spec.seed(),
-        compute);
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "model '", spec.model(), "' is unknown; the zoo has fashion_mlp and spam_logreg"));
+  v1::JobSpec filled = spec;  // the model's defaults where the spec leaves them (standalone)
+  PS_RETURN_IF_ERROR(model->normalize(&filled));
+  if (filled.data_dir().empty()) filled.set_data_dir(model->default_data_dir);
+  if (!filled.has_optimizer()) *filled.mutable_optimizer() = model->default_optimizer();
+  if (Builder build = BuilderOf(spec.model()); build != nullptr) return build(filled, compute);
+  return absl::UnimplementedError(
+      absl::StrCat("model '", spec.model(), "' has no builder in this ps_worker"));
 }
 
 JobRunnerOptions RunnerOptionsOf(const v1::JobSpec& spec) {

@@ -15,14 +15,18 @@
 
 namespace ps {
 
-// "fashion_mlp" (dense MLP on Fashion-MNIST) or "spam_logreg" (sparse logistic regression on
-// the SpamAssassin corpus), with the spec's layers, data_dir, optimizer (the model's default
-// when unset), hash_bits and seed. Both train on the device of `compute` (a resolved device):
-// fashion_mlp on its backend, spam_logreg on the host in double precision for the CPU and on
-// the CUDA backend for a GPU (spam_step.h). INVALID_ARGUMENT for an unknown model; data errors
-// as the loaders report them; backend errors as MakeBackend.
+// The zoo model the spec names (common/zoo_models.h: fashion_mlp, a dense MLP on
+// Fashion-MNIST; spam_logreg, sparse logistic regression on SpamAssassin), with the model's
+// defaults where the spec leaves its settings, data_dir or optimizer unset, and its seed. Both
+// train on the device of `compute` (a resolved device): fashion_mlp on its backend, spam_logreg
+// on the host in double precision for the CPU and on the CUDA backend for a GPU (spam_step.h).
+// INVALID_ARGUMENT for an unknown model or bad settings; data errors as the loaders report
+// them; backend errors as MakeBackend.
 absl::StatusOr<std::unique_ptr<Model>> MakeModel(const v1::JobSpec& spec,
                                                  const ComputeOptions& compute = {});
+
+// True if this worker can build the model named `model` (every ZooModels() entry must).
+bool HasBuilder(const std::string& model);
 
 // The runner options of a spec (epochs, batch size, workers, consistency, seed, evaluation).
 JobRunnerOptions RunnerOptionsOf(const v1::JobSpec& spec);

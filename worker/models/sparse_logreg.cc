@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "common/zoo_models.h"
 
 namespace ps {
 namespace {
@@ -80,13 +81,7 @@ absl::Status CheckTable(RpcClient* client, uint32_t table_id, v1::TableKind kind
 }  // namespace
 
 v1::OptimizerSpec DefaultSpamLogRegOptimizer() {
-  v1::OptimizerSpec spec;
-  spec.set_kind(v1::OptimizerSpec::FTRL);
-  spec.set_learning_rate(1.0f);
-  spec.set_ftrl_beta(1.0f);
-  spec.set_l1(1e-4f);
-  spec.set_l2(0.0f);
-  return spec;
+  return SpamLogregZooModel().default_optimizer();  // the registry's (common/zoo/spam_logreg.cc)
 }
 
 SparseLogReg::SparseLogReg(SpamDataset data, v1::OptimizerSpec optimizer, uint64_t seed,

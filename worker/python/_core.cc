@@ -408,8 +408,10 @@ py::object WaitNow(PyRequest* request) {
 
 // A program job's Session, with the Python Client over its managed client (made once: tables
 // keep a reference to it).
+// The session, shared with its client's Python object (which holds the session's client
+// through an aliasing pointer, keeping the session alive as long as a table or a request does).
 struct PySession {
-  std::unique_ptr<ps::Session> session;
+  std::shared_ptr<ps::Session> session;
   py::object client;
 
   ~PySession() {
@@ -439,9 +441,6 @@ std::map<std::string, double> Metrics(py::object metrics) {
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = kModuleDoc;
-  // Large pulls and pushes would otherwise fault in fresh pages for every request's buffers
-  // (glibc hands large freed blocks back to the kernel): see ps::TuneProcess.
-  ps::TuneProcess();
   // The classes are registered as paramserver.X (their home for users: help() and signatures
   // name them so); __name__ is restored at the end.
   const py::object module_name = m.attr("__name__");
@@ -510,6 +509,12 @@ PYBIND11_MODULE(_core, m) {
                             : py::make_tuple(g_errors->base);
       g_errors->by_code[s.code] = make(s.name, bases, s.doc);
     }
+    g_errors->step_interrupted = make(
+        "StepInterrupted", py::make_tuple(g_errors->by_code[absl::StatusCode::kAborted]),
+        "A request of a Session's client could not complete because the job's shard map\n"
+        "changed (a server died): the step is cut short and its results (a pull's array) must\n"
+        "not be used. Session.steps() and batches() recover at the next step and run this one\n"
+        "again; catch it in the loop and `continue` (see Session). e.code is 'ABORTED'.");
     py::register_exception_translator([](std::exception_ptr p) {
       try {
         if (p) std::rethrow_exception(p);
@@ -897,10 +902,10 @@ Returns the list of pulled arrays, in the order of `pull`.)doc")
             }
             if (!session.ok()) throw StatusError(session.status());
             auto py_session = std::make_unique<PySession>();
-            ps::ClientOptions co = (*session)->client().options();
-            py_session->client =
-                py::cast(std::make_unique<PyClient>((*session)->shared_client(), std::move(co)));
             py_session->session = std::move(*session);
+            ps::ClientOptions co = py_session->session->client().options();
+            std::shared_ptr<ps::Client> client(py_session->session, &py_session->session->client());
+            py_session->client = py::cast(std::make_unique<PyClient>(client, std::move(co)));
             return py_session;
           },
           py::arg("recovery_wait") = 90.0, py::arg("rpc_timeout") = 120.0, py::arg("log") = true,
@@ -910,7 +915,12 @@ Returns the list of pulled arrays, in the order of `pull`.)doc")
           "client", [](PySession& s) { return s.client; },
           "The paramserver.Client of the job's servers, managed by the session: create_table\n"
           "returns the job file's table of that name (others are refused), and a request that\n"
-          "fails because a server died returns without effect until next() has recovered.")
+          "could not complete because a server died raises StepInterrupted, as does every\n"
+          "later request of the step, until next() has recovered.")
+      .def_property_readonly(
+          "step_interrupted", [](PySession& s) { return s.session->step_interrupted(); },
+          "True once a request of the current step raised StepInterrupted, until next() or\n"
+          "next_batch() has recovered.")
       .def_property_readonly("job_id", [](PySession& s) { return s.session->job_id(); })
       .def_property_readonly("worker_id", [](PySession& s) { return s.session->worker_id(); })
       .def_property_readonly(
@@ -1056,6 +1066,13 @@ Returns the list of pulled arrays, in the order of `pull`.)doc")
 
   m.attr("__name__") = module_name;
 
+  m.def(
+      "tune_process", [] { ps::TuneProcess(); },
+      "Opt-in process-wide settings for a program that moves large tensors (ps::TuneProcess):\n"
+      "freed memory stays in the process (glibc would otherwise hand every large request\n"
+      "buffer back to the kernel and fault it in again on the next request) and Abseil's mutex\n"
+      "deadlock detection is turned off. Importing paramserver changes nothing; call this once,\n"
+      "early, if the program wants it (the daemons and the benchmarks do).");
   m.def("table_id_for", &ps::TableIdFor, py::arg("job_id"), py::arg("name"),
         "The id a table named `name` of job `job_id` gets when created with id 0: a stable\n"
         "31-bit hash, never 0.");

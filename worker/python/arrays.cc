@@ -17,6 +17,7 @@ void SetPythonError(const absl::Status& status) {
   py::object cls = g_errors->base;
   auto it = g_errors->by_code.find(status.code());
   if (it != g_errors->by_code.end()) cls = it->second;
+  if (ps::IsStepInterrupted(status) && g_errors->step_interrupted) cls = g_errors->step_interrupted;
   std::string message(status.message());
   if (message.empty()) message = CodeName(status.code());
   py::object exc = cls(py::str(message));

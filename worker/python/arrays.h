@@ -40,6 +40,7 @@ void Check(const absl::Status& status);
 struct ErrorClasses {
   py::object base;                                 // paramserver.Error
   std::map<absl::StatusCode, py::object> by_code;  // its subclasses
+  py::object step_interrupted;                     // paramserver.StepInterrupted (ABORTED)
 };
 
 extern ErrorClasses* g_errors;

@@ -91,13 +91,20 @@ shard map from the daemon and makes the client::
     session = paramserver.Session.from_env()
     emb = session.table("emb")                      # a table the job file declares
     for step in session.steps(total_steps):         # resumes at the right step
-        ...  pull, compute, push through session.client (or paramserver.torch) ...
+        try:
+            ...  pull, compute, push through session.client (or paramserver.torch) ...
+        except paramserver.StepInterrupted:
+            continue                                # a server died: this step runs again
         session.report(loss=loss, samples=batch_size, auc=auc)
     session.report_evaluation(accuracy=test_acc)    # the job's result
 
-When a server dies, requests fail without effect until the loop's next step: steps() then
-waits for the scheduler's new shard map, carries out its restore order and goes on from the
-step to run next (the same one again, or the last checkpoint's when a sync job rolls back).
+When a server dies, a request that could not complete raises StepInterrupted (an
+AbortedError), and so does every later request of the step: no pulled array of an interrupted
+step reaches the program. Go on to the loop's next step: steps() (or batches()) then waits
+for the scheduler's new shard map, carries out its restore order and goes on from the step to
+run next (the same one again, or the last checkpoint's when a sync job rolls back). report()
+in an interrupted step is ignored, so a loss computed before the exception never fails the
+job.
 )";
 
 }  // namespace paramserver_py

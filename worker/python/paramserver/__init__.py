@@ -29,11 +29,14 @@ Example::
         [values] = client.push_pull(push=[(w, w_keys, w_grads)], pull=[(w, w_keys)])
 
 Errors raise :class:`Error` subclasses (``InvalidArgumentError``, ``NotFoundError``,
-``UnavailableError``, ...) carrying the server's message; ``e.code`` names the status code.
+``UnavailableError``, ...) carrying the server's message; ``e.code`` names the status code. In a
+program job, a request that a server's death cut short raises :class:`StepInterrupted` (an
+``AbortedError``): skip the rest of the step, ``Session.steps()`` recovers (see ``Session``).
 
-Importing the package tunes the process for large requests, as the daemons do: freed memory
-stays in the process (glibc would otherwise hand every large request buffer back to the kernel
-and fault it in again on the next request) and Abseil's mutex deadlock detection is off.
+Importing the package changes no process-wide setting. A program that moves large tensors may
+call :func:`tune_process` once, early, as the daemons do: freed memory then stays in the
+process (glibc would otherwise hand every large request buffer back to the kernel and fault it
+in again on the next request) and Abseil's mutex deadlock detection is off.
 
 ``paramserver.torch`` (imported separately) holds PyTorch helpers: an ``Embedding`` layer whose
 rows live in a sparse table, and ``DenseParameters``, which keeps a module's parameters in
@@ -59,11 +62,13 @@ from paramserver._core import (  # noqa: F401
     Request,
     ResourceExhaustedError,
     Session,
+    StepInterrupted,
     Table,
     UnauthenticatedError,
     UnavailableError,
     UnimplementedError,
     table_id_for,
+    tune_process,
 )
 
 __version__ = "0.1.0"
@@ -88,11 +93,13 @@ __all__ = [
     "Request",
     "ResourceExhaustedError",
     "Session",
+    "StepInterrupted",
     "Table",
     "UnauthenticatedError",
     "UnavailableError",
     "UnimplementedError",
     "table_id_for",
+    "tune_process",
 ]
 
 # The classes read best as paramserver.X (they are defined in paramserver._core).
@@ -108,7 +115,10 @@ def _session_steps(self, total_steps, steps_per_epoch=0):
     """The training loop helper: yields the steps to run, from where this worker resumes (0, or
     the step after a restart or a rollback) to total_steps - 1. After each step it advances the
     clock if the step did not (push_pull does), recovers from a lost server, reports progress
-    and lets the worker of rank 0 take a checkpoint."""
+    and lets the worker of rank 0 take a checkpoint. A step that a server's death cut short
+    raises StepInterrupted from its requests: catch it in the loop and `continue`; the next
+    iteration recovers and yields the step to run (the same one, or an earlier one after a sync
+    job's rollback)."""
     step = self.begin(total_steps, steps_per_epoch)
     while step < total_steps:
         yield step
@@ -142,7 +152,8 @@ def _session_batches(self, num_examples, batch_size):
     fast worker reads more than a slow one and every example is read once per epoch. Step on
     each batch before asking for the next (its pushes done): asking ends the step the way next()
     does (progress, checkpoints, recovery from a lost server, after which the range is read
-    again)."""
+    again). A step that a server's death cut short raises StepInterrupted from its requests:
+    catch it and `continue`; the next iteration recovers and hands the range out again."""
     while True:
         b = self.next_batch(int(num_examples), int(batch_size))
         if b is None:
@@ -153,7 +164,8 @@ def _session_batches(self, num_examples, batch_size):
 def _session_report(self, loss=None, accuracy=None, samples=0, **metrics):
     """Adds a step's figures to the progress reported at its end: loss and accuracy (running
     means are shown), samples (for samples/s) and any other named numbers (e.g. auc=0.81; at most
-    16 names are kept). A NaN or infinite loss raises InvalidArgumentError and fails the job."""
+    16 names are kept). A NaN or infinite loss raises InvalidArgumentError and fails the job,
+    except in a step that raised StepInterrupted: its report is ignored."""
     self._report(loss, accuracy, int(samples), metrics)
 
 

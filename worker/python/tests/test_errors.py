@@ -37,6 +37,9 @@ def test_exception_hierarchy():
     for cls in (ps.NotFoundError, ps.UnavailableError, ps.DeadlineExceededError,
                 ps.FailedPreconditionError, ps.AlreadyExistsError, ps.CancelledError):
         assert issubclass(cls, ps.Error) and cls.__module__ == "paramserver"
+    # A step cut short by a server's death (program jobs): tests/step_interrupt_test.sh.
+    assert issubclass(ps.StepInterrupted, ps.AbortedError)
+    assert ps.StepInterrupted.__module__ == "paramserver"
 
 
 def test_float64_grads(table):

@@ -31,6 +31,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "ps/export.h"
 
 namespace ps {
 
@@ -40,7 +41,7 @@ enum class TableKind { kDense, kSparse };
 
 // How a row's values start. Rows depend only on (seed, table name, key): every server creates
 // the same row.
-struct Initializer {
+struct PS_EXPORT Initializer {
   enum class Kind { kZeros, kConstant, kUniform, kNormal };
   Kind kind = Kind::kZeros;
   float value = 0;  // kConstant
@@ -58,7 +59,7 @@ struct Initializer {
 // The server-side optimizer of a table. Unset fields take the server's defaults: learning rate
 // 0.01, momentum 0.9, Adam's beta1 0.9, beta2 0.999, epsilon 1e-8 (Adagrad: 1e-10), Adagrad's
 // initial accumulator 0.1, FTRL's l1 = l2 = 0 and beta 1, weight decay 0.
-struct Optimizer {
+struct PS_EXPORT Optimizer {
   enum class Kind { kSgd, kMomentum, kAdagrad, kAdam, kFtrl };
   Kind kind = Kind::kSgd;
   std::optional<float> learning_rate;  // FTRL: alpha
@@ -92,16 +93,24 @@ struct TableConfig {
   uint32_t id = 0;
 };
 
-// Process-wide settings for a program that moves large tensors; call once from main() (the
-// Python package does it when imported). It keeps freed memory in the process (glibc otherwise
-// returns every large request buffer to the kernel and each request faults its pages in again:
-// 3-5x lower throughput at 16 MiB) and turns off Abseil's mutex deadlock detection (a debug
-// aid that Debian's Abseil leaves on). The daemons do the same.
-void TuneProcess();
+// Opt-in process-wide settings for a program that moves large tensors: nothing in the library
+// calls it (nor does importing the Python package: paramserver.tune_process()); call it once,
+// early in main(), if the program wants them. It keeps freed memory in the process (glibc
+// otherwise returns every large request buffer to the kernel and each request faults its pages
+// in again; docs/client.md) and turns off Abseil's mutex deadlock detection (a debug aid that
+// Debian's Abseil leaves on), for the whole process. The daemons do the same.
+PS_EXPORT void TuneProcess();
+
+// True for the error a request of a ps::Session's client reports when it could not complete
+// because the job's shard map changed (a server died): ABORTED "step interrupted: ...". The
+// request had no effect or only part of it (a pull's buffer is then incomplete: never use it);
+// end the step (Session::Next or NextBatch), which recovers and runs it again. Clients made
+// with Client::Connect never report it.
+PS_EXPORT bool IsStepInterrupted(const absl::Status& status);
 
 // The id a table named `name` of job `job_id` gets when its config leaves the id 0: a stable
 // 31-bit hash, never 0.
-uint32_t TableIdFor(const std::string& job_id, const std::string& name);
+PS_EXPORT uint32_t TableIdFor(const std::string& job_id, const std::string& name);
 
 // A table as the servers hold it (from CreateTable or OpenTable). Cheap to copy.
 struct Table {
@@ -121,7 +130,7 @@ enum class Consistency {
   kAsync  // pushes apply on arrival; pulls never wait.
 };
 
-struct ClientOptions {
+struct PS_EXPORT ClientOptions {
   // The parameter servers, "host:port" each, in shard-map order (slot s on servers[s % n]).
   std::vector<std::string> servers;
   // Tables and clocks are per job; every worker of a job names the same job and servers.
@@ -168,7 +177,7 @@ struct PushOp {
 
 // A request in flight (ps-lite's timestamp). Copyable; Wait() may be called many times and
 // from any thread.
-class Pending {
+class PS_EXPORT Pending {
  public:
   Pending();
   ~Pending();
@@ -181,10 +190,9 @@ class Pending {
   // Waits at most `timeout` for the request; true if it is done (Wait() then returns at once).
   bool WaitFor(absl::Duration timeout) const;
 
-  struct Impl;  // the library's own
-
  private:
   friend class Client;
+  struct Impl;
   explicit Pending(std::shared_ptr<Impl> impl);
   std::shared_ptr<Impl> impl_;
 };
@@ -192,7 +200,7 @@ class Pending {
 // A connection to a job's parameter servers. Thread-safe: pulls and pushes may be issued from
 // several threads and overlap; Clock() and PushPull advance this worker's clock and belong to
 // one training loop. Destroying the client waits for requests in flight.
-class Client {
+class PS_EXPORT Client {
  public:
   static absl::StatusOr<std::unique_ptr<Client>> Connect(ClientOptions options);
   ~Client();
@@ -247,10 +255,9 @@ class Client {
   uint32_t worker_id() const;
   const std::vector<std::string>& servers() const;
 
-  class Impl;  // the library's own
-
  private:
   friend struct ClientInternals;
+  class Impl;
   explicit Client(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

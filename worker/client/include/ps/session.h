@@ -5,7 +5,10 @@
 //   auto emb = (*session)->table("emb");             // a table the job file declares
 //   auto step = (*session)->Begin(total_steps);      // where to start (a restart resumes)
 //   while (*step < total_steps) {
-//     ... pull, compute, push (client.PushPull advances the clock; else Next() does) ...
+//     absl::Status s = client.Pull(emb, keys, absl::MakeSpan(values));
+//     if (ps::IsStepInterrupted(s)) { step = (*session)->Next(); continue; }  // see below
+//     if (!s.ok()) return 1;
+//     ... compute, push (client.PushPull advances the clock; else Next() does) ...
 //     (*session)->Report({.loss = loss, .samples = batch});
 //     step = (*session)->Next();                     // the next step to run
 //   }
@@ -13,11 +16,14 @@
 // The worker daemon starts the program with PS_AGENT (its local endpoint), PS_JOB_ID,
 // PS_WORKER_ID, PS_RANK and PS_NUM_WORKERS in the environment. The session gets the job's
 // tables, servers and shard map from the daemon, reports progress through it (psctl status,
-// the worker's /metrics) and recovers on its own when a server dies: a request that fails
-// because of it returns OK without effect (a pull's buffer is then undefined), the rest of the
-// step is skipped, and Next() waits for the new shard map, carries out the scheduler's restore
-// order and returns the step to run next: the same one again, or an earlier one when a sync job
-// rolls back to its last checkpoint. Nothing else is needed in the program.
+// the worker's /metrics) and recovers on its own when a server dies: a request that could not
+// complete because of it, and every later request of the step, returns ABORTED "step
+// interrupted: ..." (ps::IsStepInterrupted(status) is true; a pull's buffer is then incomplete
+// and must not be used; step_interrupted() says the same). The program skips the rest of the
+// step and calls Next() (or NextBatch()), which waits for the new shard map, carries out the
+// scheduler's restore order and returns the step to run next: the same one again, or an
+// earlier one when a sync job rolls back to its last checkpoint. Report() of an interrupted
+// step is ignored (it never fails the job).
 //
 // A job of dynamic data assignment (data_assignment: DYNAMIC in its job file, ssp or async)
 // loops on NextBatch() instead: the scheduler hands out the ranges of each epoch as workers
@@ -45,6 +51,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "ps/client.h"
+#include "ps/export.h"
 
 namespace ps {
 
@@ -76,7 +83,7 @@ struct DataBatch {
   int32_t epochs_done = 0;        // epochs of the whole job whose every range has been read
 };
 
-class Session {
+class PS_EXPORT Session {
  public:
   // FAILED_PRECONDITION if the program was not started by a worker daemon (no PS_AGENT).
   static absl::StatusOr<std::unique_ptr<Session>> FromEnv(SessionOptions options = {});
@@ -93,11 +100,11 @@ class Session {
   Consistency consistency() const;
   int staleness() const;
 
-  // The client of the job's servers. Its CreateTable returns a declared table (an undeclared
-  // name is INVALID_ARGUMENT; the job file's initializer and optimizer apply), OpenTable finds
-  // declared tables only. Valid as long as the session.
+  // The client of the job's servers, owned by the session and valid as long as it (to share
+  // it, share the session: std::shared_ptr<Client>(session_ptr, &session_ptr->client())). Its
+  // CreateTable returns a declared table (an undeclared name is INVALID_ARGUMENT; the job
+  // file's initializer and optimizer apply), OpenTable finds declared tables only.
   Client& client();
-  std::shared_ptr<Client> shared_client();
   // A table the job file declares; NOT_FOUND naming the declared ones otherwise.
   absl::StatusOr<Table> table(const std::string& name) const;
   std::vector<Table> tables() const;
@@ -111,8 +118,13 @@ class Session {
   absl::StatusOr<int64_t> Begin(int64_t total_steps, int64_t steps_per_epoch = 0);
   absl::StatusOr<int64_t> Next();
   // Adds the step's figures to the progress reported at Next(). A non-finite loss is
-  // INVALID_ARGUMENT, and the daemon fails the job with it.
+  // INVALID_ARGUMENT, and the daemon fails the job with it. In an interrupted step it does
+  // nothing and returns OK (the step runs again).
   absl::Status Report(const StepReport& report);
+  // True from the moment a request of the current step could not complete because the job's
+  // shard map changed (a server died) until Next() or NextBatch() has recovered: the step's
+  // requests return IsStepInterrupted errors and its results must not be used.
+  bool step_interrupted() const;
   // An evaluation's result (held-out loss and accuracy, and metrics such as "auc"), reported
   // at once; the job's final result when made after the last step.
   absl::Status ReportEvaluation(std::optional<double> test_loss,
@@ -135,9 +147,8 @@ class Session {
   // Server losses recovered from so far.
   int recoveries() const;
 
-  class Impl;  // the library's own
-
  private:
+  class Impl;
   explicit Session(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
