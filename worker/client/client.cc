@@ -16,6 +16,7 @@
 #include "common/printable.h"
 #include "common/process_tuning.h"
 #include "common/status_macros.h"
+#include "common/table_features.h"
 #include "worker/client/client_internal.h"
 #include "worker/client/job_admin.h"
 #include "worker/client/rpc_client.h"
@@ -130,6 +131,22 @@ bool Deduplicate(absl::Span<const uint64_t> keys, std::vector<uint64_t>* unique,
     return false;
   }
   return true;
+}
+
+// The config's storage, admission and eviction into the spec; a zero field stays unset (off).
+void SetTableFeatures(const TableConfig& config, v1::TableSpec& spec) {
+  switch (config.storage) {
+    case Storage::kFp32: spec.set_storage(v1::TableSpec::FP32); break;
+    case Storage::kFp16: spec.set_storage(v1::TableSpec::FP16); break;
+    case Storage::kBf16: spec.set_storage(v1::TableSpec::BF16); break;
+  }
+  const Admission& a = config.admission;
+  if (a.min_count != 0) spec.mutable_admission()->set_min_count(a.min_count);
+  if (a.probability != 0) spec.mutable_admission()->set_probability(a.probability);
+  if (a.decay_seconds != 0) spec.mutable_admission()->set_decay_seconds(a.decay_seconds);
+  const Eviction& e = config.eviction;
+  if (e.max_rows != 0) spec.mutable_eviction()->set_max_rows(e.max_rows);
+  if (e.ttl_seconds != 0) spec.mutable_eviction()->set_ttl_seconds(e.ttl_seconds);
 }
 
 }  // namespace
@@ -584,7 +601,11 @@ absl::StatusOr<Table> Client::CreateTable(const TableConfig& config) {
   spec.set_num_rows(config.num_rows);
   *spec.mutable_initializer() = ToProto(config.initializer);
   *spec.mutable_optimizer() = ToProto(config.optimizer);
-  absl::Status s = impl_->rpc().CreateTable(spec);
+  SetTableFeatures(config, spec);
+  // The servers check the same; this names the table and fails before any server is asked.
+  absl::Status s = ValidateTableFeatures(spec);
+  if (!s.ok()) return WithPrefix(s, absl::StrCat("table '", config.name, "'"));
+  s = impl_->rpc().CreateTable(spec);
   if (!s.ok()) return WithPrefix(s, absl::StrCat("creating table '", config.name, "'"));
   return impl_->Remember(spec);
 }
