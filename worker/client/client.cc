@@ -149,6 +149,24 @@ void SetTableFeatures(const TableConfig& config, v1::TableSpec& spec) {
   if (e.ttl_seconds != 0) spec.mutable_eviction()->set_ttl_seconds(e.ttl_seconds);
 }
 
+// A program job's tables are the job file's: a config that asks for other storage, admission or
+// eviction is an error rather than silently ignored (the defaults, off, accept the job file's).
+absl::Status CheckDeclaredFeatures(const TableConfig& config, const v1::TableSpec& declared) {
+  v1::TableSpec wanted;
+  SetTableFeatures(config, wanted);
+  const bool defaults = !wanted.has_admission() && !wanted.has_eviction() &&
+                        wanted.storage() == v1::TableSpec::FP32;
+  if (defaults) return absl::OkStatus();
+  if (wanted.storage() == declared.storage() &&
+      wanted.admission().SerializeAsString() == declared.admission().SerializeAsString() &&
+      wanted.eviction().SerializeAsString() == declared.eviction().SerializeAsString()) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "table '", config.name, "': storage, admission and eviction of a program job's table are "
+      "the job file's (set them in its tables { ... }); the program asks for others"));
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -590,6 +608,7 @@ absl::StatusOr<Table> Client::CreateTable(const TableConfig& config) {
           "; the program asks for ", KindName(config.kind), " of dim ", config.dim,
           config.kind == TableKind::kDense ? absl::StrCat(" x ", config.num_rows, " rows") : ""));
     }
+    PS_RETURN_IF_ERROR(CheckDeclaredFeatures(config, declared));
     return impl_->Remember(declared);
   }
   v1::TableSpec spec;

@@ -49,3 +49,19 @@ def test_admission_must_be_a_dict(client):
 def test_dense_table_with_eviction_is_refused_by_the_check(client):
     with pytest.raises(ValueError, match="eviction"):
         client.create_table("dense", kind="dense", rows=4, dim=1, eviction={"max_rows": 2})
+
+
+def test_torch_embedding_passes_the_options_to_its_table(client):
+    torch = pytest.importorskip("torch")
+    import paramserver.torch as pst
+
+    emb = pst.Embedding(client, "temb", 2, initializer=ps.Initializer.constant(1.0),
+                        optimizer=ps.Optimizer.sgd(0.5), admission={"min_count": 2},
+                        storage="bf16")
+    ids = torch.tensor([5])
+    for _ in range(2):  # the first push is dropped (not admitted), the second admits
+        emb(ids).sum().backward()
+        emb.flush()
+    np.testing.assert_array_equal(emb.table.pull(u64(5)), [[0.5, 0.5]])
+    with pytest.raises(ValueError, match="not to an existing Table"):
+        pst.Embedding(emb.table, storage="fp16")
