@@ -75,6 +75,7 @@ rss_kb() {  # the servers' VmRSS together, in KiB
 # run NAME: runs $dir/NAME.textproto to its end, polling psctl tables; sets auc.
 run() {
   local name=$1 start job state rss=0 r
+  : >"$dir/$name.text"
   start=$(date +%s)
   job=$(psctl submit "$dir/$name.textproto")
   : >"$dir/$name.tables"
@@ -82,6 +83,9 @@ run() {
     state=$(json status "$job" "d.get('state','')")
     case "$state" in SUCCEEDED|FAILED|CANCELLED) break ;; esac
     psctl --output=json tables "$job" 2>/dev/null | tr -d '\n' >>"$dir/$name.tables" || true
+    # One text answer, once the sparse tables have rows, to show what psctl tables prints.
+    grep -q '"rows":"[1-9]' "$dir/$name.tables" && [ ! -s "$dir/$name.text" ] &&
+      { psctl tables "$job" >"$dir/$name.text" 2>&1 || true; }
     echo >>"$dir/$name.tables"
     r=$(rss_kb) && [ "$r" -gt "$rss" ] && rss=$r
     sleep 0.5
@@ -92,6 +96,9 @@ run() {
     "servers' peak VmRSS (both) $((rss / 1024)) MiB; peak per table and server" \
     "(name server rows evicted rejected bytes/row):"
   peaks "$dir/$name.tables" | tee "$dir/$name.peaks"
+  echo "psctl tables $job, once during the run:"
+  cat "$dir/$name.text" 2>/dev/null || true
+  grep -q "BYTES/ROW" "$dir/$name.text" 2>/dev/null || fail "$name: psctl tables printed no table"
   [ -s "$dir/$name.peaks" ] || fail "$name: psctl tables never answered while the job ran"
 }
 
