@@ -95,6 +95,12 @@ expect 0 "logs (alias of events)" -- psctl logs job-1
 expect 1 "status of an unknown job" -- psctl status job-99
 contains "$err" "NOT_FOUND" "unknown job"
 expect 1 "cancel of an unknown job" -- psctl cancel job-99
+expect 1 "tables of an unknown job" -- psctl tables job-99
+contains "$err" "NOT_FOUND" "tables of an unknown job"
+expect 2 "tables without a job" -- psctl tables
+# job-1 is a zoo job: its spec lists no tables (tests/ctr_embedding_test.sh asks real servers).
+expect 1 "tables of a job without tables in its spec" -- psctl tables job-1
+contains "$err" "no tables" "tables of a zoo job"
 
 expect 3 "unreachable scheduler" -- psctl --scheduler=127.0.0.1:1 nodes
 contains "$err" "cannot reach the scheduler" "unreachable"

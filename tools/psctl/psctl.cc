@@ -139,6 +139,11 @@ Commands:
                          server's slots to others, restored from it (a sync job rolls back to
                          that checkpoint only); waits until no job uses the server, which can
                          then be stopped
+  tables JOB             each of a running job's tables (from its spec) on each of its servers,
+                         as the server counts it: storage, rows, bytes (values, optimizer
+                         state, row header and index), bytes per row, and the rows admitted,
+                         rejected (pushes of keys not admitted yet), evicted (eviction.max_rows)
+                         and expired (eviction.ttl_seconds); asks the servers directly
   help                   this text
 
 The scheduler is --scheduler, else $PS_SCHEDULER, else localhost:7000.
@@ -150,7 +155,7 @@ Exit codes:
   1  the scheduler refused the request (the message, with its gRPC code, goes to stderr;
      UNIMPLEMENTED: the scheduler is too old for the command), or the watched job ended
      FAILED or CANCELLED, or the checkpoint waited for failed or was not complete within
-     --wait_timeout
+     --wait_timeout, or (tables) a server did not answer for a table (the rest is printed)
   2  usage error: unknown command or flag, bad flag value, unreadable or unparsable job file
   3  the scheduler is unreachable (UNAVAILABLE or DEADLINE_EXCEEDED); status --watch retries
      for a minute first, so a scheduler restart does not end the watch
@@ -432,7 +437,8 @@ int Run(const CommandLine& cl, ps::psctl::Options options) {
                                     {"checkpoint", 1, 1, "checkpoint JOB [--nowait]"},
                                     {"checkpoints", 1, 1, "checkpoints JOB"},
                                     {"restore", 1, 1, "restore JOB [--checkpoint=ID]"},
-                                    {"drain", 1, 1, "drain NODE [--nowait]"}};
+                                    {"drain", 1, 1, "drain NODE [--nowait]"},
+                                    {"tables", 1, 1, "tables JOB"}};
   const Arity* arity = nullptr;
   for (const auto& c : kCommands) {
     if (command == c.name) arity = &c;
@@ -482,6 +488,7 @@ int Run(const CommandLine& cl, ps::psctl::Options options) {
   if (command == "checkpoint") return psctl.Checkpoint(args[0]);
   if (command == "checkpoints") return psctl.Checkpoints(args[0]);
   if (command == "restore") return psctl.Restore(args[0]);
+  if (command == "tables") return psctl.Tables(args[0]);
   if (command == "drain") {
     uint64_t node = 0;
     if (!absl::SimpleAtoi(args[0], &node) || node == 0) {

@@ -65,6 +65,9 @@ class Commands {
   int Drain(uint64_t node_id);
   int Checkpoints(const std::string& job_id);
   int Restore(const std::string& job_id);
+  // Each of the job's tables (its spec's) on each of its servers: storage, rows, bytes, bytes
+  // per row, admitted, rejected, evicted, expired, from the servers' DescribeTable.
+  int Tables(const std::string& job_id);
 
  private:
   void Prepare(grpc::ClientContext& context) const {

@@ -17,6 +17,7 @@
 #include "common/printable.h"
 #include "common/process_tuning.h"
 #include "common/status_macros.h"
+#include "common/table_features.h"
 #include "worker/client/client_internal.h"
 #include "worker/client/job_admin.h"
 #include "worker/client/rpc_client.h"
@@ -131,6 +132,40 @@ bool Deduplicate(absl::Span<const uint64_t> keys, std::vector<uint64_t>* unique,
     return false;
   }
   return true;
+}
+
+// The config's storage, admission and eviction into the spec; a zero field stays unset (off).
+void SetTableFeatures(const TableConfig& config, v1::TableSpec& spec) {
+  switch (config.storage) {
+    case Storage::kFp32: spec.set_storage(v1::TableSpec::FP32); break;
+    case Storage::kFp16: spec.set_storage(v1::TableSpec::FP16); break;
+    case Storage::kBf16: spec.set_storage(v1::TableSpec::BF16); break;
+  }
+  const Admission& a = config.admission;
+  if (a.min_count != 0) spec.mutable_admission()->set_min_count(a.min_count);
+  if (a.probability != 0) spec.mutable_admission()->set_probability(a.probability);
+  if (a.decay_seconds != 0) spec.mutable_admission()->set_decay_seconds(a.decay_seconds);
+  const Eviction& e = config.eviction;
+  if (e.max_rows != 0) spec.mutable_eviction()->set_max_rows(e.max_rows);
+  if (e.ttl_seconds != 0) spec.mutable_eviction()->set_ttl_seconds(e.ttl_seconds);
+}
+
+// A program job's tables are the job file's: a config that asks for other storage, admission or
+// eviction is an error rather than silently ignored (the defaults, off, accept the job file's).
+absl::Status CheckDeclaredFeatures(const TableConfig& config, const v1::TableSpec& declared) {
+  v1::TableSpec wanted;
+  SetTableFeatures(config, wanted);
+  const bool defaults = !wanted.has_admission() && !wanted.has_eviction() &&
+                        wanted.storage() == v1::TableSpec::FP32;
+  if (defaults) return absl::OkStatus();
+  if (wanted.storage() == declared.storage() &&
+      wanted.admission().SerializeAsString() == declared.admission().SerializeAsString() &&
+      wanted.eviction().SerializeAsString() == declared.eviction().SerializeAsString()) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "table '", config.name, "': storage, admission and eviction of a program job's table are "
+      "the job file's (set them in its tables { ... }); the program asks for others"));
 }
 
 }  // namespace
@@ -602,6 +637,7 @@ absl::StatusOr<Table> Client::CreateTable(const TableConfig& config) {
           "; the program asks for ", KindName(config.kind), " of dim ", config.dim,
           config.kind == TableKind::kDense ? absl::StrCat(" x ", config.num_rows, " rows") : ""));
     }
+    PS_RETURN_IF_ERROR(CheckDeclaredFeatures(config, declared));
     return impl_->Remember(declared);
   }
   v1::TableSpec spec;
@@ -613,7 +649,11 @@ absl::StatusOr<Table> Client::CreateTable(const TableConfig& config) {
   spec.set_num_rows(config.num_rows);
   *spec.mutable_initializer() = ToProto(config.initializer);
   *spec.mutable_optimizer() = ToProto(config.optimizer);
-  absl::Status s = impl_->rpc().CreateTable(spec);
+  SetTableFeatures(config, spec);
+  // The servers check the same; this names the table and fails before any server is asked.
+  absl::Status s = ValidateTableFeatures(spec);
+  if (!s.ok()) return WithPrefix(s, absl::StrCat("table '", config.name, "'"));
+  s = impl_->rpc().CreateTable(spec);
   if (!s.ok()) return WithPrefix(s, absl::StrCat("creating table '", config.name, "'"));
   return impl_->Remember(spec);
 }

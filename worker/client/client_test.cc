@@ -352,5 +352,69 @@ TEST_F(ClientTest, SyncWorkersSeeTheSumOfAClocksGradients) {
   }
 }
 
+TEST_F(ClientTest, AdmissionKeepsAKeyOutUntilItsSecondPushAndStorageIsPassedOn) {
+  auto client = Connect(Options());
+  ASSERT_NE(client, nullptr);
+  TableConfig config = Sparse("adm", 2, /*lr=*/0.5f);
+  config.initializer = Initializer::Constant(1.0f);
+  config.storage = Storage::kFp16;
+  config.admission.min_count = 2;
+  config.eviction.max_rows = 1000;
+  auto table = client->CreateTable(config);
+  ASSERT_TRUE(table.ok()) << table.status();
+  const std::vector<uint64_t> key = {42};
+  const std::vector<float> grad = {1.0f, 1.0f};
+  std::vector<float> out(2);
+  auto rows = [&] {
+    uint64_t n = 0;
+    for (auto& s : servers_) n += s->store()->NumRows(table->id);
+    return n;
+  };
+  // The first push is counted and dropped: the key pulls its initializer's values, no row.
+  ASSERT_TRUE(client->Push(*table, key, grad).ok());
+  ASSERT_TRUE(client->Pull(*table, key, absl::MakeSpan(out)).ok());
+  EXPECT_THAT(out, ::testing::ElementsAre(1.0f, 1.0f));
+  EXPECT_EQ(rows(), 0u);
+  // The second admits it.
+  ASSERT_TRUE(client->Push(*table, key, grad).ok());
+  ASSERT_TRUE(client->Pull(*table, key, absl::MakeSpan(out)).ok());
+  EXPECT_EQ(rows(), 1u);
+  uint64_t rejected = 0, admitted = 0;
+  for (auto& s : servers_) {
+    auto stats = s->store()->Stats(table->id);
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    rejected += stats->rejected();
+    admitted += stats->admitted();
+  }
+  EXPECT_EQ(rejected, 1u);
+  EXPECT_EQ(admitted, 1u);
+  auto described = servers_[0]->store()->Describe(table->id);
+  ASSERT_TRUE(described.ok()) << described.status();
+  EXPECT_EQ(described->spec().storage(), v1::TableSpec::FP16);
+  EXPECT_EQ(described->spec().eviction().max_rows(), 1000u);
+  EXPECT_FALSE(described->spec().admission().has_probability());
+}
+
+TEST_F(ClientTest, BadAdmissionOrEvictionIsRefusedNamingTheTableAndField) {
+  auto client = Connect(Options());
+  ASSERT_NE(client, nullptr);
+  TableConfig config = Sparse("bad", 2);
+  config.admission.probability = 1.5f;
+  auto table = client->CreateTable(config);
+  ASSERT_FALSE(table.ok());
+  EXPECT_EQ(table.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(table.status().message(), HasSubstr("'bad'"));
+  EXPECT_THAT(table.status().message(), HasSubstr("admission.probability"));
+  config = Sparse("bad", 2);
+  config.admission.min_count = 300;
+  EXPECT_THAT(client->CreateTable(config).status().message(), HasSubstr("admission.min_count"));
+  config = Sparse("bad", 2);
+  config.eviction.ttl_seconds = -1;
+  EXPECT_THAT(client->CreateTable(config).status().message(), HasSubstr("eviction.ttl_seconds"));
+  config = Dense("dense", 4, 2);
+  config.eviction.max_rows = 10;
+  EXPECT_FALSE(client->CreateTable(config).ok());
+}
+
 }  // namespace
 }  // namespace ps

@@ -693,7 +693,8 @@ PYBIND11_MODULE(_core, m) {
       .def(
           "create_table",
           [](py::object self, const std::string& name, const std::string& kind, long long dim,
-             py::object rows, py::object initializer, py::object optimizer, long long id) {
+             py::object rows, py::object initializer, py::object optimizer, long long id,
+             const std::string& storage, py::object admission, py::object eviction) {
             ps::TableConfig config;
             config.name = name;
             config.kind = ParseKind(kind);
@@ -709,6 +710,7 @@ PYBIND11_MODULE(_core, m) {
             config.initializer = InitializerOf(initializer);
             config.optimizer = OptimizerOf(optimizer);
             config.id = ToUint32(id, "id");
+            SetTableFeatures(storage, admission, eviction, config);
             PyClient& c = ClientOf(self);
             absl::StatusOr<ps::Table> table;
             {
@@ -720,7 +722,8 @@ PYBIND11_MODULE(_core, m) {
           },
           py::arg("name"), py::kw_only(), py::arg("kind") = "sparse", py::arg("dim"),
           py::arg("rows") = py::none(), py::arg("initializer") = py::none(),
-          py::arg("optimizer") = py::none(), py::arg("id") = 0,
+          py::arg("optimizer") = py::none(), py::arg("id") = 0, py::arg("storage") = "fp32",
+          py::arg("admission") = py::none(), py::arg("eviction") = py::none(),
           R"doc(Creates a table on every server and returns it (a Table).
 
 name: 1..128 characters: letters, digits, '_', '-', '.', '/'.
@@ -732,6 +735,12 @@ initializer: a paramserver.Initializer (default: zeros).
 optimizer: a paramserver.Optimizer or an optimizer name ('sgd', 'momentum', 'adagrad',
     'adam', 'ftrl', with the server's default settings); default: sgd with learning rate 0.01.
 id: the table's id; 0 (default) derives it from (job_id, name), alike on every client.
+storage: how servers store values: "fp32" (default), "fp16" or "bf16" (pulls answer float32).
+admission: sparse tables: None (every key gets a row), or a dict of min_count (a key gets a row
+    at its min_count-th push, 0..255), probability (each push admits with it, (0, 1]) and
+    decay_seconds (push counts halve this often); a key not admitted pulls its initializer.
+eviction: sparse tables: None (rows stay), or a dict of max_rows (most rows per server; the
+    least recently used go) and ttl_seconds (rows unused this long are dropped).
 
 Idempotent for the same config; AlreadyExistsError if a table with that id but another config
 exists. A bad config raises InvalidArgumentError (a ValueError).)doc")

@@ -106,6 +106,71 @@ ps::Optimizer OptimizerOf(py::object obj) {
   return obj.cast<ps::Optimizer>();
 }
 
+namespace {
+
+// The integer value of `dict[key]` in [0, max], or 0 when absent.
+long long IntIn(const py::dict& d, const char* what, const char* key, long long max) {
+  if (!d.contains(key)) return 0;
+  const long long v = d[key].cast<long long>();
+  if (v < 0 || v > max) {
+    throw py::value_error(std::string(what) + "['" + key + "'] must be in [0, " +
+                          std::to_string(max) + "], got " + std::to_string(v));
+  }
+  return v;
+}
+
+// `obj` as a dict whose keys are among `allowed` (None: an empty dict).
+py::dict DictOf(py::object obj, const char* what, std::initializer_list<const char*> allowed) {
+  if (obj.is_none()) return py::dict();
+  if (!py::isinstance<py::dict>(obj)) {
+    throw py::type_error(std::string(what) + " must be a dict or None, got " + TypeName(obj));
+  }
+  py::dict d = obj.cast<py::dict>();
+  for (auto item : d) {
+    const std::string key = py::str(item.first);
+    bool known = false;
+    std::string names;
+    for (const char* a : allowed) {
+      known = known || key == a;
+      names += names.empty() ? a : std::string(", ") + a;
+    }
+    if (!known) {
+      throw py::value_error(std::string(what) + ": unknown key '" + key + "' (known: " + names +
+                            ")");
+    }
+  }
+  return d;
+}
+
+}  // namespace
+
+void SetTableFeatures(const std::string& storage, py::object admission, py::object eviction,
+                      ps::TableConfig& config) {
+  if (storage == "fp32") {
+    config.storage = ps::Storage::kFp32;
+  } else if (storage == "fp16") {
+    config.storage = ps::Storage::kFp16;
+  } else if (storage == "bf16") {
+    config.storage = ps::Storage::kBf16;
+  } else {
+    throw py::value_error("storage must be 'fp32', 'fp16' or 'bf16', got '" + storage + "'");
+  }
+  py::dict a = DictOf(admission, "admission", {"min_count", "probability", "decay_seconds"});
+  config.admission.min_count = static_cast<uint32_t>(IntIn(a, "admission", "min_count", 255));
+  config.admission.decay_seconds =
+      static_cast<uint32_t>(IntIn(a, "admission", "decay_seconds", (1LL << 31) - 1));
+  if (a.contains("probability")) {
+    const float p = a["probability"].cast<float>();
+    if (!(p > 0 && p <= 1)) {
+      throw py::value_error("admission['probability'] must be in (0, 1], got " + FloatString(p));
+    }
+    config.admission.probability = p;
+  }
+  py::dict e = DictOf(eviction, "eviction", {"max_rows", "ttl_seconds"});
+  config.eviction.max_rows = static_cast<uint64_t>(IntIn(e, "eviction", "max_rows", 1LL << 40));
+  config.eviction.ttl_seconds = IntIn(e, "eviction", "ttl_seconds", (1LL << 31) - 1);
+}
+
 std::string OptionalRepr(const char* name, const std::optional<float>& v) {
   return v.has_value() ? std::string(", ") + name + "=" + FloatString(*v) : "";
 }

@@ -18,6 +18,12 @@ void RegisterConfigs(py::module_& m);
 // An initializer= / optimizer= argument: None (the defaults), an instance, or a name.
 ps::Initializer InitializerOf(py::object obj);
 ps::Optimizer OptimizerOf(py::object obj);
+// create_table's storage= ("fp32", "fp16", "bf16"), admission= and eviction= (None: off, or a
+// dict of AdmissionSpec's min_count, probability, decay_seconds / EvictionSpec's max_rows,
+// ttl_seconds) into `config`; a bad name, key or range raises ValueError (the servers check
+// the values too).
+void SetTableFeatures(const std::string& storage, py::object admission, py::object eviction,
+                      ps::TableConfig& config);
 // A float as Python prints it (shortest round-trip form).
 std::string FloatString(float v);
 

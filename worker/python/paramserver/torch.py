@@ -202,7 +202,7 @@ class Embedding(torch.nn.Module):
     """An embedding layer whose rows live in a sparse parameter-server table.
 
     Embedding(source, name=None, dim=None, *, initializer=None, optimizer=None,
-              grad_scale=1.0, async_push=False)
+              grad_scale=1.0, async_push=False, storage="fp32", admission=None, eviction=None)
 
     source: a ``paramserver.Table`` to use (any kind: ids are its keys), or a
         ``paramserver.Client`` on which to create the sparse table ``name`` of ``dim`` floats
@@ -210,6 +210,10 @@ class Embedding(torch.nn.Module):
         the server's, sgd with learning rate 0.01); creating is idempotent, so every worker
         may do it.
         ``optimizer`` gets PyTorch's defaults where the server's differ (torch_defaults).
+    storage, admission, eviction: passed to ``create_table`` when the table is created here
+        (``storage="fp16"``, ``admission={"min_count": 2}``, ``eviction={"max_rows": 10**6}``;
+        the defaults are off); not with a Table. In a program job the job file's tables
+        decide them (other values than the job file's raise InvalidArgumentError).
     grad_scale: multiplies the gradients before they are pushed (e.g. 1/num_workers in sync
         mode, to average over workers rather than sum).
     async_push: push in the background (the next forward, or ``flush()``, waits for it).
@@ -229,13 +233,17 @@ class Embedding(torch.nn.Module):
     """
 
     def __init__(self, source, name=None, dim=None, *, initializer=None, optimizer=None,
-                 grad_scale=1.0, async_push=False):
+                 grad_scale=1.0, async_push=False, storage="fp32", admission=None, eviction=None):
         super().__init__()
+        features = {"storage": storage, "admission": admission, "eviction": eviction}
         if isinstance(source, _ps.Table):
             if name is not None and name != source.name:
                 raise ValueError(f"name {name!r} does not match the table's {source.name!r}")
             if dim is not None and dim != source.dim:
                 raise ValueError(f"dim {dim} does not match the table's dim {source.dim}")
+            if features != {"storage": "fp32", "admission": None, "eviction": None}:
+                raise ValueError("storage, admission and eviction apply when Embedding creates "
+                                 "the table (from a Client), not to an existing Table")
             table = source
         elif isinstance(source, _ps.Client):
             if name is None or dim is None:
@@ -244,7 +252,7 @@ class Embedding(torch.nn.Module):
             if initializer is None:
                 initializer = _ps.Initializer.normal(0.01)
             table = _create_table(source, name, optimizer, kind="sparse", dim=dim,
-                                  initializer=initializer)
+                                  initializer=initializer, **features)
         else:
             raise TypeError("Embedding takes a paramserver.Table or paramserver.Client, got "
                             f"{type(source).__name__}")

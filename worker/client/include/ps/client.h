@@ -81,6 +81,28 @@ struct PS_EXPORT Optimizer {
 };
 
 // What CreateTable makes.
+// How the servers store a table's values (see TableConfig::storage); pulls answer float32 either
+// way, and the optimizer's state stays float32.
+enum class Storage {
+  kFp32,  // 4 bytes a value (default)
+  kFp16,  // IEEE half: 2 bytes a value, 11 significant bits, magnitudes 6e-8..65504
+  kBf16,  // bfloat16: 2 bytes a value, 8 significant bits, float32's range
+};
+
+// Sparse tables: which keys get a row. All zero (the default): every key on its first touch.
+// A key not admitted yet pulls its initializer's values and its pushes are dropped (counted).
+struct Admission {
+  uint32_t min_count = 0;       // admitted at the min_count-th push (0..255; 0 or 1: the first)
+  float probability = 0;        // each push admits with this probability, in (0, 1]; 0: always
+  uint32_t decay_seconds = 0;   // the push counts halve this often; 0: never
+};
+
+// Sparse tables: how rows leave. All zero (the default): rows stay until the job ends.
+struct Eviction {
+  uint64_t max_rows = 0;     // most rows a server holds; past it the least recently used go; 0: no cap
+  int64_t ttl_seconds = 0;   // rows unused this long are dropped; 0: never
+};
+
 struct TableConfig {
   std::string name;  // 1..128 characters: letters, digits, '_', '-', '.', '/'
   TableKind kind = TableKind::kSparse;
@@ -91,6 +113,9 @@ struct TableConfig {
   // The table's id on the servers. 0: TableIdFor(job_id, name), which every client of the job
   // computes alike (a job whose tables a scheduler created passes the ids it was given).
   uint32_t id = 0;
+  Storage storage = Storage::kFp32;
+  Admission admission;  // sparse only
+  Eviction eviction;    // sparse only
 };
 
 // Opt-in process-wide settings for a program that moves large tensors: nothing in the library

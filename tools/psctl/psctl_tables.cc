@@ -1,0 +1,100 @@
+// psctl tables JOB: each of the job's tables on each of its servers (DescribeTable), as the
+// servers count them: rows, memory, bytes per row and what admission and eviction did.
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/security.h"
+#include "ps/v1/parameter_server.grpc.pb.h"
+#include "tools/psctl/psctl_commands.h"
+
+namespace ps {
+namespace psctl {
+namespace {
+
+std::string BytesPerRow(const v1::TableStats& s) {
+  if (s.rows() == 0) return "-";
+  return absl::StrFormat("%.1f", static_cast<double>(s.bytes()) / static_cast<double>(s.rows()));
+}
+
+std::string StorageName(const v1::TableSpec& spec) {
+  return v1::TableSpec::Storage_Name(spec.storage());
+}
+
+// One JSON object: a table on a server, its stats as protobuf JSON.
+std::string JsonLine(const std::string& server, const v1::TableSpec& table,
+                     const v1::DescribeTableResponse& answer) {
+  google::protobuf::util::JsonPrintOptions opts;
+  opts.always_print_primitive_fields = true;
+  std::string stats;
+  (void)google::protobuf::util::MessageToJsonString(answer.stats(), &stats, opts);
+  return absl::StrCat(R"({"server":")", server, R"(","table_id":)", table.table_id(),
+                      R"(,"name":")", table.name(), R"(","storage":")", StorageName(answer.spec()),
+                      R"(","stats":)", stats, "}");
+}
+
+}  // namespace
+
+int Commands::Tables(const std::string& job_id) {
+  JobInfo job;
+  grpc::Status s = GetJob(job_id, job);
+  if (!s.ok()) return Fail("tables", s);
+  if (job.spec().tables_size() == 0) {
+    std::cerr << "psctl: tables: job " << job_id
+              << " lists no tables in its spec (a zoo job's workers create theirs)\n";
+    return kRefused;
+  }
+  if (job.server_addresses_size() == 0) {
+    std::cerr << "psctl: tables: job " << job_id << " has no servers placed (state "
+              << v1::JobState_Name(job.state()) << ")\n";
+    return kRefused;
+  }
+  Table table;
+  table.AddRow({"TABLE", "SERVER", "STORAGE", "ROWS", "BYTES", "BYTES/ROW", "ADMITTED",
+                "REJECTED", "EVICTED", "EXPIRED"});
+  std::vector<std::string> json;
+  int exit_code = kOk;
+  std::vector<std::unique_ptr<v1::ParameterServer::Stub>> stubs;
+  for (const std::string& address : job.server_addresses()) {
+    stubs.push_back(v1::ParameterServer::NewStub(DialChannel(address, grpc::ChannelArguments())));
+  }
+  for (const v1::TableSpec& t : job.spec().tables()) {
+    for (int i = 0; i < job.server_addresses_size(); ++i) {
+      const std::string& address = job.server_addresses(i);
+      grpc::ClientContext context;
+      Prepare(context);
+      v1::DescribeTableRequest request;
+      request.set_table_id(t.table_id());
+      v1::DescribeTableResponse answer;
+      grpc::Status ds = stubs[i]->DescribeTable(&context, request, &answer);
+      if (!ds.ok()) {
+        std::cerr << "psctl: tables: " << t.name() << " on " << address << ": " << Describe(ds)
+                  << "\n";
+        exit_code = kRefused;  // the others are still printed
+        continue;
+      }
+      const v1::TableStats& st = answer.stats();
+      if (options_.json) {
+        json.push_back(JsonLine(address, t, answer));
+        continue;
+      }
+      table.AddRow({t.name(), address, StorageName(answer.spec()), absl::StrCat(st.rows()),
+                    absl::StrCat(st.bytes()), BytesPerRow(st), absl::StrCat(st.admitted()),
+                    absl::StrCat(st.rejected()), absl::StrCat(st.evicted()),
+                    absl::StrCat(st.expired())});
+    }
+  }
+  if (options_.json) {
+    std::cout << "[" << absl::StrJoin(json, ",\n ") << "]\n";
+  } else {
+    table.Print(std::cout);
+  }
+  return exit_code;
+}
+
+}  // namespace psctl
+}  // namespace ps

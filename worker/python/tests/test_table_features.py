@@ -1,0 +1,67 @@
+"""create_table's storage=, admission= and eviction= against real ps_server processes."""
+
+import numpy as np
+import pytest
+
+import paramserver as ps
+
+
+def u64(*keys):
+    return np.array(keys, dtype=np.uint64)
+
+
+def test_key_not_admitted_pulls_its_initializer_and_its_push_is_dropped(client):
+    t = client.create_table("adm", kind="sparse", dim=2, initializer=ps.Initializer.constant(1.0),
+                            optimizer=ps.Optimizer.sgd(0.5), admission={"min_count": 2},
+                            eviction={"max_rows": 1000}, storage="fp16")
+    key = u64(42)
+    grad = np.ones((1, 2), np.float32)
+    t.push(key, grad)  # counted, dropped: no row
+    np.testing.assert_array_equal(t.pull(key), [[1.0, 1.0]])
+    t.push(key, grad)  # the second push admits the key; its row starts from the initializer
+    np.testing.assert_array_equal(t.pull(key), [[0.5, 0.5]])
+
+
+def test_storage_bf16_rounds_values(client):
+    t = client.create_table("bf", kind="sparse", dim=1,
+                            initializer=ps.Initializer.constant(1.0 + 2.0**-12), storage="bf16")
+    np.testing.assert_array_equal(t.pull(u64(3)), [[1.0]])
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"storage": "fp8"}, "storage must be"),
+    ({"admission": {"min_count": 256}}, "min_count"),
+    ({"admission": {"probability": 0.0}}, "probability"),
+    ({"admission": {"minimum": 2}}, "unknown key 'minimum'"),
+    ({"eviction": {"max_rows": -1}}, "max_rows"),
+    ({"eviction": {"ttl": 5}}, "unknown key 'ttl'"),
+])
+def test_bad_features_raise_value_error(client, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        client.create_table("bad", kind="sparse", dim=1, **kwargs)
+
+
+def test_admission_must_be_a_dict(client):
+    with pytest.raises(TypeError, match="admission must be a dict"):
+        client.create_table("bad", kind="sparse", dim=1, admission=2)
+
+
+def test_dense_table_with_eviction_is_refused_by_the_check(client):
+    with pytest.raises(ValueError, match="eviction"):
+        client.create_table("dense", kind="dense", rows=4, dim=1, eviction={"max_rows": 2})
+
+
+def test_torch_embedding_passes_the_options_to_its_table(client):
+    torch = pytest.importorskip("torch")
+    import paramserver.torch as pst
+
+    emb = pst.Embedding(client, "temb", 2, initializer=ps.Initializer.constant(1.0),
+                        optimizer=ps.Optimizer.sgd(0.5), admission={"min_count": 2},
+                        storage="bf16")
+    ids = torch.tensor([5])
+    for _ in range(2):  # the first push is dropped (not admitted), the second admits
+        emb(ids).sum().backward()
+        emb.flush()
+    np.testing.assert_array_equal(emb.table.pull(u64(5)), [[0.5, 0.5]])
+    with pytest.raises(ValueError, match="not to an existing Table"):
+        pst.Embedding(emb.table, storage="fp16")
