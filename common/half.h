@@ -45,9 +45,9 @@ inline uint16_t FloatToFp16(float f) {
   }
   if (abs < 0x33000000u) return sign;  // below half of the smallest subnormal (2^-25): zero
   // Subnormal half: the value in units of 2^-24, rounded to nearest even.
-  const uint32_t exponent = abs >> 23;              // 102..112
+  const uint32_t exponent = abs >> 23;  // 102..112
   const uint32_t mantissa = (abs & 0x7fffffu) | 0x800000u;
-  const uint32_t shift = 126u - exponent;           // 14..24
+  const uint32_t shift = 126u - exponent;  // 14..24
   uint32_t half = mantissa >> shift;
   const uint32_t rest = mantissa & ((1u << shift) - 1u);
   const uint32_t midpoint = 1u << (shift - 1u);

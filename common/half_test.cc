@@ -27,14 +27,13 @@ TEST(HalfTest, Fp16RoundsToNearestEven) {
   EXPECT_EQ(Fp16ToFloat(FloatToFp16(65519.0f)), 65504.0f);
   EXPECT_TRUE(std::isinf(Fp16ToFloat(FloatToFp16(65520.0f))));
   EXPECT_EQ(Fp16ToFloat(FloatToFp16(0x1.0p-24f)), 0x1.0p-24f);  // smallest subnormal
-  EXPECT_EQ(Fp16ToFloat(FloatToFp16(0x1.0p-25f)), 0.0f);         // a tie: to even (zero)
+  EXPECT_EQ(Fp16ToFloat(FloatToFp16(0x1.0p-25f)), 0.0f);        // a tie: to even (zero)
   EXPECT_EQ(Fp16ToFloat(FloatToFp16(0x1.8p-25f)), 0x1.0p-24f);
   EXPECT_EQ(Fp16ToFloat(FloatToFp16(-0.3f)), -0.300048828125f);
   // Every float's half is the nearest half (checked on a sweep of magnitudes).
   for (float f = 1e-7f; f < 6e4f; f *= 1.0137f) {
     const float h = Fp16ToFloat(FloatToFp16(f));
-    const float ulp = std::fabs(h) < 0x1.0p-14f ? 0x1.0p-24f
-                                                : std::ldexp(1.0f, std::ilogb(h) - 10);
+    const float ulp = std::fabs(h) < 0x1.0p-14f ? 0x1.0p-24f : std::ldexp(1.0f, std::ilogb(h) - 10);
     ASSERT_LE(std::fabs(h - f), ulp / 2) << f;
   }
 }

@@ -20,9 +20,9 @@ absl::Status CheckAdmission(const v1::AdmissionSpec& a) {
   }
   if (a.sketch_counters() != 0 &&
       (a.sketch_counters() < kMinSketchCounters || a.sketch_counters() > kMaxSketchCounters)) {
-    return Invalid(absl::StrCat("admission.sketch_counters = ", a.sketch_counters(),
-                                " is not in ", kMinSketchCounters, "..", kMaxSketchCounters,
-                                " (0: the default, ", kDefaultSketchCounters, ")"));
+    return Invalid(absl::StrCat("admission.sketch_counters = ", a.sketch_counters(), " is not in ",
+                                kMinSketchCounters, "..", kMaxSketchCounters, " (0: the default, ",
+                                kDefaultSketchCounters, ")"));
   }
   if (a.decay_seconds() != 0 && a.min_count() <= 1) {
     return Invalid(absl::StrCat("admission.decay_seconds = ", a.decay_seconds(),
@@ -62,8 +62,8 @@ absl::Status CheckEviction(const v1::EvictionSpec& e) {
 
 absl::Status ValidateTableFeatures(const v1::TableSpec& spec) {
   if (!v1::TableSpec::Storage_IsValid(spec.storage())) {
-    return Invalid(absl::StrCat("storage = ", static_cast<int>(spec.storage()),
-                                " is not FP32, FP16 or BF16"));
+    return Invalid(
+        absl::StrCat("storage = ", static_cast<int>(spec.storage()), " is not FP32, FP16 or BF16"));
   }
   const bool sparse = spec.kind() == v1::SPARSE;
   if (spec.has_admission()) {

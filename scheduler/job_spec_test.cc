@@ -338,9 +338,8 @@ TEST_F(JobSpecTest, RejectsBadTableFeaturesByName) {
   ExpectRejected(
       [](v1::JobSpec* s) { s->mutable_tables(0)->mutable_admission()->set_probability(1.5f); },
       "admission.probability = 1.5 is not in (0, 1]", Program());
-  ExpectRejected(
-      [](v1::JobSpec* s) { s->mutable_tables(1)->mutable_eviction()->set_max_rows(10); },
-      "eviction is for SPARSE tables", Program());
+  ExpectRejected([](v1::JobSpec* s) { s->mutable_tables(1)->mutable_eviction()->set_max_rows(10); },
+                 "eviction is for SPARSE tables", Program());
   ExpectRejected(
       [](v1::JobSpec* s) {
         s->mutable_tables(0)->set_storage(static_cast<v1::TableSpec::Storage>(7));

@@ -104,9 +104,10 @@ absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Create(
                            .Register(registry);
     m->row_events_ = &prometheus::BuildCounter()
                           .Name("ps_server_table_row_events_total")
-                          .Help("What admission and eviction did to a sparse table's keys, by "
-                                "event: admitted, rejected (a push of a key not admitted yet, "
-                                "dropped), evicted (for the cap), expired (for the TTL)")
+                          .Help(
+                              "What admission and eviction did to a sparse table's keys, by "
+                              "event: admitted, rejected (a push of a key not admitted yet, "
+                              "dropped), evicted (for the cap), expired (for the TTL)")
                           .Register(registry);
     m->owned_slots_ = &prometheus::BuildGauge()
                            .Name("ps_server_owned_slots")

@@ -8,11 +8,11 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "common/codec.h"
-#include "common/printable.h"
 #include "common/half.h"
+#include "common/printable.h"
 #include "common/shard_map.h"
-#include "common/table_features.h"
 #include "common/status_macros.h"
+#include "common/table_features.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "server/initializer.h"
 #include "server/internal/prefetch.h"
@@ -535,8 +535,8 @@ char* TableStore::InsertRow(Slot& slot, const Table& table, uint64_t key, RowCac
   // At the cap, a row of this slot goes first, else one of another slot that is free now;
   // where neither was found the table goes over by one, which the next inserts take back (two
   // evictions each at most).
-  for (int i = 0; i < 2 && table.max_rows != 0 &&
-                  table.rows.load(std::memory_order_relaxed) >= table.max_rows;
+  for (int i = 0;
+       i < 2 && table.max_rows != 0 && table.rows.load(std::memory_order_relaxed) >= table.max_rows;
        ++i) {
     if (!EvictOne(slot, table) && !EvictElsewhere(slot, table)) break;
   }
@@ -995,7 +995,8 @@ void TableStore::SetLayout(const TableSpec& spec, bool huge_pages, Table* t) {
       t->admit_p24 = static_cast<uint32_t>(std::ceil(a.probability() * float{1u << 24}));
     }
     // Counters per slot: the table's share, a power of two.
-    const uint32_t counters = a.sketch_counters() != 0 ? a.sketch_counters() : kDefaultSketchCounters;
+    const uint32_t counters =
+        a.sketch_counters() != 0 ? a.sketch_counters() : kDefaultSketchCounters;
     t->sketch_width = 16;
     while (t->sketch_width * kNumSlots < counters) t->sketch_width *= 2;
     if (t->min_count > 1) t->sketches = std::make_unique<AdmissionSketch[]>(kNumSlots);

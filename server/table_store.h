@@ -360,7 +360,8 @@ class TableStore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
   // Adds `row` (its header's key set) to the slot's index of `table`, counting the index's
   // growth; false if no memory.
-  bool IndexRow(Slot& slot, const Table& table, uint32_t row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
+  bool IndexRow(Slot& slot, const Table& table, uint32_t row)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
   // Drops every row of `table` from the slot; returns how many.
   uint64_t ClearSlot(Slot& slot, const Table& table) ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
   uint64_t NextRandom(Slot& slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
@@ -371,11 +372,11 @@ class TableStore {
   void CountNewRows(const Table& table, uint64_t rows) const;
   // Calls fn(row, i) for every key i of `keys`, creating missing rows as `missing` says (fn gets
   // null for a pulled key not admitted; a pushed key not admitted is skipped), under the locks of
-  // the keys' slots (fn must not call the store). While fn runs on one row, the hash entries and the
-  // rows of the next keys are fetched into cache: a lookup costs a few cache misses, and fetched
-  // together they overlap. `prefetch_bytes` of each row are fetched (`for_write`: to be written).
-  // The slots are taken kBatchKeys keys at a time (ForEachSlotBatch), so that the fetching runs
-  // on across slots: a slot seldom holds more than a few of a request's keys.
+  // the keys' slots (fn must not call the store). While fn runs on one row, the hash entries and
+  // the rows of the next keys are fetched into cache: a lookup costs a few cache misses, and
+  // fetched together they overlap. `prefetch_bytes` of each row are fetched (`for_write`: to be
+  // written). The slots are taken kBatchKeys keys at a time (ForEachSlotBatch), so that the
+  // fetching runs on across slots: a slot seldom holds more than a few of a request's keys.
   // FAILED_PRECONDITION if the table was dropped. `groups`: the keys' grouping by slot, if made.
   static constexpr size_t kBatchKeys = 64;
   template <typename Fn>

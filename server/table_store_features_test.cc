@@ -24,8 +24,8 @@ using v1::TableSpec;
 
 constexpr char kJob[] = "job";
 
-TableSpec Sparse(uint32_t id, uint32_t dim, v1::OptimizerSpec::Kind optimizer =
-                                                 v1::OptimizerSpec::SGD) {
+TableSpec Sparse(uint32_t id, uint32_t dim,
+                 v1::OptimizerSpec::Kind optimizer = v1::OptimizerSpec::SGD) {
   TableSpec spec;
   spec.set_table_id(id);
   spec.set_name("emb");
@@ -65,8 +65,8 @@ std::vector<float> PullOf(TableStore& store, uint32_t id, const std::vector<uint
   return out;
 }
 
-absl::Status Push(TableStore& store, uint32_t id, const std::vector<uint64_t>& keys,
-                  float grad, uint32_t dim) {
+absl::Status Push(TableStore& store, uint32_t id, const std::vector<uint64_t>& keys, float grad,
+                  uint32_t dim) {
   TableStore::BlockView view;
   const KeyBlock block = Block(id, keys, std::vector<float>(keys.size() * dim, grad));
   if (absl::Status s = store.Resolve(kJob, block, true, &view); !s.ok()) return s;
@@ -89,8 +89,7 @@ TEST(TableStoreStorageTest, HalfPrecisionRowsPullRoundedValuesAndUpdateInFloat32
     spec.set_storage(storage);
     ASSERT_TRUE(store.CreateTable(spec).ok());
     auto round = [&](float f) {
-      return storage == TableSpec::FP16 ? Fp16ToFloat(FloatToFp16(f))
-                                        : Bf16ToFloat(FloatToBf16(f));
+      return storage == TableSpec::FP16 ? Fp16ToFloat(FloatToFp16(f)) : Bf16ToFloat(FloatToBf16(f));
     };
     const std::vector<float> pulled = PullOf(store, 1, {7});
     const std::vector<float> initial = Initial(spec, 7);
@@ -226,9 +225,8 @@ TEST(TableStoreEvictionTest, TheCapHoldsAndTheLeastRecentlyUsedGo) {
   // The hot keys stay: a sampled LRU evicts the oldest of 8 rows of the slot, and they are
   // never the oldest. (Within one second rows are equally old: a few go.)
   uint64_t hot_left = 0;
-  store.ForEachRow(1, [&](uint64_t key, int64_t, absl::Span<const float>) {
-    hot_left += key >= 1'000'000;
-  });
+  store.ForEachRow(
+      1, [&](uint64_t key, int64_t, absl::Span<const float>) { hot_left += key >= 1'000'000; });
   EXPECT_GE(hot_left, 1900u);
   // An evicted key is a new key again: its initial values.
   EXPECT_EQ(PullOf(store, 1, {10000}), Initial(spec, 10000));
@@ -243,7 +241,7 @@ TEST(TableStoreEvictionTest, RowsExpireAfterTheirTtl) {
   store.Tick(t0);
   ASSERT_TRUE(Push(store, 1, Keys(0, 100), 1.0f, 2).ok());
   store.Tick(t0 + absl::Seconds(3));
-  PullOf(store, 1, Keys(0, 10));  // used again at 3
+  PullOf(store, 1, Keys(0, 10));                     // used again at 3
   EXPECT_EQ(store.Tick(t0 + absl::Seconds(5)), 0u);  // not more than 5 s unused yet
   EXPECT_EQ(store.Tick(t0 + absl::Seconds(6)), 90u);
   EXPECT_EQ(store.NumRows(1), 10u);

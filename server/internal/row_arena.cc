@@ -56,7 +56,8 @@ char* MapAligned(size_t bytes, size_t align) {
   const uintptr_t aligned = RoundUp(start, align);
   if (aligned > start) munmap(p, aligned - start);
   const uintptr_t end = aligned + bytes;
-  if (start + bytes + align > end) munmap(reinterpret_cast<void*>(end), start + bytes + align - end);
+  if (start + bytes + align > end)
+    munmap(reinterpret_cast<void*>(end), start + bytes + align - end);
   return reinterpret_cast<char*>(aligned);
 }
 

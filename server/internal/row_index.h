@@ -107,7 +107,7 @@ class RowIndex {
   void PlaceNew(uint64_t hash, uint32_t row);  // no growth, key absent
 
   uint8_t* buckets_ = nullptr;  // capacity_ buckets of 5 bytes (control byte, row handle)
-  size_t capacity_ = 0;      // 0 or a power of two >= kMinCapacity
+  size_t capacity_ = 0;         // 0 or a power of two >= kMinCapacity
   size_t size_ = 0;
 };
 

@@ -118,7 +118,7 @@ absl::Status Run(const Options& o) {
   PS_RETURN_IF_ERROR(JobAdmin(*client).ConfigureJob(consistency, {0}));
   PS_RETURN_IF_ERROR(client->CreateTable(o.spec));
   const uint64_t before = ResidentBytes(server);
-  const int state = o.spec.optimizer().kind() == v1::OptimizerSpec::SGD        ? 0
+  const int state = o.spec.optimizer().kind() == v1::OptimizerSpec::SGD ? 0
                     : o.spec.optimizer().kind() == v1::OptimizerSpec::ADAM ||
                             o.spec.optimizer().kind() == v1::OptimizerSpec::FTRL
                         ? 2
@@ -139,19 +139,20 @@ absl::Status Run(const Options& o) {
   auto line = [&](const char* what) {
     const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
     const uint64_t rss = ResidentBytes(server);
-    absl::PrintF("%-6s %11llu rows  %9.0f rows/s  server RSS %8.1f MiB  %6.1f B/row (own %llu, "
-                 "%.2fx)\n",
-                 what, static_cast<unsigned long long>(done), done / seconds, rss / 1048576.0,
-                 static_cast<double>(rss - before) / done, static_cast<unsigned long long>(own),
-                 static_cast<double>(rss - before) / done / own);
+    absl::PrintF(
+        "%-6s %11llu rows  %9.0f rows/s  server RSS %8.1f MiB  %6.1f B/row (own %llu, "
+        "%.2fx)\n",
+        what, static_cast<unsigned long long>(done), done / seconds, rss / 1048576.0,
+        static_cast<double>(rss - before) / done, static_cast<unsigned long long>(own),
+        static_cast<double>(rss - before) / done / own);
     std::fflush(stdout);
   };
   while (done < o.rows) {
     const uint64_t n = std::min(o.keys_per_request, o.rows - done);
     // Keys spread over the slots as hashed ids are (an odd multiplier: every key distinct).
     for (uint64_t i = 0; i < n; ++i) keys[i] = (done + i + 1) * 0x9E3779B97F4A7C15ull;
-    PS_RETURN_IF_ERROR(client->Pull(
-        {TableOp{1, absl::MakeConstSpan(keys.data(), n), nullptr, out.data()}}));
+    PS_RETURN_IF_ERROR(
+        client->Pull({TableOp{1, absl::MakeConstSpan(keys.data(), n), nullptr, out.data()}}));
     done += n;
     if (done >= next_report && done < o.rows) {
       line("after");

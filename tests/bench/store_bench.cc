@@ -20,11 +20,11 @@
 // thread; ps_bench's figures add the wire and the client. Compare lines of one run only.
 // Benchmarks report figures; nothing here asserts on speed.
 #include <glog/logging.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <unistd.h>
 #include <memory>
 #include <random>
 #include <string>
@@ -250,8 +250,8 @@ absl::Status RunDim(const BenchOptions& o, TableStore& store, uint32_t table_id,
     const size_t own = sizeof(uint64_t) + dim * (o.storage == v1::TableSpec::FP32 ? 4 : 2) +
                        state_floats * sizeof(float);
     absl::PrintF(
-        "dim %-5d %-13s %12.1f B/row resident %5zu B/row own (key, %s values, state) %5.2fx\n",
-        dim, "memory", per_row, own, absl::AsciiStrToLower(v1::TableSpec::Storage_Name(o.storage)),
+        "dim %-5d %-13s %12.1f B/row resident %5zu B/row own (key, %s values, state) %5.2fx\n", dim,
+        "memory", per_row, own, absl::AsciiStrToLower(v1::TableSpec::Storage_Name(o.storage)),
         per_row / static_cast<double>(own));
     std::fflush(stdout);
   }

@@ -54,8 +54,8 @@ int Commands::Tables(const std::string& job_id) {
     return kRefused;
   }
   Table table;
-  table.AddRow({"TABLE", "SERVER", "STORAGE", "ROWS", "BYTES", "BYTES/ROW", "ADMITTED",
-                "REJECTED", "EVICTED", "EXPIRED"});
+  table.AddRow({"TABLE", "SERVER", "STORAGE", "ROWS", "BYTES", "BYTES/ROW", "ADMITTED", "REJECTED",
+                "EVICTED", "EXPIRED"});
   std::vector<std::string> json;
   int exit_code = kOk;
   std::vector<std::unique_ptr<v1::ParameterServer::Stub>> stubs;
