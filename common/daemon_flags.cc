@@ -19,6 +19,12 @@ ABSL_FLAG(int32_t, max_log_mb, 64, "with --log_dir: start a new log file at this
 ABSL_FLAG(int32_t, log_keep_days, 7,
           "with --log_dir: delete this daemon's log files older than this");
 
+ABSL_FLAG(std::string, cpus, "",
+          "run this daemon on these CPUs only, e.g. 0-3 or 0,2,4-7 (set at start, before any "
+          "thread; gRPC sizes its thread pools from them). Give daemons that share a host CPUs "
+          "of their own: a request then stays on a few cores. Default: every CPU the process "
+          "may use");
+
 namespace ps {
 
 absl::StatusOr<std::shared_ptr<const Security>> DaemonSecurityFromFlags() {
@@ -40,5 +46,7 @@ LogOptions LogOptionsFromFlags() {
   options.keep_days = absl::GetFlag(FLAGS_log_keep_days);
   return options;
 }
+
+std::string CpusFromFlags() { return absl::GetFlag(FLAGS_cpus); }
 
 }  // namespace ps

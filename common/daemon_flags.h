@@ -23,6 +23,9 @@ struct LogOptions {
 };
 LogOptions LogOptionsFromFlags();
 
+// --cpus: the CPUs to pin the daemon to (common/cpu_set.h); empty: no pinning.
+std::string CpusFromFlags();
+
 }  // namespace ps
 
 #endif  // PS_COMMON_DAEMON_FLAGS_H_

@@ -12,6 +12,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/cpu_set.h"
 #include "common/daemon_flags.h"
 #include "common/port_file.h"
 #include "common/scheduler_link.h"
@@ -108,6 +109,15 @@ absl::StatusOr<std::shared_ptr<const Security>> SetUpDaemon(const char* argv0) {
     FLAGS_max_log_size = static_cast<uint32_t>(log.max_mb);
     FLAGS_stderrthreshold = google::GLOG_ERROR;
     google::EnableLogCleaner(static_cast<unsigned int>(log.keep_days));
+  }
+  if (const std::string cpus = CpusFromFlags(); !cpus.empty()) {
+    const absl::StatusOr<std::vector<int>> before = AllowedCpus();
+    absl::StatusOr<std::vector<int>> pinned = PinToCpus(cpus);
+    if (!pinned.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--cpus: ", pinned.status().message()));
+    }
+    LOG(INFO) << "running on CPUs " << FormatCpuList(*pinned) << " (" << pinned->size() << " of "
+              << (before.ok() ? before->size() : pinned->size()) << ")";
   }
   absl::StatusOr<std::shared_ptr<const Security>> security = DaemonSecurityFromFlags();
   if (!security.ok()) return security.status();

@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "common/cpu_set.h"
 #include "common/daemon_setup.h"
 #include "common/flags_usage.h"
 #include "common/health_server.h"
@@ -88,7 +89,7 @@ ABSL_FLAG(std::string, cpu_kernels, "openblas",
           "CPU training steps: openblas (GEMMs on OpenBLAS, --cpu_threads threads) | reference "
           "(the project's own single-threaded GEMM: slower, for comparisons)");
 ABSL_FLAG(int, cpu_threads, 0,
-          "threads of the CPU's GEMMs (OpenBLAS); 0: this host's hardware threads / "
+          "threads of the CPU's GEMMs (OpenBLAS); 0: the CPUs this process may use (--cpus) / "
           "--workers_on_host (at least 1). Idle GEMM threads sleep at once instead of "
           "spinning (OPENBLAS_THREAD_TIMEOUT=4 unless the environment sets it)");
 ABSL_FLAG(int, workers_on_host, 1,
@@ -197,8 +198,11 @@ absl::Status SetCpuThreadsFromFlags(const ps::ComputeOptions& compute) {
   int threads = absl::GetFlag(FLAGS_cpu_threads);
   if (threads < 0) return absl::InvalidArgumentError("--cpu_threads must be >= 0");
   if (threads == 0) {
-    threads = ps::DefaultCpuThreads(static_cast<int>(std::thread::hardware_concurrency()),
-                                    absl::GetFlag(FLAGS_workers_on_host));
+    // The CPUs this process may use (--cpus, taskset, a container's cpuset), not the host's.
+    const absl::StatusOr<std::vector<int>> cpus = ps::AllowedCpus();
+    const int usable = cpus.ok() ? static_cast<int>(cpus->size())
+                                 : static_cast<int>(std::thread::hardware_concurrency());
+    threads = ps::DefaultCpuThreads(usable, absl::GetFlag(FLAGS_workers_on_host));
   }
   // OpenBLAS's idle threads spin for 2^28 cycles (about 0.1 s) after each GEMM before they
   // sleep; a worker waits on the network between its GEMMs, so that spinning takes the cores
