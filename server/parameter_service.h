@@ -100,7 +100,7 @@ class ParameterService final : public v1::ParameterServer::Service {
   // hop, unless it would block there: a request or pull answer over kServeHereBytes, or a pull
   // that must wait in the consistency gate, goes on from where it stands on a thread of
   // `handoff_` (DataCall, Advance). Our clients' parts (2 MiB by default) stay below it: handed
-  // off, a 2 MiB part took 5-13% more time in 2 x 2 ps_bench runs (docs/benchmarks.md).
+  // off, a 2 MiB part took longer in ps_bench runs (docs/benchmarks.md, "Fifth round").
   static constexpr size_t kServeHereBytes = size_t{4} << 20;
   struct DataCall;
   grpc::ServerUnaryReactor* StartDataCall(ServerMethod method, grpc::CallbackServerContext* ctx,
