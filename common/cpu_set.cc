@@ -15,8 +15,8 @@ namespace ps {
 namespace {
 
 absl::Status BadList(absl::string_view list, absl::string_view why) {
-  return absl::InvalidArgumentError(absl::StrCat(
-      "CPU list '", list, "': ", why, " (expected numbers and ranges, e.g. 0-3,8)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("CPU list '", list, "': ", why, " (expected numbers and ranges, e.g. 0-3,8)"));
 }
 
 absl::StatusOr<int> ParseCpu(absl::string_view list, absl::string_view text) {
@@ -84,16 +84,16 @@ absl::StatusOr<std::vector<int>> PinToCpus(absl::string_view list) {
   std::set_difference(cpus->begin(), cpus->end(), allowed->begin(), allowed->end(),
                       std::back_inserter(refused));
   if (!refused.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("CPU(s) ", FormatCpuList(refused), " of '", list,
-                     "' are not available to this process (it may use ", FormatCpuList(*allowed),
-                     ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CPU(s) ", FormatCpuList(refused), " of '", list,
+        "' are not available to this process (it may use ", FormatCpuList(*allowed), ")"));
   }
   cpu_set_t set;
   CPU_ZERO(&set);
   for (int cpu : *cpus) CPU_SET(cpu, &set);
   if (sched_setaffinity(0, sizeof(set), &set) != 0) {
-    return absl::InternalError(absl::StrCat("sched_setaffinity(", list, "): ", std::strerror(errno)));
+    return absl::InternalError(
+        absl::StrCat("sched_setaffinity(", list, "): ", std::strerror(errno)));
   }
   return cpus;
 }

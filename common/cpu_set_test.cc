@@ -22,10 +22,14 @@ TEST(CpuListTest, RefusesBadListsNamingThePart) {
   struct Case {
     const char* list;
     const char* says;
-  } cases[] = {{"", "empty"},          {"a", "'a' is not a CPU number"},
-               {"1,,2", "'' is not"},  {"3-1", "range 3-1 is reversed"},
-               {"0-2,1", "CPU 1 is named twice"}, {"-1", "'' is not"},
-               {"+1", "'+1' is not"},  {"0-", "'' is not"},
+  } cases[] = {{"", "empty"},
+               {"a", "'a' is not a CPU number"},
+               {"1,,2", "'' is not"},
+               {"3-1", "range 3-1 is reversed"},
+               {"0-2,1", "CPU 1 is named twice"},
+               {"-1", "'' is not"},
+               {"+1", "'+1' is not"},
+               {"0-", "'' is not"},
                {"99999", "beyond the largest"}};
   for (const Case& c : cases) {
     absl::StatusOr<std::vector<int>> cpus = ParseCpuList(c.list);

@@ -5,15 +5,7 @@
 # Usage: daemon_cpus_test.sh PS_SERVER PS_WORKER PS_SCHEDULER
 set -uo pipefail
 server_bin=$1 worker_bin=$2 scheduler_bin=$3
-dir=$(mktemp -d /tmp/daemon_cpus_XXXXXX)
-pid=""
-cleanup() {
-  [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+source "$(dirname "$0")/lib/daemons.sh" daemon_cpus  # dir, pids, fail, cleanup
 
 allowed=$(awk '/^Cpus_allowed_list/{print $2}' /proc/self/status)
 last=$(taskset -pc $$ | sed 's/.*: //' | tr ',' '\n' | sed 's/.*-//' | sort -n | tail -1)
@@ -22,9 +14,10 @@ echo "this test may use CPUs $allowed; the server gets CPU $last"
 "$server_bin" --listen=127.0.0.1:0 --port_file="$dir/port" --metrics_listen=off \
   --health_listen=off --cpus="$last" >"$dir/server.log" 2>&1 &
 pid=$!
+pids+=("$pid")
 for _ in $(seq 100); do [ -s "$dir/port" ] && break; sleep 0.1; done
 if [ ! -s "$dir/port" ]; then
-  fail "ps_server --cpus=$last did not start"; cat "$dir/server.log"
+  fail "ps_server --cpus=$last did not start"
 else
   threads=$(ls /proc/$pid/task | wc -l)
   others=$(grep -h Cpus_allowed_list /proc/$pid/task/*/status | awk -v c="$last" '$2 != c' | wc -l)
@@ -34,15 +27,14 @@ else
 fi
 
 for bin in "$server_bin" "$worker_bin" "$scheduler_bin"; do
-  for bad in "3-1" "x" "" "0,0" "$((last + 4096))"; do
-    [ -z "$bad" ] && continue  # empty is the default (every CPU)
+  # Reversed, not a number, named twice, a CPU this host lacks (1023), beyond any (5000).
+  for bad in "3-1" "x" "0,0" "1023" "5000"; do
     "$bin" --cpus="$bad" >"$dir/out" 2>&1 </dev/null &
     p=$!
     for _ in $(seq 100); do kill -0 $p 2>/dev/null || break; sleep 0.1; done
     if kill -0 $p 2>/dev/null; then
       kill $p; wait $p 2>/dev/null
       fail "$(basename "$bin") --cpus=$bad kept running"
-      continue
     fi
     wait $p
     rc=$?
@@ -53,5 +45,4 @@ for bin in "$server_bin" "$worker_bin" "$scheduler_bin"; do
     fi
   done
 done
-[ "$failures" -eq 0 ] || { echo "$failures failure(s)"; exit 1; }
 echo "PASS"
