@@ -439,94 +439,87 @@ std::map<std::string, double> Metrics(py::object metrics) {
   return out;
 }
 
-PYBIND11_MODULE(_core, m) {
-  m.doc() = kModuleDoc;
-  // The classes are registered as paramserver.X (their home for users: help() and signatures
-  // name them so); __name__ is restored at the end.
-  const py::object module_name = m.attr("__name__");
-  m.attr("__name__") = "paramserver";
+namespace {
 
-  // --- exceptions ---
-  {
-    py::module_ builtins = py::module_::import("builtins");
-    py::object type = builtins.attr("type");
-    auto make = [&](const char* name, py::tuple bases, const char* doc) {
-      py::dict ns;
-      ns["__doc__"] = doc;
-      ns["__module__"] = "paramserver";
-      ns["code"] = py::str("UNKNOWN");
-      py::object cls = type(name, bases, ns);
-      m.attr(name) = cls;
-      return cls;
-    };
-    g_errors = new ErrorClasses;
-    g_errors->base =
-        make("Error", py::make_tuple(builtins.attr("RuntimeError")),
-             "A paramserver call failed. str(e) is the status message (the server's, when it\n"
-             "refused); e.code the status code's name, e.g. 'UNAVAILABLE'. Subclasses by code:\n"
-             "InvalidArgumentError (also a ValueError), NotFoundError, AlreadyExistsError,\n"
-             "FailedPreconditionError (e.g. the client is closed), UnavailableError (a server is\n"
-             "unreachable), DeadlineExceededError, CancelledError, OutOfRangeError,\n"
-             "ResourceExhaustedError, AbortedError, PermissionDeniedError, InternalError,\n"
-             "UnimplementedError, DataLossError, UnauthenticatedError.");
-    struct Sub {
-      absl::StatusCode code;
-      const char* name;
-      const char* extra_base;  // a builtin exception it also derives from, or null
-      const char* doc;
-    };
-    const Sub subs[] = {
-        {absl::StatusCode::kInvalidArgument, "InvalidArgumentError", "ValueError",
-         "The request was invalid (INVALID_ARGUMENT): a bad table config, a dense key out of "
-         "range, NaN gradients, ..."},
-        {absl::StatusCode::kNotFound, "NotFoundError", nullptr,
-         "No such table or job (NOT_FOUND)."},
-        {absl::StatusCode::kAlreadyExists, "AlreadyExistsError", nullptr,
-         "A table with that id but another config exists (ALREADY_EXISTS)."},
-        {absl::StatusCode::kFailedPrecondition, "FailedPreconditionError", nullptr,
-         "The call is not possible in this state, e.g. the client is closed "
-         "(FAILED_PRECONDITION)."},
-        {absl::StatusCode::kUnavailable, "UnavailableError", nullptr,
-         "A server could not be reached (UNAVAILABLE)."},
-        {absl::StatusCode::kDeadlineExceeded, "DeadlineExceededError", nullptr,
-         "A request ran past its deadline (DEADLINE_EXCEEDED)."},
-        {absl::StatusCode::kCancelled, "CancelledError", nullptr,
-         "The request was cancelled, e.g. by Client.close() (CANCELLED)."},
-        {absl::StatusCode::kOutOfRange, "OutOfRangeError", nullptr, "OUT_OF_RANGE."},
-        {absl::StatusCode::kResourceExhausted, "ResourceExhaustedError", nullptr,
-         "RESOURCE_EXHAUSTED (e.g. a message too large)."},
-        {absl::StatusCode::kAborted, "AbortedError", nullptr, "ABORTED."},
-        {absl::StatusCode::kPermissionDenied, "PermissionDeniedError", nullptr,
-         "PERMISSION_DENIED."},
-        {absl::StatusCode::kUnauthenticated, "UnauthenticatedError", nullptr, "UNAUTHENTICATED."},
-        {absl::StatusCode::kInternal, "InternalError", nullptr, "INTERNAL."},
-        {absl::StatusCode::kUnimplemented, "UnimplementedError", nullptr, "UNIMPLEMENTED."},
-        {absl::StatusCode::kDataLoss, "DataLossError", nullptr, "DATA_LOSS."},
-    };
-    for (const Sub& s : subs) {
-      py::tuple bases = s.extra_base != nullptr
-                            ? py::make_tuple(g_errors->base, builtins.attr(s.extra_base))
-                            : py::make_tuple(g_errors->base);
-      g_errors->by_code[s.code] = make(s.name, bases, s.doc);
-    }
-    g_errors->step_interrupted = make(
-        "StepInterrupted", py::make_tuple(g_errors->by_code[absl::StatusCode::kAborted]),
-        "A request of a Session's client could not complete because the job's shard map\n"
-        "changed (a server died): the step is cut short and its results (a pull's array) must\n"
-        "not be used. Session.steps() and batches() recover at the next step and run this one\n"
-        "again; catch it in the loop and `continue` (see Session). e.code is 'ABORTED'.");
-    py::register_exception_translator([](std::exception_ptr p) {
-      try {
-        if (p) std::rethrow_exception(p);
-      } catch (const StatusError& e) {
-        SetPythonError(e.status());
-      }
-    });
+// The exception classes (paramserver.Error and a subclass per status code), and the
+// translation of a StatusError into them.
+void BindErrors(py::module_& m) {
+  py::module_ builtins = py::module_::import("builtins");
+  py::object type = builtins.attr("type");
+  auto make = [&](const char* name, py::tuple bases, const char* doc) {
+    py::dict ns;
+    ns["__doc__"] = doc;
+    ns["__module__"] = "paramserver";
+    ns["code"] = py::str("UNKNOWN");
+    py::object cls = type(name, bases, ns);
+    m.attr(name) = cls;
+    return cls;
+  };
+  g_errors = new ErrorClasses;
+  g_errors->base =
+      make("Error", py::make_tuple(builtins.attr("RuntimeError")),
+           "A paramserver call failed. str(e) is the status message (the server's, when it\n"
+           "refused); e.code the status code's name, e.g. 'UNAVAILABLE'. Subclasses by code:\n"
+           "InvalidArgumentError (also a ValueError), NotFoundError, AlreadyExistsError,\n"
+           "FailedPreconditionError (e.g. the client is closed), UnavailableError (a server is\n"
+           "unreachable), DeadlineExceededError, CancelledError, OutOfRangeError,\n"
+           "ResourceExhaustedError, AbortedError, PermissionDeniedError, InternalError,\n"
+           "UnimplementedError, DataLossError, UnauthenticatedError.");
+  struct Sub {
+    absl::StatusCode code;
+    const char* name;
+    const char* extra_base;  // a builtin exception it also derives from, or null
+    const char* doc;
+  };
+  const Sub subs[] = {
+      {absl::StatusCode::kInvalidArgument, "InvalidArgumentError", "ValueError",
+       "The request was invalid (INVALID_ARGUMENT): a bad table config, a dense key out of "
+       "range, NaN gradients, ..."},
+      {absl::StatusCode::kNotFound, "NotFoundError", nullptr, "No such table or job (NOT_FOUND)."},
+      {absl::StatusCode::kAlreadyExists, "AlreadyExistsError", nullptr,
+       "A table with that id but another config exists (ALREADY_EXISTS)."},
+      {absl::StatusCode::kFailedPrecondition, "FailedPreconditionError", nullptr,
+       "The call is not possible in this state, e.g. the client is closed "
+       "(FAILED_PRECONDITION)."},
+      {absl::StatusCode::kUnavailable, "UnavailableError", nullptr,
+       "A server could not be reached (UNAVAILABLE)."},
+      {absl::StatusCode::kDeadlineExceeded, "DeadlineExceededError", nullptr,
+       "A request ran past its deadline (DEADLINE_EXCEEDED)."},
+      {absl::StatusCode::kCancelled, "CancelledError", nullptr,
+       "The request was cancelled, e.g. by Client.close() (CANCELLED)."},
+      {absl::StatusCode::kOutOfRange, "OutOfRangeError", nullptr, "OUT_OF_RANGE."},
+      {absl::StatusCode::kResourceExhausted, "ResourceExhaustedError", nullptr,
+       "RESOURCE_EXHAUSTED (e.g. a message too large)."},
+      {absl::StatusCode::kAborted, "AbortedError", nullptr, "ABORTED."},
+      {absl::StatusCode::kPermissionDenied, "PermissionDeniedError", nullptr, "PERMISSION_DENIED."},
+      {absl::StatusCode::kUnauthenticated, "UnauthenticatedError", nullptr, "UNAUTHENTICATED."},
+      {absl::StatusCode::kInternal, "InternalError", nullptr, "INTERNAL."},
+      {absl::StatusCode::kUnimplemented, "UnimplementedError", nullptr, "UNIMPLEMENTED."},
+      {absl::StatusCode::kDataLoss, "DataLossError", nullptr, "DATA_LOSS."},
+  };
+  for (const Sub& s : subs) {
+    py::tuple bases = s.extra_base != nullptr
+                          ? py::make_tuple(g_errors->base, builtins.attr(s.extra_base))
+                          : py::make_tuple(g_errors->base);
+    g_errors->by_code[s.code] = make(s.name, bases, s.doc);
   }
+  g_errors->step_interrupted =
+      make("StepInterrupted", py::make_tuple(g_errors->by_code[absl::StatusCode::kAborted]),
+           "A request of a Session's client could not complete because the job's shard map\n"
+           "changed (a server died): the step is cut short and its results (a pull's array) must\n"
+           "not be used. Session.steps() and batches() recover at the next step and run this one\n"
+           "again; catch it in the loop and `continue` (see Session). e.code is 'ABORTED'.");
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const StatusError& e) {
+      SetPythonError(e.status());
+    }
+  });
+}
 
-  RegisterConfigs(m);  // Initializer, Optimizer (configs.cc)
-
-  // --- Request ---
+// paramserver.Request and paramserver.Table.
+void BindRequestAndTable(py::module_& m) {
   py::class_<PyRequest>(m, "Request", kRequestDoc)
       .def(
           "wait", [](PyRequest& r, std::optional<double> timeout) { return r.Wait(timeout); },
@@ -599,132 +592,136 @@ PYBIND11_MODULE(_core, m) {
         }
         return s + ")";
       });
+}
 
-  // --- Client ---
-  py::class_<PyClient>(m, "Client", kClientDoc)
-      .def(
-          py::init([](py::object servers, const std::string& job_id, long long worker_id,
-                      long long num_workers, const std::string& consistency, int staleness,
-                      double rpc_timeout, bool configure_job, int max_retries,
-                      long long max_part_bytes, int channels_per_server, double connect_timeout,
-                      bool reject_nonfinite) {
-            ps::ClientOptions o;
-            if (py::isinstance<py::str>(servers)) {
-              std::string list = servers.cast<std::string>();
-              size_t start = 0;
-              while (start <= list.size()) {
-                size_t end = list.find(',', start);
-                if (end == std::string::npos) end = list.size();
-                if (end > start) o.servers.push_back(list.substr(start, end - start));
-                start = end + 1;
-              }
-            } else if (py::isinstance<py::sequence>(servers)) {
-              for (py::handle s : servers) {
-                if (!py::isinstance<py::str>(s)) {
-                  throw py::type_error("servers must be 'host:port' strings, got " + TypeName(s));
-                }
-                o.servers.push_back(s.cast<std::string>());
-              }
-            } else {
-              throw py::type_error(
-                  "servers must be a list of 'host:port' strings or a comma-separated string, "
-                  "got " +
-                  TypeName(servers));
+// Client(...): the constructor and its options (one binding: its keyword arguments are long).
+void BindClientConnect(py::class_<PyClient>& cls) {
+  cls.def(
+      py::init([](py::object servers, const std::string& job_id, long long worker_id,
+                  long long num_workers, const std::string& consistency, int staleness,
+                  double rpc_timeout, bool configure_job, int max_retries, long long max_part_bytes,
+                  int channels_per_server, double connect_timeout, bool reject_nonfinite) {
+        ps::ClientOptions o;
+        if (py::isinstance<py::str>(servers)) {
+          std::string list = servers.cast<std::string>();
+          size_t start = 0;
+          while (start <= list.size()) {
+            size_t end = list.find(',', start);
+            if (end == std::string::npos) end = list.size();
+            if (end > start) o.servers.push_back(list.substr(start, end - start));
+            start = end + 1;
+          }
+        } else if (py::isinstance<py::sequence>(servers)) {
+          for (py::handle s : servers) {
+            if (!py::isinstance<py::str>(s)) {
+              throw py::type_error("servers must be 'host:port' strings, got " + TypeName(s));
             }
-            if (o.servers.empty()) throw py::value_error("servers must name at least one server");
-            o.job_id = job_id;
-            o.worker_id = ToUint32(worker_id, "worker_id");
-            o.num_workers = ToUint32(num_workers, "num_workers");
-            if (o.num_workers < 1) throw py::value_error("num_workers must be >= 1, got 0");
-            if (o.worker_id >= o.num_workers) {
-              throw py::value_error(
-                  "worker_id must be in [0, num_workers=" + std::to_string(o.num_workers) +
-                  "), got " + std::to_string(o.worker_id));
-            }
-            o.consistency = ParseConsistency(consistency);
-            if (staleness < 0) {
-              throw py::value_error("staleness must be >= 0, got " + std::to_string(staleness));
-            }
-            o.staleness = staleness;
-            if (!std::isfinite(rpc_timeout) || rpc_timeout <= 0) {
-              std::ostringstream s;
-              s << "rpc_timeout must be a positive number of seconds, got " << rpc_timeout;
-              throw py::value_error(s.str());
-            }
-            o.rpc_timeout = absl::Seconds(rpc_timeout);
-            o.configure_job = configure_job;
-            if (!std::isfinite(connect_timeout) || connect_timeout <= 0) {
-              std::ostringstream s;
-              s << "connect_timeout must be a positive number of seconds, got " << connect_timeout;
-              throw py::value_error(s.str());
-            }
-            o.connect_timeout = absl::Seconds(connect_timeout);
-            o.reject_nonfinite = reject_nonfinite;
-            if (max_retries < 0) {
-              throw py::value_error("max_retries must be >= 0, got " + std::to_string(max_retries));
-            }
-            o.max_retries = max_retries;
-            if (max_part_bytes <= 0) {
-              throw py::value_error("max_part_bytes must be > 0, got " +
-                                    std::to_string(max_part_bytes));
-            }
-            o.max_part_bytes = static_cast<size_t>(max_part_bytes);
-            if (channels_per_server < 1) {
-              throw py::value_error("channels_per_server must be >= 1, got " +
-                                    std::to_string(channels_per_server));
-            }
-            o.channels_per_server = channels_per_server;
-            if (absl::Status s = o.Validate(); !s.ok()) throw StatusError(s);
-            absl::StatusOr<std::unique_ptr<ps::Client>> client;
-            {
-              py::gil_scoped_release release;
-              client = ps::Client::Connect(o);
-            }
-            if (!client.ok()) throw StatusError(client.status());
-            return std::make_unique<PyClient>(std::shared_ptr<ps::Client>(std::move(*client)),
-                                              std::move(o));
-          }),
-          py::arg("servers"), py::arg("job_id") = "default", py::arg("worker_id") = 0,
-          py::arg("num_workers") = 1, py::arg("consistency") = "async", py::arg("staleness") = 0,
-          py::arg("rpc_timeout") = 180.0, py::arg("configure_job") = true,
-          py::arg("max_retries") = 3, py::arg("max_part_bytes") = static_cast<long long>(2 << 20),
-          py::arg("channels_per_server") = 2, py::arg("connect_timeout") = 10.0,
-          py::arg("reject_nonfinite") = true)
-      .def(
-          "create_table",
-          [](py::object self, const std::string& name, const std::string& kind, long long dim,
-             py::object rows, py::object initializer, py::object optimizer, long long id,
-             const std::string& storage, py::object admission, py::object eviction) {
-            ps::TableConfig config;
-            config.name = name;
-            config.kind = ParseKind(kind);
-            if (dim < 0 || dim > std::numeric_limits<uint32_t>::max()) {
-              throw py::value_error("dim must be in [1, 2**32), got " + std::to_string(dim));
-            }
-            config.dim = static_cast<uint32_t>(dim);
-            if (!rows.is_none()) {
-              const long long r = rows.cast<long long>();
-              if (r < 0) throw py::value_error("rows must be >= 0, got " + std::to_string(r));
-              config.num_rows = static_cast<uint64_t>(r);
-            }
-            config.initializer = InitializerOf(initializer);
-            config.optimizer = OptimizerOf(optimizer);
-            config.id = ToUint32(id, "id");
-            SetTableFeatures(storage, admission, eviction, config);
-            PyClient& c = ClientOf(self);
-            absl::StatusOr<ps::Table> table;
-            {
-              py::gil_scoped_release release;
-              table = c.client().CreateTable(config);
-            }
-            if (!table.ok()) throw StatusError(table.status());
-            return MakeTable(self, *table);
-          },
-          py::arg("name"), py::kw_only(), py::arg("kind") = "sparse", py::arg("dim"),
-          py::arg("rows") = py::none(), py::arg("initializer") = py::none(),
-          py::arg("optimizer") = py::none(), py::arg("id") = 0, py::arg("storage") = "fp32",
-          py::arg("admission") = py::none(), py::arg("eviction") = py::none(),
-          R"doc(Creates a table on every server and returns it (a Table).
+            o.servers.push_back(s.cast<std::string>());
+          }
+        } else {
+          throw py::type_error(
+              "servers must be a list of 'host:port' strings or a comma-separated string, "
+              "got " +
+              TypeName(servers));
+        }
+        if (o.servers.empty()) throw py::value_error("servers must name at least one server");
+        o.job_id = job_id;
+        o.worker_id = ToUint32(worker_id, "worker_id");
+        o.num_workers = ToUint32(num_workers, "num_workers");
+        if (o.num_workers < 1) throw py::value_error("num_workers must be >= 1, got 0");
+        if (o.worker_id >= o.num_workers) {
+          throw py::value_error(
+              "worker_id must be in [0, num_workers=" + std::to_string(o.num_workers) + "), got " +
+              std::to_string(o.worker_id));
+        }
+        o.consistency = ParseConsistency(consistency);
+        if (staleness < 0) {
+          throw py::value_error("staleness must be >= 0, got " + std::to_string(staleness));
+        }
+        o.staleness = staleness;
+        if (!std::isfinite(rpc_timeout) || rpc_timeout <= 0) {
+          std::ostringstream s;
+          s << "rpc_timeout must be a positive number of seconds, got " << rpc_timeout;
+          throw py::value_error(s.str());
+        }
+        o.rpc_timeout = absl::Seconds(rpc_timeout);
+        o.configure_job = configure_job;
+        if (!std::isfinite(connect_timeout) || connect_timeout <= 0) {
+          std::ostringstream s;
+          s << "connect_timeout must be a positive number of seconds, got " << connect_timeout;
+          throw py::value_error(s.str());
+        }
+        o.connect_timeout = absl::Seconds(connect_timeout);
+        o.reject_nonfinite = reject_nonfinite;
+        if (max_retries < 0) {
+          throw py::value_error("max_retries must be >= 0, got " + std::to_string(max_retries));
+        }
+        o.max_retries = max_retries;
+        if (max_part_bytes <= 0) {
+          throw py::value_error("max_part_bytes must be > 0, got " +
+                                std::to_string(max_part_bytes));
+        }
+        o.max_part_bytes = static_cast<size_t>(max_part_bytes);
+        if (channels_per_server < 1) {
+          throw py::value_error("channels_per_server must be >= 1, got " +
+                                std::to_string(channels_per_server));
+        }
+        o.channels_per_server = channels_per_server;
+        if (absl::Status s = o.Validate(); !s.ok()) throw StatusError(s);
+        absl::StatusOr<std::unique_ptr<ps::Client>> client;
+        {
+          py::gil_scoped_release release;
+          client = ps::Client::Connect(o);
+        }
+        if (!client.ok()) throw StatusError(client.status());
+        return std::make_unique<PyClient>(std::shared_ptr<ps::Client>(std::move(*client)),
+                                          std::move(o));
+      }),
+      py::arg("servers"), py::arg("job_id") = "default", py::arg("worker_id") = 0,
+      py::arg("num_workers") = 1, py::arg("consistency") = "async", py::arg("staleness") = 0,
+      py::arg("rpc_timeout") = 180.0, py::arg("configure_job") = true, py::arg("max_retries") = 3,
+      py::arg("max_part_bytes") = static_cast<long long>(2 << 20),
+      py::arg("channels_per_server") = 2, py::arg("connect_timeout") = 10.0,
+      py::arg("reject_nonfinite") = true);
+}
+
+// Client.create_table and the table lookups.
+void BindClientTables(py::class_<PyClient>& cls) {
+  cls.def(
+         "create_table",
+         [](py::object self, const std::string& name, const std::string& kind, long long dim,
+            py::object rows, py::object initializer, py::object optimizer, long long id,
+            const std::string& storage, py::object admission, py::object eviction) {
+           ps::TableConfig config;
+           config.name = name;
+           config.kind = ParseKind(kind);
+           if (dim < 0 || dim > std::numeric_limits<uint32_t>::max()) {
+             throw py::value_error("dim must be in [1, 2**32), got " + std::to_string(dim));
+           }
+           config.dim = static_cast<uint32_t>(dim);
+           if (!rows.is_none()) {
+             const long long r = rows.cast<long long>();
+             if (r < 0) throw py::value_error("rows must be >= 0, got " + std::to_string(r));
+             config.num_rows = static_cast<uint64_t>(r);
+           }
+           config.initializer = InitializerOf(initializer);
+           config.optimizer = OptimizerOf(optimizer);
+           config.id = ToUint32(id, "id");
+           SetTableFeatures(storage, admission, eviction, config);
+           PyClient& c = ClientOf(self);
+           absl::StatusOr<ps::Table> table;
+           {
+             py::gil_scoped_release release;
+             table = c.client().CreateTable(config);
+           }
+           if (!table.ok()) throw StatusError(table.status());
+           return MakeTable(self, *table);
+         },
+         py::arg("name"), py::kw_only(), py::arg("kind") = "sparse", py::arg("dim"),
+         py::arg("rows") = py::none(), py::arg("initializer") = py::none(),
+         py::arg("optimizer") = py::none(), py::arg("id") = 0, py::arg("storage") = "fp32",
+         py::arg("admission") = py::none(), py::arg("eviction") = py::none(),
+         R"doc(Creates a table on every server and returns it (a Table).
 
 name: 1..128 characters: letters, digits, '_', '-', '.', '/'.
 kind: "sparse" (rows for any uint64 key, created with the initializer on first touch) or
@@ -768,9 +765,13 @@ exists. A bad config raises InvalidArgumentError (a ValueError).)doc")
           },
           py::arg("name_or_id"),
           "Opens a table that exists on the servers, by name or by id. NotFoundError if there\n"
-          "is none.")
-      .def("pull", &Pull, py::arg("table"), py::arg("keys"), py::arg("out") = py::none(),
-           R"doc(Pulls the rows of `keys` from `table`.
+          "is none.");
+}
+
+// Client.pull, push and their asynchronous and multi-table forms.
+void BindClientData(py::class_<PyClient>& cls) {
+  cls.def("pull", &Pull, py::arg("table"), py::arg("keys"), py::arg("out") = py::none(),
+          R"doc(Pulls the rows of `keys` from `table`.
 
 keys: 1-D uint64 array (or non-negative int64), C-contiguous.
 out: optional C-contiguous, writable float32 array of shape (len(keys), table.dim) that
@@ -830,10 +831,14 @@ Returns the list of pulled arrays, in the order of `pull`.)doc")
             return c.client().clock();
           },
           "Advances this worker's clock by one on every server (after the step's pushes;\n"
-          "push_pull does it by itself). Returns the new clock.")
-      .def_property_readonly(
-          "clock_value", [](PyClient& c) { return c.client().clock(); },
-          "This worker's clock: the number of steps it has completed.")
+          "push_pull does it by itself). Returns the new clock.");
+}
+
+// Client.close, the context manager and the read-only properties.
+void BindClientState(py::class_<PyClient>& cls) {
+  cls.def_property_readonly(
+         "clock_value", [](PyClient& c) { return c.client().clock(); },
+         "This worker's clock: the number of steps it has completed.")
       .def(
           "set_learning_rate_scale",
           [](PyClient& c, float scale) {
@@ -891,35 +896,36 @@ Returns the list of pulled arrays, in the order of `pull`.)doc")
                ConsistencyName(c.options().consistency) + " servers=" + servers +
                (c.client().closed() ? " closed>" : ">");
       });
+}
 
-  // --- Session ---
-  py::class_<PySession>(m, "Session", kSessionDoc)
-      .def_static(
-          "from_env",
-          [](double recovery_wait, double rpc_timeout, bool log) {
-            ps::SessionOptions o;
-            if (!(recovery_wait > 0) || !(rpc_timeout > 0)) {
-              throw py::value_error("recovery_wait and rpc_timeout must be positive seconds");
-            }
-            o.recovery_wait = absl::Seconds(recovery_wait);
-            o.rpc_timeout = absl::Seconds(rpc_timeout);
-            o.log_to_stderr = log;
-            absl::StatusOr<std::unique_ptr<ps::Session>> session;
-            {
-              py::gil_scoped_release release;
-              session = ps::Session::FromEnv(o);
-            }
-            if (!session.ok()) throw StatusError(session.status());
-            auto py_session = std::make_unique<PySession>();
-            py_session->session = std::move(*session);
-            ps::ClientOptions co = py_session->session->client().options();
-            std::shared_ptr<ps::Client> client(py_session->session, &py_session->session->client());
-            py_session->client = py::cast(std::make_unique<PyClient>(client, std::move(co)));
-            return py_session;
-          },
-          py::arg("recovery_wait") = 90.0, py::arg("rpc_timeout") = 120.0, py::arg("log") = true,
-          "The session of the program a worker daemon runs (from PS_AGENT and the other PS_\n"
-          "variables). FailedPreconditionError if there is none.")
+// Session.from_env and what a session knows of its job.
+void BindSessionInfo(py::class_<PySession>& cls) {
+  cls.def_static(
+         "from_env",
+         [](double recovery_wait, double rpc_timeout, bool log) {
+           ps::SessionOptions o;
+           if (!(recovery_wait > 0) || !(rpc_timeout > 0)) {
+             throw py::value_error("recovery_wait and rpc_timeout must be positive seconds");
+           }
+           o.recovery_wait = absl::Seconds(recovery_wait);
+           o.rpc_timeout = absl::Seconds(rpc_timeout);
+           o.log_to_stderr = log;
+           absl::StatusOr<std::unique_ptr<ps::Session>> session;
+           {
+             py::gil_scoped_release release;
+             session = ps::Session::FromEnv(o);
+           }
+           if (!session.ok()) throw StatusError(session.status());
+           auto py_session = std::make_unique<PySession>();
+           py_session->session = std::move(*session);
+           ps::ClientOptions co = py_session->session->client().options();
+           std::shared_ptr<ps::Client> client(py_session->session, &py_session->session->client());
+           py_session->client = py::cast(std::make_unique<PyClient>(client, std::move(co)));
+           return py_session;
+         },
+         py::arg("recovery_wait") = 90.0, py::arg("rpc_timeout") = 120.0, py::arg("log") = true,
+         "The session of the program a worker daemon runs (from PS_AGENT and the other PS_\n"
+         "variables). FailedPreconditionError if there is none.")
       .def_property_readonly(
           "client", [](PySession& s) { return s.client; },
           "The paramserver.Client of the job's servers, managed by the session: create_table\n"
@@ -943,19 +949,23 @@ Returns the list of pulled arrays, in the order of `pull`.)doc")
       .def_property_readonly("staleness", [](PySession& s) { return s.session->staleness(); })
       .def_property_readonly(
           "recoveries", [](PySession& s) { return s.session->recoveries(); },
-          "Server losses this session recovered from.")
-      .def(
-          "table",
-          [](PySession& s, const std::string& name) {
-            absl::StatusOr<ps::Table> t;
-            {
-              py::gil_scoped_release release;
-              t = s.session->table(name);
-            }
-            if (!t.ok()) throw StatusError(t.status());
-            return MakeTable(s.client, *t);
-          },
-          py::arg("name"), "A table the job file declares (NotFoundError otherwise).")
+          "Server losses this session recovered from.");
+}
+
+// Session's step loop.
+void BindSessionLoop(py::class_<PySession>& cls) {
+  cls.def(
+         "table",
+         [](PySession& s, const std::string& name) {
+           absl::StatusOr<ps::Table> t;
+           {
+             py::gil_scoped_release release;
+             t = s.session->table(name);
+           }
+           if (!t.ok()) throw StatusError(t.status());
+           return MakeTable(s.client, *t);
+         },
+         py::arg("name"), "A table the job file declares (NotFoundError otherwise).")
       .def_property_readonly(
           "tables",
           [](PySession& s) {
@@ -996,22 +1006,26 @@ Returns the list of pulled arrays, in the order of `pull`.)doc")
             if (!step.ok()) throw StatusError(step.status());
             return *step;
           },
-          "Ends the current step (clock, recovery, progress, checkpoint); returns the next.")
-      .def("_report",
-           [](PySession& s, py::object loss, py::object accuracy, long long samples,
-              py::object metrics) {
-             ps::StepReport r;
-             r.loss = OptionalFloat(loss, "loss");
-             r.accuracy = OptionalFloat(accuracy, "accuracy");
-             r.samples = samples;
-             r.metrics = Metrics(metrics);
-             absl::Status st;
-             {
-               py::gil_scoped_release release;
-               st = s.session->Report(r);
-             }
-             if (!st.ok()) throw StatusError(st);
-           })
+          "Ends the current step (clock, recovery, progress, checkpoint); returns the next.");
+}
+
+// Session reports, checkpoints and __repr__.
+void BindSessionReports(py::class_<PySession>& cls) {
+  cls.def("_report",
+          [](PySession& s, py::object loss, py::object accuracy, long long samples,
+             py::object metrics) {
+            ps::StepReport r;
+            r.loss = OptionalFloat(loss, "loss");
+            r.accuracy = OptionalFloat(accuracy, "accuracy");
+            r.samples = samples;
+            r.metrics = Metrics(metrics);
+            absl::Status st;
+            {
+              py::gil_scoped_release release;
+              st = s.session->Report(r);
+            }
+            if (!st.ok()) throw StatusError(st);
+          })
       .def("_report_evaluation",
            [](PySession& s, py::object loss, py::object accuracy, py::object metrics) {
              const std::optional<double> l = OptionalFloat(loss, "loss");
@@ -1072,6 +1086,29 @@ Returns the list of pulled arrays, in the order of `pull`.)doc")
                std::to_string(s.session->rank()) + "/" + std::to_string(s.session->num_workers()) +
                ">";
       });
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = kModuleDoc;
+  // The classes are registered as paramserver.X (their home for users: help() and signatures
+  // name them so); __name__ is restored at the end.
+  const py::object module_name = m.attr("__name__");
+  m.attr("__name__") = "paramserver";
+
+  BindErrors(m);
+  RegisterConfigs(m);  // Initializer, Optimizer (configs.cc)
+  BindRequestAndTable(m);
+  py::class_<PyClient> client(m, "Client", kClientDoc);
+  BindClientConnect(client);
+  BindClientTables(client);
+  BindClientData(client);
+  BindClientState(client);
+  py::class_<PySession> session(m, "Session", kSessionDoc);
+  BindSessionInfo(session);
+  BindSessionLoop(session);
+  BindSessionReports(session);
 
   m.attr("__name__") = module_name;
 
