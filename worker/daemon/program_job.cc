@@ -297,27 +297,59 @@ void WorkerDaemon::RefreshProgramClient(ProgramRun* run) {
   }
 }
 
-absl::Status WorkerDaemon::RunProgramJob(const v1::WorkerAssignment& a) {
-  const v1::ProgramSpec& p = a.spec().program();
-  ProgramRun run;
-  run.key = KeyOf(a);
-  if (metrics_ != nullptr) run.metrics = metrics_->ForJob(a.job_id());
-  run.dir = absl::StrCat(options_.work_dir, "/", a.job_id(), "/worker-", a.worker_id());
-  run.log_path = run.dir + "/program.log";
-  const std::string socket = run.dir + "/agent.sock";
+namespace {
+
+// The job's folder (this user's only) and the agent's socket in it. FAILED_PRECONDITION naming
+// the path where either cannot be made.
+absl::StatusOr<std::string> MakeJobFolder(const std::string& dir) {
+  const std::string socket = dir + "/agent.sock";
   if (socket.size() > kMaxSocketPath) {
     return absl::FailedPreconditionError(
         absl::StrCat("the worker's --work_dir is too long for a Unix socket path (", socket, ": ",
                      socket.size(), " bytes; at most ", kMaxSocketPath, ")"));
   }
   std::error_code ec;
-  std::filesystem::create_directories(run.dir, ec);
+  std::filesystem::create_directories(dir, ec);
   if (ec) {
     return absl::FailedPreconditionError(
-        absl::StrCat("cannot make the job's folder ", run.dir, ": ", ec.message()));
+        absl::StrCat("cannot make the job's folder ", dir, ": ", ec.message()));
   }
-  chmod(run.dir.c_str(), 0700);  // the agent socket is this user's only
+  chmod(dir.c_str(), 0700);  // the agent socket is this user's only
   std::filesystem::remove(socket, ec);
+  return socket;
+}
+
+// How the program is started: its argv and environment (the job's, then what the Session reads:
+// PS_AGENT, PS_JOB_ID, ...), folder and log.
+ProgramProcessOptions ProgramOptions(const v1::WorkerAssignment& a, const std::string& dir,
+                                     const std::string& socket, const std::string& log_path,
+                                     uint64_t max_log_bytes) {
+  const v1::ProgramSpec& p = a.spec().program();
+  ProgramProcessOptions po;
+  po.argv.assign(p.argv().begin(), p.argv().end());
+  po.env.insert(p.env().begin(), p.env().end());
+  po.env["PS_AGENT"] = "unix:" + socket;
+  po.env["PS_JOB_ID"] = a.job_id();
+  po.env["PS_WORKER_ID"] = absl::StrCat(a.worker_id());
+  po.env["PS_RANK"] = absl::StrCat(a.rank());
+  po.env["PS_NUM_WORKERS"] = absl::StrCat(a.worker_ids_size());
+  po.env["PS_WORK_DIR"] = dir;
+  if (po.env.count("PYTHONUNBUFFERED") == 0) po.env["PYTHONUNBUFFERED"] = "1";
+  po.working_dir = p.working_dir().empty() ? dir : p.working_dir();
+  po.log_path = log_path;
+  po.max_log_bytes = max_log_bytes;
+  return po;
+}
+
+}  // namespace
+
+absl::Status WorkerDaemon::RunProgramJob(const v1::WorkerAssignment& a) {
+  ProgramRun run;
+  run.key = KeyOf(a);
+  if (metrics_ != nullptr) run.metrics = metrics_->ForJob(a.job_id());
+  run.dir = absl::StrCat(options_.work_dir, "/", a.job_id(), "/worker-", a.worker_id());
+  run.log_path = run.dir + "/program.log";
+  PS_ASSIGN_OR_RETURN(const std::string socket, MakeJobFolder(run.dir));
   Agent agent(this, &run);
   grpc::ServerBuilder builder;
   builder.AddListeningPort("unix:" + socket, grpc::InsecureServerCredentials());
@@ -336,133 +368,128 @@ absl::Status WorkerDaemon::RunProgramJob(const v1::WorkerAssignment& a) {
     client_ = nullptr;
   }
   RefreshProgramClient(&run);
-
-  ProgramProcessOptions po;
-  po.argv.assign(p.argv().begin(), p.argv().end());
-  po.env.insert(p.env().begin(), p.env().end());
-  po.env["PS_AGENT"] = "unix:" + socket;
-  po.env["PS_JOB_ID"] = a.job_id();
-  po.env["PS_WORKER_ID"] = absl::StrCat(a.worker_id());
-  po.env["PS_RANK"] = absl::StrCat(a.rank());
-  po.env["PS_NUM_WORKERS"] = absl::StrCat(a.worker_ids_size());
-  po.env["PS_WORK_DIR"] = run.dir;
-  if (po.env.count("PYTHONUNBUFFERED") == 0) po.env["PYTHONUNBUFFERED"] = "1";
-  po.working_dir = p.working_dir().empty() ? run.dir : p.working_dir();
-  po.log_path = run.log_path;
-  po.max_log_bytes = options_.max_log_bytes;
-  const absl::Duration grace = absl::Seconds(std::max<int64_t>(1, p.stop_grace_seconds()));
-  const absl::Duration progress_timeout = p.progress_timeout_seconds() > 0
-                                              ? absl::Seconds(p.progress_timeout_seconds())
-                                              : absl::InfiniteDuration();
-  absl::Status result;
-  for (int start = 1;; ++start) {
-    // A first start begins a new log (a scheduler started afresh reuses job ids); restarts add
-    // to it.
-    po.truncate_log = start == 1;
-    auto process = ProgramProcess::Start(po);
-    if (!process.ok()) {
-      result = process.status();
-      break;
-    }
-    {
-      absl::MutexLock l(&mu_);
-      run.starts = start;
-      run.process = process->get();
-      run.last_report = absl::Now();
-      run.log_sent = 0;
-      run.log_sent_at = absl::InfinitePast();
-    }
-    LOG(INFO) << run.key << ": started program " << p.argv(0) << " (pid " << (*process)->pid()
-              << ", start " << start << " of at most " << 1 + p.max_restarts()
-              << "); its log: " << run.log_path;
-    std::string failure;  // a failure that may be retried
-    bool done = false;
-    while (!done) {
-      absl::SleepFor(kPollEvery);
-      RefreshProgramClient(&run);
-      const std::optional<int> status = (*process)->Poll();
-      bool withdrawn, stopping;
-      std::string fatal;
-      absl::Time last_report;
-      {
-        absl::MutexLock l(&mu_);
-        stopping = stopping_;
-        withdrawn = !assignment_.has_value() || KeyOf(*assignment_) != run.key;
-        fatal = run.fatal;
-        last_report = run.last_report;
-      }
-      if (stopping || withdrawn) {
-        LOG(INFO) << run.key << ": stopping the program ("
-                  << (stopping ? "daemon stopping" : "job withdrawn") << ")";
-        (*process)->Stop(grace);
-        result = absl::CancelledError("the assignment was withdrawn");
-        done = true;
-      } else if (!fatal.empty()) {
-        (*process)->Stop(grace);
-        result = absl::FailedPreconditionError(fatal);
-        done = true;
-      } else if (status.has_value()) {
-        if (ProgramProcess::Succeeded(*status)) {
-          result = absl::OkStatus();
-          done = true;
-        } else {
-          failure = absl::StrCat("the program ", ProgramProcess::DescribeExit(*status));
-          break;
-        }
-      } else if (absl::Now() - last_report > progress_timeout) {
-        (*process)->Stop(grace);
-        failure = absl::StrCat("the program reported no progress for ",
-                               absl::FormatDuration(progress_timeout),
-                               " (program.progress_timeout_seconds); it was stopped");
-        break;
-      }
-    }
-    std::vector<std::string> stderr_tail = (*process)->StderrTail(kReasonLines);
-    {
-      absl::MutexLock l(&mu_);
-      run.last_tail = (*process)->Tail(kLogLines);
-      run.process = nullptr;
-    }
-    process->reset();
-    if (done) break;
-    LOG(WARNING) << run.key << ": " << failure;
-    if (start <= p.max_restarts()) {
-      LOG(INFO) << run.key << ": starting the program again (program.max_restarts "
-                << p.max_restarts() << ")";
-      continue;
-    }
-    result = absl::FailedPreconditionError(absl::StrCat(
-        failure, start > 1 ? absl::StrCat(" (start ", start, ")") : "",
-        stderr_tail.empty()
-            ? "; it wrote nothing to stderr"
-            : absl::StrCat("; the last lines of its stderr: ", absl::StrJoin(stderr_tail, " | "))));
-    break;
-  }
+  ProgramProcessOptions po =
+      ProgramOptions(a, run.dir, socket, run.log_path, options_.max_log_bytes);
+  const absl::Status result = SuperviseProgram(a.spec().program(), &run, &po);
   {
     absl::MutexLock l(&mu_);
     run.ending = true;
   }
   server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
   server->Wait();
+  EndProgramRun(&run);
+  std::error_code ec;
+  std::filesystem::remove(socket, ec);
+  return result;
+}
+
+absl::Status WorkerDaemon::SuperviseProgram(const v1::ProgramSpec& p, ProgramRun* run,
+                                            ProgramProcessOptions* po) {
+  for (int start = 1;; ++start) {
+    // A first start begins a new log (a scheduler started afresh reuses job ids); restarts add
+    // to it.
+    po->truncate_log = start == 1;
+    auto process = ProgramProcess::Start(*po);
+    if (!process.ok()) return process.status();
+    {
+      absl::MutexLock l(&mu_);
+      run->starts = start;
+      run->process = process->get();
+      run->last_report = absl::Now();
+      run->log_sent = 0;
+      run->log_sent_at = absl::InfinitePast();
+    }
+    LOG(INFO) << run->key << ": started program " << p.argv(0) << " (pid " << (*process)->pid()
+              << ", start " << start << " of at most " << 1 + p.max_restarts()
+              << "); its log: " << run->log_path;
+    std::string failure;  // a failure that may be retried
+    const std::optional<absl::Status> result = WatchProgram(p, run, process->get(), &failure);
+    std::vector<std::string> stderr_tail = (*process)->StderrTail(kReasonLines);
+    {
+      absl::MutexLock l(&mu_);
+      run->last_tail = (*process)->Tail(kLogLines);
+      run->process = nullptr;
+    }
+    process->reset();
+    if (result.has_value()) return *result;
+    LOG(WARNING) << run->key << ": " << failure;
+    if (start <= p.max_restarts()) {
+      LOG(INFO) << run->key << ": starting the program again (program.max_restarts "
+                << p.max_restarts() << ")";
+      continue;
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        failure, start > 1 ? absl::StrCat(" (start ", start, ")") : "",
+        stderr_tail.empty()
+            ? "; it wrote nothing to stderr"
+            : absl::StrCat("; the last lines of its stderr: ", absl::StrJoin(stderr_tail, " | "))));
+  }
+}
+
+std::optional<absl::Status> WorkerDaemon::WatchProgram(const v1::ProgramSpec& p, ProgramRun* run,
+                                                       ProgramProcess* process,
+                                                       std::string* failure) {
+  const absl::Duration grace = absl::Seconds(std::max<int64_t>(1, p.stop_grace_seconds()));
+  const absl::Duration progress_timeout = p.progress_timeout_seconds() > 0
+                                              ? absl::Seconds(p.progress_timeout_seconds())
+                                              : absl::InfiniteDuration();
+  for (;;) {
+    absl::SleepFor(kPollEvery);
+    RefreshProgramClient(run);
+    const std::optional<int> status = process->Poll();
+    bool withdrawn, stopping;
+    std::string fatal;
+    absl::Time last_report;
+    {
+      absl::MutexLock l(&mu_);
+      stopping = stopping_;
+      withdrawn = !assignment_.has_value() || KeyOf(*assignment_) != run->key;
+      fatal = run->fatal;
+      last_report = run->last_report;
+    }
+    if (stopping || withdrawn) {
+      LOG(INFO) << run->key << ": stopping the program ("
+                << (stopping ? "daemon stopping" : "job withdrawn") << ")";
+      process->Stop(grace);
+      return absl::CancelledError("the assignment was withdrawn");
+    }
+    if (!fatal.empty()) {
+      process->Stop(grace);
+      return absl::FailedPreconditionError(fatal);
+    }
+    if (status.has_value()) {
+      if (ProgramProcess::Succeeded(*status)) return absl::OkStatus();
+      *failure = absl::StrCat("the program ", ProgramProcess::DescribeExit(*status));
+      return std::nullopt;
+    }
+    if (absl::Now() - last_report > progress_timeout) {
+      process->Stop(grace);
+      *failure = absl::StrCat("the program reported no progress for ",
+                              absl::FormatDuration(progress_timeout),
+                              " (program.progress_timeout_seconds); it was stopped");
+      return std::nullopt;
+    }
+  }
+}
+
+void WorkerDaemon::EndProgramRun(ProgramRun* run) {
   {
-    absl::MutexLock cl(&run.checkpoint_mu);
-    run.checkpointer.reset();
+    absl::MutexLock cl(&run->checkpoint_mu);
+    run->checkpointer.reset();
   }
   absl::MutexLock l(&mu_);
   mu_.Await(absl::Condition(
       +[](bool* applying) { return !*applying; }, &applying_));  // ApplyMembership uses client_
-  done_report_ = run.progress;
+  done_report_ = run->progress;
   done_report_.clear_error();
   v1::ProgramLog* log = done_report_.mutable_log();
-  for (const std::string& line : run.last_tail) log->add_lines(line);
-  log->set_path(run.log_path);
+  for (const std::string& line : run->last_tail) log->add_lines(line);
+  log->set_path(run->log_path);
   log->set_hostname(options_.hostname);
-  log->set_starts(run.starts);
+  log->set_starts(run->starts);
   program_ = nullptr;
   client_ = nullptr;
   running_key_.clear();
-  std::filesystem::remove(socket, ec);
-  return result;
 }
 
 }  // namespace ps

@@ -23,6 +23,9 @@
 
 namespace ps {
 
+class ProgramProcess;
+struct ProgramProcessOptions;
+
 class SchedulerLink;
 
 struct WorkerDaemonOptions {
@@ -76,6 +79,18 @@ class WorkerDaemon {
   // max_restarts times, while serving it the WorkerAgent service; OK when it exits 0.
   absl::Status RunProgramJob(const v1::WorkerAssignment& a);
   struct ProgramRun;
+  // Starts the program, watches it and starts it again after a failure, up to max_restarts
+  // times: its final status.
+  absl::Status SuperviseProgram(const v1::ProgramSpec& p, ProgramRun* run,
+                                ProgramProcessOptions* po) ABSL_LOCKS_EXCLUDED(mu_);
+  // Watches one start of the program until it ends or is stopped: the job's status, or nullopt
+  // with `failure` set where a restart may follow (it failed, or made no progress for too long).
+  std::optional<absl::Status> WatchProgram(const v1::ProgramSpec& p, ProgramRun* run,
+                                           ProgramProcess* process, std::string* failure)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // After the program's last exit: the run's last report and log for the scheduler; the daemon
+  // holds no program any more.
+  void EndProgramRun(ProgramRun* run) ABSL_LOCKS_EXCLUDED(mu_);
   void FillProgramProgress(v1::WorkerProgress* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Makes the program run's data-plane client (membership orders, checkpoints) match the
   // latest shard map.
