@@ -88,10 +88,12 @@ std::string ProbeCheckpointRoot(const std::string& root, uint64_t node_id,
                                 const ps::CheckpointRoots& roots) {
   if (root.empty()) return "";
   if (roots.empty()) return "this server has no --checkpoint_roots";
-  if (absl::Status s = roots.Check(root, "the scheduler's checkpoint root"); !s.ok()) {
+  // The probe's folder is what must lie under a root: the scheduler's root may be one itself
+  // (a root holds checkpoints strictly below it).
+  const std::filesystem::path dir = std::filesystem::path(root) / ".ps-probe";
+  if (absl::Status s = roots.Check(dir.string(), "the scheduler's checkpoint root"); !s.ok()) {
     return std::string(s.message());
   }
-  const std::filesystem::path dir = std::filesystem::path(root) / ".ps-probe";
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return absl::StrCat("cannot create ", dir.string(), ": ", ec.message());
@@ -103,27 +105,8 @@ std::string ProbeCheckpointRoot(const std::string& root, uint64_t node_id,
   return "ok";
 }
 
-// After the drain grace: how long requests in flight get to finish (then they are cancelled),
-// and the bound on the whole shutdown, past which the process exits anyway.
-constexpr absl::Duration kShutdownGrace = absl::Milliseconds(500);
-constexpr absl::Duration kStopLimit = absl::Seconds(3);
-
-}  // namespace
-
-int main(int argc, char** argv) {
-  ps::SetUsage(
-      "Parameter server daemon: holds table rows for its slots, applies optimizers.\n"
-      "Example: ps_server --listen=0.0.0.0:7100 --server_index=0 --num_servers=2",
-      __FILE__);
-  absl::ParseCommandLine(argc, argv);
-  ps::TuneProcessForServing();
-  ps::BlockTerminationSignals();
-  auto security = ps::SetUpDaemon(argv[0]);
-  if (!security.ok()) {
-    std::cerr << "ps_server: " << security.status().message() << "\n";
-    return 2;
-  }
-
+// The server's options from the flags; INVALID_ARGUMENT naming a bad flag.
+absl::StatusOr<ps::ParameterServerOptions> OptionsFromFlags() {
   ps::ParameterServerOptions options;
   options.listen = absl::GetFlag(FLAGS_listen);
   options.server_index = absl::GetFlag(FLAGS_server_index);
@@ -141,16 +124,124 @@ int main(int argc, char** argv) {
   } else if (nonfinite == "skip_row") {
     options.nonfinite = ps::NonFinitePolicy::kSkipRow;
   } else {
-    std::cerr << "ps_server: --nonfinite must be 'reject' or 'skip_row', not '" << nonfinite
-              << "'\n";
+    return absl::InvalidArgumentError(
+        absl::StrCat("--nonfinite must be 'reject' or 'skip_row', not '", nonfinite, "'"));
+  }
+  if (absl::GetFlag(FLAGS_drain_grace) < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--drain_grace must not be negative");
+  }
+  return options;
+}
+
+// Registers with the scheduler and heartbeats until destroyed: declared dead, the server fences
+// its slots; at registration it checks that it can write the scheduler's checkpoint root.
+std::unique_ptr<ps::SchedulerLink> StartSchedulerLink(const std::string& scheduler,
+                                                      const ps::ParameterServerOptions& options,
+                                                      ps::ParameterServer* server,
+                                                      const ps::DaemonExporter& exporter) {
+  const std::string address =
+      ps::NodeAddress(absl::GetFlag(FLAGS_advertise), options.listen, server->port(), scheduler);
+  ps::SchedulerLinkOptions lo;
+  lo.scheduler = scheduler;
+  lo.role = ps::v1::SERVER;
+  lo.address = address;
+  lo.hostname = ps::HostName();
+  lo.pid = getpid();
+  // Reachable where the data plane is: a wildcard metrics host becomes the advertised host.
+  lo.metrics_address = exporter.Address(address.substr(0, address.rfind(':')));
+  // Declared dead (a partition, a freeze): others own this server's slots now. It serves
+  // none of them until the scheduler configures it again.
+  lo.on_declared_dead = [ps_server = server] {
+    LOG(WARNING) << "ps_server: the scheduler had declared this server dead; fencing every "
+                    "job's slots until it assigns them again";
+    ps_server->store()->FenceAllJobs();
+  };
+  // The scheduler names its checkpoint root at registration: check that this server can
+  // write there, and say so in every heartbeat.
+  auto probe = std::make_shared<std::pair<absl::Mutex, std::string>>();
+  auto roots = ps::CheckpointRoots::Create(options.checkpoint_roots);
+  lo.on_registered = [probe, roots](const ps::v1::RegisterResponse& resp) {
+    const std::string result = ProbeCheckpointRoot(resp.checkpoint_root(), resp.node_id(),
+                                                   roots.ok() ? *roots : ps::CheckpointRoots());
+    if (result != "ok" && !result.empty()) {
+      LOG(ERROR) << "ps_server: cannot write the scheduler's checkpoint root "
+                 << resp.checkpoint_root() << ": " << result
+                 << "; checkpoints of jobs on this server will fail";
+    }
+    absl::MutexLock l(&probe->first);
+    probe->second = result;
+  };
+  auto link = std::make_unique<ps::SchedulerLink>(
+      lo,
+      [probe](ps::v1::HeartbeatRequest* req) {
+        absl::MutexLock l(&probe->first);
+        req->set_checkpoint_probe(probe->second);
+      },
+      nullptr);
+  link->Start();
+  LOG(INFO) << "ps_server: registering with scheduler " << scheduler << " as " << address
+            << (lo.metrics_address.empty() ? "" : ", metrics at " + lo.metrics_address);
+  return link;
+}
+
+// After the drain grace: how long requests in flight get to finish (then they are cancelled),
+// and the bound on the whole shutdown, past which the process exits anyway.
+constexpr absl::Duration kShutdownGrace = absl::Milliseconds(500);
+constexpr absl::Duration kStopLimit = absl::Seconds(3);
+
+// Drains after a termination signal: health NOT_SERVING and the scheduler link closed for
+// `drain_grace`, then a shutdown; the process ends within kStopLimit after the grace whatever a
+// request is stuck in.
+[[noreturn]] void StopAfterSignal(int sig, absl::Duration drain_grace,
+                                  std::unique_ptr<ps::ParameterServer> server,
+                                  std::unique_ptr<ps::HealthServer> health,
+                                  std::unique_ptr<ps::SchedulerLink> link) {
+  LOG(INFO) << "ps_server: signal " << sig << ", draining for "
+            << absl::FormatDuration(drain_grace);
+  // Whatever a request is stuck in, the process ends within the drain grace plus kStopLimit.
+  std::thread([drain_grace] {
+    absl::SleepFor(drain_grace + kStopLimit);
+    LOG(ERROR) << "ps_server: not stopped " << absl::FormatDuration(kStopLimit)
+               << " after the drain grace; exiting now";
+    google::FlushLogFiles(google::INFO);
+    std::_Exit(1);
+  }).detach();
+  server->Drain();
+  if (health != nullptr) health->SetServing(false);
+  link.reset();  // stop heartbeating: the scheduler sees this server leave
+  absl::SleepFor(drain_grace);
+  LOG(INFO) << "ps_server: shutting down";
+  server->Shutdown(kShutdownGrace);
+  server.reset();
+  LOG(INFO) << "ps_server: stopped";
+  // Nothing is left to write (checkpoint writes stopped, the scheduler link is gone); skip the
+  // metrics HTTP server's stop, which takes 1.5 s of civetweb polling.
+  google::FlushLogFiles(google::INFO);
+  std::_Exit(0);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ps::SetUsage(
+      "Parameter server daemon: holds table rows for its slots, applies optimizers.\n"
+      "Example: ps_server --listen=0.0.0.0:7100 --server_index=0 --num_servers=2",
+      __FILE__);
+  absl::ParseCommandLine(argc, argv);
+  ps::TuneProcessForServing();
+  ps::BlockTerminationSignals();
+  auto security = ps::SetUpDaemon(argv[0]);
+  if (!security.ok()) {
+    std::cerr << "ps_server: " << security.status().message() << "\n";
     return 2;
   }
 
-  const absl::Duration drain_grace = absl::GetFlag(FLAGS_drain_grace);
-  if (drain_grace < absl::ZeroDuration()) {
-    std::cerr << "ps_server: --drain_grace must not be negative\n";
+  auto options = OptionsFromFlags();
+  if (!options.ok()) {
+    std::cerr << "ps_server: " << options.status().message() << "\n";
     return 2;
   }
+  const absl::Duration drain_grace = absl::GetFlag(FLAGS_drain_grace);
   // Declared before everything that registers in it: destroyed last.
   auto exporter = ps::DaemonExporter::Start("server", absl::GetFlag(FLAGS_metrics_listen),
                                             absl::GetFlag(FLAGS_metrics_port_file));
@@ -164,19 +255,19 @@ int main(int argc, char** argv) {
     LOG(INFO) << "ps_server: metrics off";
   }
   // Servers take the cluster token only: psctl's admin commands go to the scheduler.
-  options.authorizer =
+  options->authorizer =
       std::make_shared<ps::Authorizer>((*security)->token(), "", (*exporter)->registry());
-  auto server = ps::ParameterServer::Start(options, (*exporter)->registry());
+  auto server = ps::ParameterServer::Start(*options, (*exporter)->registry());
   if (!server.ok()) {
     std::cerr << "ps_server: " << server.status().message() << "\n";
     return 1;
   }
-  LOG(INFO) << "ps_server " << options.server_index << " serving on port " << (*server)->port();
-  if (options.checkpoint_roots.empty()) {
+  LOG(INFO) << "ps_server " << options->server_index << " serving on port " << (*server)->port();
+  if (options->checkpoint_roots.empty()) {
     LOG(WARNING) << "ps_server: no --checkpoint_roots: every checkpoint and restore from one is "
                     "refused";
   } else {
-    LOG(INFO) << "ps_server: checkpoint roots " << absl::StrJoin(options.checkpoint_roots, ",");
+    LOG(INFO) << "ps_server: checkpoint roots " << absl::StrJoin(options->checkpoint_roots, ",");
   }
   if (absl::Status s =
           ps::WritePortFileFlag("--port_file", absl::GetFlag(FLAGS_port_file), (*server)->port());
@@ -197,70 +288,8 @@ int main(int argc, char** argv) {
   }
   std::unique_ptr<ps::SchedulerLink> link;
   if (const std::string scheduler = absl::GetFlag(FLAGS_scheduler); !scheduler.empty()) {
-    const std::string address = ps::NodeAddress(absl::GetFlag(FLAGS_advertise), options.listen,
-                                                (*server)->port(), scheduler);
-    ps::SchedulerLinkOptions lo;
-    lo.scheduler = scheduler;
-    lo.role = ps::v1::SERVER;
-    lo.address = address;
-    lo.hostname = ps::HostName();
-    lo.pid = getpid();
-    // Reachable where the data plane is: a wildcard metrics host becomes the advertised host.
-    lo.metrics_address = (*exporter)->Address(address.substr(0, address.rfind(':')));
-    // Declared dead (a partition, a freeze): others own this server's slots now. It serves
-    // none of them until the scheduler configures it again.
-    lo.on_declared_dead = [ps_server = server->get()] {
-      LOG(WARNING) << "ps_server: the scheduler had declared this server dead; fencing every "
-                      "job's slots until it assigns them again";
-      ps_server->store()->FenceAllJobs();
-    };
-    // The scheduler names its checkpoint root at registration: check that this server can
-    // write there, and say so in every heartbeat.
-    auto probe = std::make_shared<std::pair<absl::Mutex, std::string>>();
-    auto roots = ps::CheckpointRoots::Create(options.checkpoint_roots);
-    lo.on_registered = [probe, roots](const ps::v1::RegisterResponse& resp) {
-      const std::string result = ProbeCheckpointRoot(resp.checkpoint_root(), resp.node_id(),
-                                                     roots.ok() ? *roots : ps::CheckpointRoots());
-      if (result != "ok" && !result.empty()) {
-        LOG(ERROR) << "ps_server: cannot write the scheduler's checkpoint root "
-                   << resp.checkpoint_root() << ": " << result
-                   << "; checkpoints of jobs on this server will fail";
-      }
-      absl::MutexLock l(&probe->first);
-      probe->second = result;
-    };
-    link = std::make_unique<ps::SchedulerLink>(
-        lo,
-        [probe](ps::v1::HeartbeatRequest* req) {
-          absl::MutexLock l(&probe->first);
-          req->set_checkpoint_probe(probe->second);
-        },
-        nullptr);
-    link->Start();
-    LOG(INFO) << "ps_server: registering with scheduler " << scheduler << " as " << address
-              << (lo.metrics_address.empty() ? "" : ", metrics at " + lo.metrics_address);
+    link = StartSchedulerLink(scheduler, *options, server->get(), **exporter);
   }
   const int sig = ps::WaitForTerminationSignal();
-  LOG(INFO) << "ps_server: signal " << sig << ", draining for "
-            << absl::FormatDuration(drain_grace);
-  // Whatever a request is stuck in, the process ends within the drain grace plus kStopLimit.
-  std::thread([drain_grace] {
-    absl::SleepFor(drain_grace + kStopLimit);
-    LOG(ERROR) << "ps_server: not stopped " << absl::FormatDuration(kStopLimit)
-               << " after the drain grace; exiting now";
-    google::FlushLogFiles(google::INFO);
-    std::_Exit(1);
-  }).detach();
-  (*server)->Drain();
-  if (health != nullptr) health->SetServing(false);
-  link.reset();  // stop heartbeating: the scheduler sees this server leave
-  absl::SleepFor(drain_grace);
-  LOG(INFO) << "ps_server: shutting down";
-  (*server)->Shutdown(kShutdownGrace);
-  server->reset();
-  LOG(INFO) << "ps_server: stopped";
-  // Nothing is left to write (checkpoint writes stopped, the scheduler link is gone); skip the
-  // metrics HTTP server's stop, which takes 1.5 s of civetweb polling.
-  google::FlushLogFiles(google::INFO);
-  std::_Exit(0);
+  StopAfterSignal(sig, drain_grace, std::move(*server), std::move(health), std::move(link));
 }

@@ -107,4 +107,8 @@ psctl status "$job"
 acc=$(json status "$job" "d.get('progress',{}).get('testAccuracy',0)")
 /usr/bin/python3 -c "import sys; sys.exit(not $acc >= 0.80)" || fail "test accuracy $acc < 0.80"
 psctl nodes | grep -E "^$victim " | grep -q ALIVE || fail "the drained server is not ALIVE"
+# The servers' --checkpoint_roots is the scheduler's --checkpoint_root: each can write there.
+if grep -h "cannot write the scheduler's checkpoint root" "$dir"/server*.log; then
+  fail "a server found the scheduler's checkpoint root (one of its own roots) unwritable"
+fi
 echo "PASS: node $victim drained mid-job; $job SUCCEEDED (test accuracy $acc)"
