@@ -475,6 +475,33 @@ TEST_F(ClientTest, TopkAndSignTablesApplyTheGradientOverStepsWithErrorFeedback) 
   }
 }
 
+// Sync mode sums the decoded gradients of a clock: with values fp16 holds exactly, the same
+// answer as without a codec.
+TEST_F(ClientTest, SyncWorkersSeeTheSumOfAClocksFp16Gradients) {
+  ClientOptions o = Options("syncfp16");
+  o.consistency = Consistency::kSync;
+  o.num_workers = 2;
+  auto w0 = Connect(o);
+  o.worker_id = 1;
+  auto w1 = Connect(o);
+  ASSERT_TRUE(w0 != nullptr && w1 != nullptr);
+  TableConfig config = Dense("w", 4, 1);
+  config.push_codec.codec = Codec::kFp16;
+  config.pull_codec.codec = Codec::kBf16;
+  auto t = w0->CreateTable(config);
+  ASSERT_TRUE(t.ok()) << t.status();
+  std::vector<uint64_t> keys = {0, 1, 2, 3};
+  std::vector<float> g0(4, 1.0f), g1(4, 3.0f), out0(4), out1(4);
+  Pending a = w0->PushPullAsync({PushOp{*t, keys, g0}}, {PullOp{*t, keys, absl::MakeSpan(out0)}});
+  Pending b = w1->PushPullAsync({PushOp{*t, keys, g1}}, {PullOp{*t, keys, absl::MakeSpan(out1)}});
+  ASSERT_TRUE(a.Wait().ok());
+  ASSERT_TRUE(b.Wait().ok());
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(out0[i], -0.5f * 4.0f);  // sgd 0.5 on the sum 1 + 3
+    EXPECT_EQ(out1[i], out0[i]);
+  }
+}
+
 TEST_F(ClientTest, BadCodecsAreRefusedNamingTheField) {
   auto client = Connect(Options());
   ASSERT_NE(client, nullptr);
