@@ -118,6 +118,10 @@ absl::Status CheckBlockCodec(const v1::TableSpec& spec, v1::ValueCodec sent, boo
           push ? "; nothing was applied" : "")));
 }
 
+// Most values one encoded push block may decode to (256 MiB of float32): a small topk or sign
+// block may stand for many values, and a server decodes it in memory.
+constexpr size_t kMaxDecodedValues = size_t{64} << 20;
+
 // A push's blocks with their values as float32: those that arrived encoded (KeyBlock.codec set)
 // decoded, the others where they arrived.
 struct DecodedPush {
@@ -146,6 +150,13 @@ absl::Status DecodePushBlocks(const TableStore& store, const v1::PushRequest& re
     if (!out->used) out->values = values;
     out->used = true;
     const size_t n = block.keys().size() / sizeof(uint64_t) * table.table->dim;
+    if (n > kMaxDecodedValues) {
+      return Rejected(
+          RejectReason::kBadSize,
+          absl::InvalidArgumentError(absl::StrCat(
+              "table ", spec.table_id(), ": an encoded block of ", n, " values; at most ",
+              kMaxDecodedValues, " (push fewer keys per request); nothing was applied")));
+    }
     std::string bytes(values[i].bytes(), '\0');
     values[i].CopyTo(bytes.data());
     std::vector<float>& floats = out->floats.emplace_back(n);

@@ -121,12 +121,24 @@ std::vector<uint64_t> DenseKeys(uint64_t n) {
   return keys;
 }
 
-std::vector<std::vector<RpcClient::Part>> RpcClient::Split(const std::vector<TableOp>& ops,
-                                                           const std::vector<int>& dims,
-                                                           bool with_values) const {
+std::vector<std::vector<RpcClient::Part>> RpcClient::Split(
+    const std::vector<TableOp>& ops, const std::vector<int>& dims, bool with_values,
+    const std::vector<TableWire>& tables) const {
   const int n = static_cast<int>(map_.servers().size());
-  // Bytes a key adds to a request: its values (push) or the values it brings back (pull).
-  auto key_bytes = [&](int o) { return 8 + static_cast<size_t>(dims[o]) * sizeof(float); };
+  // Bytes a key adds to a request: its values (push) or the values it brings back (pull), as
+  // its table's codec sends them (averaged over 64 rows: topk and sign send per block). A part
+  // holds at most 32x max_part_bytes of float32 whatever the codec (what a server decodes).
+  std::vector<size_t> row_bytes(ops.size());
+  for (size_t o = 0; o < ops.size(); ++o) {
+    const size_t dim = static_cast<size_t>(dims[o]);
+    row_bytes[o] = 8 + dim * sizeof(float);
+    if (tables.empty()) continue;
+    const v1::CodecSpec& codec = with_values ? tables[o].push_codec : tables[o].pull_codec;
+    if (codec.codec() != v1::CODEC_NONE) {
+      row_bytes[o] = std::max(8 + EncodedBytes(codec, dim * 64) / 64, row_bytes[o] / 32);
+    }
+  }
+  auto key_bytes = [&](int o) { return row_bytes[o]; };
   // First pass: each key's owner, and each server's total, so that a server's request is cut
   // into equal parts (1 MiB + 1 row would otherwise be a full part and a one-row part).
   std::vector<std::vector<int>> owners(ops.size());
@@ -164,7 +176,6 @@ std::vector<std::vector<RpcClient::Part>> RpcClient::Split(const std::vector<Tab
       bytes[s] += key_bytes(o);
     }
   }
-  (void)with_values;
   return parts;
 }
 
@@ -644,7 +655,7 @@ RpcHandle RpcClient::StartPull(std::vector<TableOp> ops, bool caller_waits) {
   std::vector<TableWire> tables;
   absl::Status s = ResolveDims(ops, &dims, &tables);
   if (!s.ok()) return FailedHandle(s);
-  auto parts = Split(ops, dims, /*with_values=*/false);
+  auto parts = Split(ops, dims, /*with_values=*/false, tables);
   EncodeSegments(ops, dims, tables, /*push=*/false, &parts);
   std::vector<std::shared_ptr<Call>> calls;
   auto state = std::make_shared<RpcHandle::State>();
@@ -681,7 +692,7 @@ RpcHandle RpcClient::StartPush(std::vector<TableOp> ops, bool caller_waits) {
     s = Call::CheckFinite(ops, dims);
     if (!s.ok()) return FailedHandle(s);
   }
-  auto parts = Split(ops, dims, /*with_values=*/true);
+  auto parts = Split(ops, dims, /*with_values=*/true, tables);
   EncodeSegments(ops, dims, tables, /*push=*/true, &parts);
   std::vector<std::shared_ptr<Call>> calls;
   auto state = std::make_shared<RpcHandle::State>();
@@ -713,8 +724,8 @@ RpcHandle RpcClient::StartPushPull(std::vector<TableOp> push_ops, std::vector<Ta
   if (s.ok()) s = ResolveDims(pull_ops, &pull_dims, &pull_tables);
   if (s.ok() && options_.reject_nonfinite) s = Call::CheckFinite(push_ops, push_dims);
   if (!s.ok()) return FailedHandle(s);
-  auto push_parts = Split(push_ops, push_dims, true);
-  auto pull_parts = Split(pull_ops, pull_dims, false);
+  auto push_parts = Split(push_ops, push_dims, true, push_tables);
+  auto pull_parts = Split(pull_ops, pull_dims, false, pull_tables);
   EncodeSegments(push_ops, push_dims, push_tables, /*push=*/true, &push_parts);
   EncodeSegments(pull_ops, pull_dims, pull_tables, /*push=*/false, &pull_parts);
   // The clock advances once every part is built (a refused push leaves it where it was).

@@ -210,9 +210,11 @@ class RpcClient {
   void EncodeSegments(const std::vector<TableOp>& ops, const std::vector<int>& dims,
                       const std::vector<TableWire>& tables, bool push,
                       std::vector<std::vector<Part>>* parts);
-  // Groups keys by owning server and cuts them into parts of at most max_part_bytes.
+  // Groups keys by owning server and cuts them into parts of at most max_part_bytes, as the
+  // tables' codecs send them (`tables`: the ops' tables; empty: float32).
   std::vector<std::vector<Part>> Split(const std::vector<TableOp>& ops,
-                                       const std::vector<int>& dims, bool with_values) const;
+                                       const std::vector<int>& dims, bool with_values,
+                                       const std::vector<TableWire>& tables) const;
   // The channel of `part` to `server`, for the data-plane calls (hand-encoded messages).
   grpc::GenericStub* DataStub(int server, size_t part);
 
