@@ -100,3 +100,19 @@ def test_bad_codecs_raise_value_error(client, kwargs, message):
 def test_topk_on_a_sparse_table_is_refused(client):
     with pytest.raises(ValueError, match="is for DENSE tables"):
         client.create_table("badt", kind="sparse", dim=1, push_codec="sign")
+
+
+def test_torch_dense_parameters_pass_the_codecs_to_their_tables(client):
+    torch = pytest.importorskip("torch")
+    import paramserver.torch as pst
+
+    model = torch.nn.Linear(8, 2)
+    params = pst.DenseParameters(client, model, optimizer=ps.Optimizer.sgd(0.1), prefix="tc.",
+                                 push_codec="topk", topk_ratio=0.5, pull_codec="bf16")
+    loss = model(torch.ones(4, 8)).pow(2).sum()
+    before = model.weight.detach().clone()
+    loss.backward()
+    params.push_pull()
+    assert not torch.equal(before, model.weight.detach())  # the half that was sent moved it
+    with pytest.raises(ValueError, match="needs topk_ratio"):
+        pst.DenseParameters(client, model, prefix="td.", push_codec="topk")
