@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/value_codec.h"
 
 namespace ps {
 namespace {
@@ -74,7 +75,7 @@ absl::Status ValidateTableFeatures(const v1::TableSpec& spec) {
     if (!sparse) return Invalid("eviction is for SPARSE tables (a dense table has all its rows)");
     if (absl::Status s = CheckEviction(spec.eviction()); !s.ok()) return s;
   }
-  return absl::OkStatus();
+  return ValidateTableCodecs(spec);
 }
 
 }  // namespace ps

@@ -1,5 +1,5 @@
-// Checks of a table's storage, admission and eviction settings (TableSpec fields 9-11), shared by
-// the scheduler (at submit) and the servers (at CreateTable) so that both say the same.
+// Checks of a table's storage, admission, eviction and codec settings (TableSpec fields 9-13),
+// shared by the scheduler (at submit) and the servers (at CreateTable) so that both say the same.
 #ifndef PS_COMMON_TABLE_FEATURES_H_
 #define PS_COMMON_TABLE_FEATURES_H_
 
@@ -18,7 +18,7 @@ inline constexpr uint32_t kDefaultSketchCounters = uint32_t{1} << 20;
 
 // INVALID_ARGUMENT naming the field ("eviction.max_rows = 0 ...") where storage, admission or
 // eviction are out of range, or set on a table kind they do not apply to (admission and
-// eviction: SPARSE tables only).
+// eviction: SPARSE tables only), and where its push_codec or pull_codec is (ValidateTableCodecs).
 absl::Status ValidateTableFeatures(const v1::TableSpec& spec);
 
 // Bytes of one value as the table stores it (4, or 2 for FP16/BF16).

@@ -353,6 +353,30 @@ TEST_F(JobSpecTest, RejectsBadTableFeaturesByName) {
   EXPECT_TRUE(NormalizeJobSpec(&spec, limits_).ok());
 }
 
+// Codecs on the wire (issue 33) are checked at submit as the servers check them.
+TEST_F(JobSpecTest, RejectsBadCodecsByName) {
+  ExpectRejected(
+      [](v1::JobSpec* s) { s->mutable_tables(1)->mutable_push_codec()->set_codec(v1::CODEC_TOPK); },
+      "push_codec.ratio = 0 is not in (0, 1]", Program());
+  ExpectRejected(
+      [](v1::JobSpec* s) { s->mutable_tables(0)->mutable_push_codec()->set_codec(v1::CODEC_SIGN); },
+      "push_codec = sign is for DENSE tables", Program());
+  ExpectRejected(
+      [](v1::JobSpec* s) { s->mutable_tables(1)->mutable_pull_codec()->set_codec(v1::CODEC_SIGN); },
+      "pull_codec = sign: topk and sign are for gradients", Program());
+  ExpectRejected(
+      [](v1::JobSpec* s) {
+        s->mutable_tables(1)->mutable_pull_codec()->set_codec(static_cast<v1::ValueCodec>(9));
+      },
+      "pull_codec.codec = 9 is not a known codec", Program());
+  v1::JobSpec spec = Program();
+  spec.mutable_tables(1)->mutable_push_codec()->set_codec(v1::CODEC_TOPK);
+  spec.mutable_tables(1)->mutable_push_codec()->set_ratio(0.01f);
+  spec.mutable_tables(1)->mutable_pull_codec()->set_codec(v1::CODEC_FP16);
+  spec.mutable_tables(0)->mutable_push_codec()->set_codec(v1::CODEC_BF16);
+  EXPECT_TRUE(NormalizeJobSpec(&spec, limits_).ok());
+}
+
 TEST_F(JobSpecTest, ProgramJobOverTheModelCapIsResourceExhausted) {
   v1::JobSpec spec = Program();
   spec.mutable_tables(1)->set_num_rows(uint64_t{1} << 30);  // x 10 floats x 3: 120 GiB

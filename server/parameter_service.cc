@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <deque>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -14,6 +16,7 @@
 #include "common/printable.h"
 #include "common/shard_map.h"
 #include "common/status_macros.h"
+#include "common/value_codec.h"
 #include "common/wire.h"
 #include "server/internal/push_request.h"
 #include "server/reject_reason.h"
@@ -27,8 +30,31 @@ constexpr absl::Duration kMaxAwait = absl::Minutes(30);
 // Method indexes in the generated service (the order of ps.v1.ParameterServer's rpcs).
 constexpr int kPullMethod = 3, kPushMethod = 4, kPushPullMethod = 5;
 
+// Bytes of a pull block's values in the answer: float32, or as the table's pull_codec says.
+size_t AnswerValueBytes(const TableStore::BlockView& view) {
+  return EncodedBytes(view.table->spec.pull_codec(), view.keys.size() * view.table->dim);
+}
+
+// Writes a pull block's values at `p` (AnswerValueBytes of room): the rows copied from the store
+// straight there, or, for a table with a pull_codec, encoded from a float32 copy.
+absl::Status WriteAnswerValues(TableStore* store, const TableStore::BlockView& view, char* p) {
+  const v1::CodecSpec& codec = view.table->spec.pull_codec();
+  if (codec.codec() == v1::CODEC_NONE) return store->Pull(view, p);
+  std::vector<float> floats(view.keys.size() * view.table->dim);
+  PS_RETURN_IF_ERROR(store->Pull(view, reinterpret_cast<char*>(floats.data())));
+  std::string encoded;
+  encoded.reserve(AnswerValueBytes(view));
+  EncodeValueBlock(codec, floats, &encoded);
+  std::memcpy(p, encoded.data(), encoded.size());
+  if (ServerMetrics::Table* m = view.table->metrics.get(); m != nullptr && m->pull_raw != nullptr) {
+    m->pull_raw->Increment(static_cast<double>(floats.size() * sizeof(float)));
+    m->pull_wire->Increment(static_cast<double>(encoded.size()));
+  }
+  return absl::OkStatus();
+}
+
 // A PullResponse whose rows are copied from the store straight into one outgoing slice: blocks
-// (table_id, values), then min_clock and wait_micros, as protobuf writes them.
+// (table_id, values, codec), then min_clock and wait_micros, as protobuf writes them.
 absl::StatusOr<grpc::ByteBuffer> WritePullAnswer(
     TableStore* store, const google::protobuf::RepeatedPtrField<v1::KeyBlock>& blocks,
     absl::Span<const TableStore::BlockView> views, int64_t min_clock, int64_t wait_micros) {
@@ -36,27 +62,33 @@ absl::StatusOr<grpc::ByteBuffer> WritePullAnswer(
   size_t total = wire::VarintFieldSize(2, static_cast<uint64_t>(min_clock)) +
                  wire::VarintFieldSize(3, static_cast<uint64_t>(wait_micros));
   for (size_t i = 0; i < views.size(); ++i) {
-    const size_t values = views[i].keys.size() * views[i].table->dim * sizeof(float);
+    const size_t values = AnswerValueBytes(views[i]);
     block_sizes[i] = wire::VarintFieldSize(1, blocks[i].table_id()) +
-                     (values == 0 ? 0 : wire::LengthFieldSize(3, values));
+                     (values == 0 ? 0 : wire::LengthFieldSize(3, values)) +
+                     wire::VarintFieldSize(4, blocks[i].codec());
     total += wire::LengthFieldSize(1, block_sizes[i]);
   }
   grpc::Slice slice(total);  // uninitialized
   char* const begin = reinterpret_cast<char*>(const_cast<uint8_t*>(slice.begin()));
   char* p = begin;
   for (size_t i = 0; i < views.size(); ++i) {
-    const size_t values = views[i].keys.size() * views[i].table->dim * sizeof(float);
+    const size_t values = AnswerValueBytes(views[i]);
     p = wire::EncodeVarint((1 << 3) | wire::kLengthDelimited, p);
     p = wire::EncodeVarint(block_sizes[i], p);
     if (blocks[i].table_id() != 0) {
       p = wire::EncodeVarint((1 << 3) | wire::kVarint, p);
       p = wire::EncodeVarint(blocks[i].table_id(), p);
     }
-    if (values == 0) continue;
-    p = wire::EncodeVarint((3 << 3) | wire::kLengthDelimited, p);
-    p = wire::EncodeVarint(values, p);
-    PS_RETURN_IF_ERROR(store->Pull(views[i], p));
-    p += values;
+    if (values != 0) {
+      p = wire::EncodeVarint((3 << 3) | wire::kLengthDelimited, p);
+      p = wire::EncodeVarint(values, p);
+      PS_RETURN_IF_ERROR(WriteAnswerValues(store, views[i], p));
+      p += values;
+    }
+    if (blocks[i].codec() != v1::CODEC_NONE) {  // checked: the table's pull_codec
+      p = wire::EncodeVarint((4 << 3) | wire::kVarint, p);
+      p = wire::EncodeVarint(blocks[i].codec(), p);
+    }
   }
   if (min_clock != 0) {
     p = wire::EncodeVarint((2 << 3) | wire::kVarint, p);
@@ -68,6 +100,81 @@ absl::StatusOr<grpc::ByteBuffer> WritePullAnswer(
   }
   CHECK_EQ(static_cast<size_t>(p - begin), total);  // a sizing bug of ours, not input
   return grpc::ByteBuffer(&slice, 1);
+}
+
+// INVALID_ARGUMENT where a block's codec is not its table's for that direction: a client that
+// does not know the table's codec (a plain protobuf client sends and asks for float32) learns
+// which one it is.
+absl::Status CheckBlockCodec(const v1::TableSpec& spec, v1::ValueCodec sent, bool push) {
+  const v1::ValueCodec want = push ? spec.push_codec().codec() : spec.pull_codec().codec();
+  if (sent == want) return absl::OkStatus();
+  return Rejected(
+      RejectReason::kOther,
+      absl::InvalidArgumentError(absl::StrCat(
+          "table ", spec.table_id(), " ('", spec.name(), "') ",
+          push ? "takes pushes encoded as " : "answers pulls encoded as ", CodecName(want),
+          " (its ", push ? "push_codec" : "pull_codec", "), but the request's block is ",
+          CodecName(sent), ": use a client that knows value codecs (docs/data-plane.md)",
+          push ? "; nothing was applied" : "")));
+}
+
+// Most values one encoded push block may decode to (256 MiB of float32): a small topk or sign
+// block may stand for many values, and a server decodes it in memory.
+constexpr size_t kMaxDecodedValues = size_t{64} << 20;
+
+// A push's blocks with their values as float32: those that arrived encoded (KeyBlock.codec set)
+// decoded, the others where they arrived.
+struct DecodedPush {
+  bool used = false;                      // a block was decoded: read `values`
+  std::deque<ScatteredValues> values;     // every block's values
+  std::deque<std::vector<float>> floats;  // the decoded blocks' values
+};
+
+// Decodes the encoded blocks of a push read in place, each checked against its table's
+// push_codec. INVALID_ARGUMENT for a bad block (nothing is applied then: the caller stops).
+absl::Status DecodePushBlocks(const TableStore& store, const v1::PushRequest& req,
+                              const std::deque<ScatteredValues>* in_place, DecodedPush* out) {
+  for (int i = 0; i < req.blocks_size(); ++i) {
+    const v1::KeyBlock& block = req.blocks(i);
+    if (block.codec() == v1::CODEC_NONE) continue;
+    if (in_place == nullptr) {
+      return absl::InternalError("an encoded push block was not read in place");
+    }
+    const std::deque<ScatteredValues>& values = *in_place;
+    v1::KeyBlock probe;  // no keys: finds the table and checks its job
+    probe.set_table_id(block.table_id());
+    TableStore::BlockView table;
+    PS_RETURN_IF_ERROR(store.Resolve(req.job_id(), probe, /*with_values=*/false, &table));
+    const v1::TableSpec& spec = table.table->spec;
+    PS_RETURN_IF_ERROR(CheckBlockCodec(spec, block.codec(), /*push=*/true));
+    if (!out->used) out->values = values;
+    out->used = true;
+    const size_t n = block.keys().size() / sizeof(uint64_t) * table.table->dim;
+    if (n > kMaxDecodedValues) {
+      return Rejected(
+          RejectReason::kBadSize,
+          absl::InvalidArgumentError(absl::StrCat(
+              "table ", spec.table_id(), ": an encoded block of ", n, " values; at most ",
+              kMaxDecodedValues, " (push fewer keys per request); nothing was applied")));
+    }
+    std::string bytes(values[i].bytes(), '\0');
+    values[i].CopyTo(bytes.data());
+    std::vector<float>& floats = out->floats.emplace_back(n);
+    absl::Status s = DecodeValueBlock(block.codec(), bytes, n, floats.data());
+    if (!s.ok()) {
+      return Rejected(RejectReason::kBadSize,
+                      absl::InvalidArgumentError(absl::StrCat(
+                          "table ", spec.table_id(), ": bad ", CodecName(block.codec()),
+                          " block: ", s.message(), "; nothing was applied")));
+    }
+    out->values[i] = ScatteredValues();
+    if (n > 0) out->values[i].Add(reinterpret_cast<const char*>(floats.data()), n * sizeof(float));
+    if (ServerMetrics::Table* m = table.table->metrics.get(); m != nullptr && m->push_raw) {
+      m->push_raw->Increment(static_cast<double>(n * sizeof(float)));
+      m->push_wire->Increment(static_cast<double>(bytes.size()));
+    }
+  }
+  return absl::OkStatus();
 }
 
 // A Push or PushPull request read in place (internal/push_request.h) from a received buffer,
@@ -240,10 +347,14 @@ absl::Status ParameterService::ApplyPush(const v1::PushRequest& req,
   if (values != nullptr && values->size() != static_cast<size_t>(req.blocks_size())) {
     return absl::InternalError("a push read in place lost track of its blocks' values");
   }
+  DecodedPush decoded;
+  PS_RETURN_IF_ERROR(DecodePushBlocks(*store_, req, values, &decoded));
+  if (decoded.used) values = &decoded.values;
   std::vector<TableStore::BlockView> views(req.blocks_size());
   for (int i = 0; i < req.blocks_size(); ++i) {
     PS_RETURN_IF_ERROR(store_->Resolve(req.job_id(), req.blocks(i), /*with_values=*/true, &views[i],
                                        values == nullptr ? nullptr : &(*values)[i]));
+    PS_RETURN_IF_ERROR(CheckBlockCodec(views[i].table->spec, req.blocks(i).codec(), true));
   }
   PS_RETURN_IF_ERROR(store_->CheckNewRows(views));
   if (!deduper_.FirstTime(req.job_id(), req.worker_id(), req.request_id())) {
@@ -286,6 +397,7 @@ absl::Status ParameterService::DoPull(
   std::vector<TableStore::BlockView> views(blocks.size());
   for (int i = 0; i < blocks.size(); ++i) {
     PS_RETURN_IF_ERROR(store_->Resolve(job_id, blocks[i], /*with_values=*/false, &views[i]));
+    PS_RETURN_IF_ERROR(CheckBlockCodec(views[i].table->spec, blocks[i].codec(), false));
   }
   PS_RETURN_IF_ERROR(store_->CheckPullSize(views));
   PS_RETURN_IF_ERROR(store_->CheckNewRows(views));

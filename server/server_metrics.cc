@@ -109,6 +109,13 @@ absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Create(
                               "event: admitted, rejected (a push of a key not admitted yet, "
                               "dropped), evicted (for the cap), expired (for the TTL)")
                           .Register(registry);
+    m->codec_bytes_ = &prometheus::BuildCounter()
+                           .Name("ps_server_table_codec_bytes_total")
+                           .Help(
+                               "Values of a table with a push_codec or pull_codec, by direction "
+                               "(push, pull) and stage: raw (as float32) and wire (encoded); "
+                               "raw / wire is the compression ratio")
+                           .Register(registry);
     m->owned_slots_ = &prometheus::BuildGauge()
                            .Name("ps_server_owned_slots")
                            .Help("Virtual slots this server owns for the job")
@@ -341,6 +348,16 @@ std::unique_ptr<ServerMetrics::Table> ServerMetrics::AddTable(const std::string&
     table->rejected = event("rejected");
     table->evicted = event("evicted");
     table->expired = event("expired");
+    auto codec = [&](const char* direction, const char* stage) {
+      prometheus::Labels with = labels;
+      with["direction"] = direction;
+      with["stage"] = stage;
+      return &codec_bytes_->Add(with);
+    };
+    table->push_raw = codec("push", "raw");
+    table->push_wire = codec("push", "wire");
+    table->pull_raw = codec("pull", "raw");
+    table->pull_wire = codec("pull", "wire");
   });
   if (!s.ok()) {
     LOG(WARNING) << "no metrics for table '" << table_name << "' of job '" << job_id << "': " << s;
@@ -363,6 +380,10 @@ void ServerMetrics::ReleaseTable(const std::pair<std::string, std::string>& key,
   table_bytes_->Remove(table.bytes);
   for (prometheus::Counter* c : {table.admitted, table.rejected, table.evicted, table.expired}) {
     row_events_->Remove(c);
+  }
+  for (prometheus::Counter* c :
+       {table.push_raw, table.push_wire, table.pull_raw, table.pull_wire}) {
+    codec_bytes_->Remove(c);
   }
 }
 

@@ -73,6 +73,13 @@ class ServerMetrics {
     prometheus::Counter* rejected = nullptr;
     prometheus::Counter* evicted = nullptr;
     prometheus::Counter* expired = nullptr;
+    // ps_server_table_codec_bytes_total of a table with a codec: its values as float32 (raw)
+    // and as they crossed the wire, by direction (counted where this server decodes or
+    // encodes them).
+    prometheus::Counter* push_raw = nullptr;
+    prometheus::Counter* push_wire = nullptr;
+    prometheus::Counter* pull_raw = nullptr;
+    prometheus::Counter* pull_wire = nullptr;
     ~Table();
     Table(const Table&) = delete;
     Table& operator=(const Table&) = delete;
@@ -148,6 +155,7 @@ class ServerMetrics {
   prometheus::Family<prometheus::Counter>* duplicate_pushes_ = nullptr;
   prometheus::Family<prometheus::Gauge>* rows_ = nullptr;
   prometheus::Family<prometheus::Gauge>* table_bytes_ = nullptr;
+  prometheus::Family<prometheus::Counter>* codec_bytes_ = nullptr;
   prometheus::Family<prometheus::Counter>* row_events_ = nullptr;
   prometheus::Family<prometheus::Gauge>* owned_slots_ = nullptr;
   prometheus::Family<prometheus::Histogram>* pull_wait_ = nullptr;

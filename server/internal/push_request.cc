@@ -27,6 +27,9 @@ absl::Status ReadKeyBlock(wire::SliceReader* r, v1::KeyBlock* block, ScatteredVa
     if (field == 1 && type == wire::kVarint) {
       if (!r->ReadVarint(&v)) return Malformed(message, "truncated table_id");
       block->set_table_id(static_cast<uint32_t>(v));
+    } else if (field == 4 && type == wire::kVarint) {
+      if (!r->ReadVarint(&v)) return Malformed(message, "truncated codec");
+      block->set_codec(static_cast<v1::ValueCodec>(static_cast<int32_t>(v)));
     } else if (field == 2 && type == wire::kLengthDelimited) {
       if (!r->ReadLength(&len) || !r->ReadString(len, block->mutable_keys())) {
         return Malformed(message, "truncated keys");

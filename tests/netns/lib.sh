@@ -18,6 +18,8 @@
 #   peer_block A B / peer_unblock A B traffic between A and B only, both directions: a
 #                                     `blackhole` route to the other's /32 inside each
 #                                     (local sends fail at once with EINVAL, nothing arrives)
+#   host_shape HOST RATE [DELAY]      the host's link limited to RATE (tc: netem rate + delay,
+#                                     or tbf where the kernel has no netem)
 #   peer_block_silent A B / peer_unblock_silent A B   the same, silently lost instead: each side
 #                                     resolves the other to an unused MAC (a permanent neighbour
 #                                     entry), so frames leave but nobody takes them; connects
@@ -220,6 +222,19 @@ peer_block_silent() {
 peer_unblock_silent() {
   hx "$1" ip neigh del "$(host_ip "$2")" dev eth0 2>/dev/null || true
   hx "$2" ip neigh del "$(host_ip "$1")" dev eth0 2>/dev/null || true
+}
+# host_shape HOST RATE [DELAY]: limits what HOST sends on its link to RATE (a `tc` rate:
+# 100mbit, 1gbit), with DELAY (e.g. 0.5ms) added where the kernel has netem (`netem rate`),
+# else a token bucket (`tbf`) without delay. Both directions of a link between two shaped hosts
+# are then limited (each host's egress).
+host_shape() {
+  local h=$1 rate=$2 delay=${3:-}
+  if [ -n "$delay" ] &&
+    hx "$h" tc qdisc replace dev eth0 root netem delay "$delay" rate "$rate" limit 100000 2>/dev/null; then
+    return 0
+  fi
+  hx "$h" tc qdisc replace dev eth0 root tbf rate "$rate" burst 64kb latency 100ms ||
+    fail "tc tbf on $h"
 }
 # host_reaches HOST IP: a TCP connect from HOST to IP's port 9 is answered within 2 s (accepted
 # or refused; no ping needed).

@@ -134,12 +134,32 @@ bool Deduplicate(absl::Span<const uint64_t> keys, std::vector<uint64_t>* unique,
   return true;
 }
 
-// The config's storage, admission and eviction into the spec; a zero field stays unset (off).
+void SetCodec(const WireCodec& c, v1::CodecSpec* spec) {
+  static constexpr v1::ValueCodec kCodecs[] = {v1::CODEC_NONE, v1::CODEC_FP16, v1::CODEC_BF16,
+                                               v1::CODEC_TOPK, v1::CODEC_SIGN};
+  spec->set_codec(kCodecs[static_cast<int>(c.codec)]);
+  spec->set_ratio(c.ratio);
+}
+
+// The config's storage, admission, eviction and codecs into the spec; a zero field stays unset
+// (off).
 void SetTableFeatures(const TableConfig& config, v1::TableSpec& spec) {
+  if (config.push_codec.codec != Codec::kNone || config.push_codec.ratio != 0) {
+    SetCodec(config.push_codec, spec.mutable_push_codec());
+  }
+  if (config.pull_codec.codec != Codec::kNone || config.pull_codec.ratio != 0) {
+    SetCodec(config.pull_codec, spec.mutable_pull_codec());
+  }
   switch (config.storage) {
-    case Storage::kFp32: spec.set_storage(v1::TableSpec::FP32); break;
-    case Storage::kFp16: spec.set_storage(v1::TableSpec::FP16); break;
-    case Storage::kBf16: spec.set_storage(v1::TableSpec::BF16); break;
+    case Storage::kFp32:
+      spec.set_storage(v1::TableSpec::FP32);
+      break;
+    case Storage::kFp16:
+      spec.set_storage(v1::TableSpec::FP16);
+      break;
+    case Storage::kBf16:
+      spec.set_storage(v1::TableSpec::BF16);
+      break;
   }
   const Admission& a = config.admission;
   if (a.min_count != 0) spec.mutable_admission()->set_min_count(a.min_count);
@@ -156,16 +176,22 @@ absl::Status CheckDeclaredFeatures(const TableConfig& config, const v1::TableSpe
   v1::TableSpec wanted;
   SetTableFeatures(config, wanted);
   const bool defaults = !wanted.has_admission() && !wanted.has_eviction() &&
+                        !wanted.has_push_codec() && !wanted.has_pull_codec() &&
                         wanted.storage() == v1::TableSpec::FP32;
   if (defaults) return absl::OkStatus();
-  if (wanted.storage() == declared.storage() &&
-      wanted.admission().SerializeAsString() == declared.admission().SerializeAsString() &&
-      wanted.eviction().SerializeAsString() == declared.eviction().SerializeAsString()) {
+  auto same = [](const google::protobuf::Message& a, const google::protobuf::Message& b) {
+    return a.SerializeAsString() == b.SerializeAsString();
+  };
+  if (wanted.storage() == declared.storage() && same(wanted.admission(), declared.admission()) &&
+      same(wanted.eviction(), declared.eviction()) &&
+      same(wanted.push_codec(), declared.push_codec()) &&
+      same(wanted.pull_codec(), declared.pull_codec())) {
     return absl::OkStatus();
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      "table '", config.name, "': storage, admission and eviction of a program job's table are "
-      "the job file's (set them in its tables { ... }); the program asks for others"));
+      "table '", config.name,
+      "': storage, admission, eviction and codecs of a program job's table are the job file's "
+      "(set them in its tables { ... }); the program asks for others"));
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 #include "ps/client.h"
 
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <memory>
 #include <numeric>
@@ -19,6 +20,12 @@ namespace ps {
 namespace {
 
 using ::testing::HasSubstr;
+
+std::vector<uint64_t> DenseKeysFor(uint64_t n) {
+  std::vector<uint64_t> keys(n);
+  std::iota(keys.begin(), keys.end(), 0);
+  return keys;
+}
 
 // Two in-process servers (slot s on server s % 2), started for each test.
 class ClientTest : public ::testing::Test {
@@ -414,6 +421,102 @@ TEST_F(ClientTest, BadAdmissionOrEvictionIsRefusedNamingTheTableAndField) {
   config = Dense("dense", 4, 2);
   config.eviction.max_rows = 10;
   EXPECT_FALSE(client->CreateTable(config).ok());
+}
+
+TEST_F(ClientTest, Fp16TablesPushAndPullHalfPrecision) {
+  auto client = Connect(Options());
+  ASSERT_NE(client, nullptr);
+  TableConfig config = Dense("w", 50, 4);
+  config.initializer = Initializer::Constant(1.0f);
+  config.optimizer = Optimizer::Sgd(1.0f);
+  config.push_codec.codec = Codec::kFp16;
+  config.pull_codec.codec = Codec::kFp16;
+  auto table = client->CreateTable(config);
+  ASSERT_TRUE(table.ok()) << table.status();
+  const std::vector<uint64_t> keys = DenseKeysFor(50);
+  std::vector<float> grads(200);
+  for (size_t i = 0; i < grads.size(); ++i) grads[i] = 0.001f * static_cast<float>(i);
+  ASSERT_TRUE(client->Push(*table, keys, grads).ok());
+  std::vector<float> out(200);
+  ASSERT_TRUE(client->Pull(*table, keys, absl::MakeSpan(out)).ok());
+  for (size_t i = 0; i < out.size(); ++i) {
+    EXPECT_NEAR(out[i], 1.0f - grads[i], 1e-3f) << i;  // two fp16 roundings
+  }
+}
+
+// Error feedback end to end: the same gradient pushed with topk (a quarter of each block) or sign
+// for many steps moves every value, and the sum applied stays within one step's residual of the
+// sum pushed.
+TEST_F(ClientTest, TopkAndSignTablesApplyTheGradientOverStepsWithErrorFeedback) {
+  auto client = Connect(Options());
+  ASSERT_NE(client, nullptr);
+  for (WireCodec codec : {WireCodec{Codec::kTopk, 0.25f}, WireCodec{Codec::kSign, 0}}) {
+    TableConfig config = Dense(codec.codec == Codec::kTopk ? "topk" : "sign", 16, 8);
+    config.optimizer = Optimizer::Sgd(1.0f);
+    config.push_codec = codec;
+    auto table = client->CreateTable(config);
+    ASSERT_TRUE(table.ok()) << table.status();
+    const std::vector<uint64_t> keys = DenseKeysFor(16);
+    std::vector<float> grads(128);
+    for (size_t i = 0; i < grads.size(); ++i) grads[i] = 0.01f * static_cast<float>(i % 13) - 0.05f;
+    const int steps = 40;
+    for (int s = 0; s < steps; ++s) ASSERT_TRUE(client->Push(*table, keys, grads).ok());
+    std::vector<float> out(128);
+    ASSERT_TRUE(client->Pull(*table, keys, absl::MakeSpan(out)).ok());
+    // Applied: -(steps * g - residual); the residual stays bounded (a few steps' gradients),
+    // so the error relative to what was pushed shrinks as the steps add up.
+    double err = 0, norm = 0;
+    for (size_t i = 0; i < out.size(); ++i) {
+      err += std::fabs(out[i] + steps * grads[i]);
+      norm += std::fabs(steps * grads[i]);
+    }
+    std::printf("%s: relative error after %d steps %.4f\n", table->name.c_str(), steps, err / norm);
+    EXPECT_LT(err, 0.1 * norm) << table->name;
+  }
+}
+
+// Sync mode sums the decoded gradients of a clock: with values fp16 holds exactly, the same
+// answer as without a codec.
+TEST_F(ClientTest, SyncWorkersSeeTheSumOfAClocksFp16Gradients) {
+  ClientOptions o = Options("syncfp16");
+  o.consistency = Consistency::kSync;
+  o.num_workers = 2;
+  auto w0 = Connect(o);
+  o.worker_id = 1;
+  auto w1 = Connect(o);
+  ASSERT_TRUE(w0 != nullptr && w1 != nullptr);
+  TableConfig config = Dense("w", 4, 1);
+  config.push_codec.codec = Codec::kFp16;
+  config.pull_codec.codec = Codec::kBf16;
+  auto t = w0->CreateTable(config);
+  ASSERT_TRUE(t.ok()) << t.status();
+  std::vector<uint64_t> keys = {0, 1, 2, 3};
+  std::vector<float> g0(4, 1.0f), g1(4, 3.0f), out0(4), out1(4);
+  Pending a = w0->PushPullAsync({PushOp{*t, keys, g0}}, {PullOp{*t, keys, absl::MakeSpan(out0)}});
+  Pending b = w1->PushPullAsync({PushOp{*t, keys, g1}}, {PullOp{*t, keys, absl::MakeSpan(out1)}});
+  ASSERT_TRUE(a.Wait().ok());
+  ASSERT_TRUE(b.Wait().ok());
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(out0[i], -0.5f * 4.0f);  // sgd 0.5 on the sum 1 + 3
+    EXPECT_EQ(out1[i], out0[i]);
+  }
+}
+
+TEST_F(ClientTest, BadCodecsAreRefusedNamingTheField) {
+  auto client = Connect(Options());
+  ASSERT_NE(client, nullptr);
+  TableConfig config = Dense("bad", 4, 4);
+  config.push_codec = WireCodec{Codec::kTopk, 0.0f};
+  absl::Status s = client->CreateTable(config).status();
+  EXPECT_THAT(s.message(), HasSubstr("push_codec.ratio = 0"));
+  config = Sparse("bad", 4);
+  config.push_codec = WireCodec{Codec::kSign, 0};
+  s = client->CreateTable(config).status();
+  EXPECT_THAT(s.message(), HasSubstr("is for DENSE tables"));
+  config = Dense("bad", 4, 4);
+  config.pull_codec = WireCodec{Codec::kTopk, 0.5f};
+  s = client->CreateTable(config).status();
+  EXPECT_THAT(s.message(), HasSubstr("pull_codec"));
 }
 
 }  // namespace

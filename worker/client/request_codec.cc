@@ -1,6 +1,8 @@
 #include "worker/client/request_codec.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "common/value_codec.h"
 #include "worker/client/rpc_client.h"
 
 namespace ps {
@@ -12,18 +14,24 @@ using wire::PutVarintField;
 using wire::VarintFieldSize;
 
 // KeyBlock fields.
-constexpr uint32_t kBlockTableId = 1, kBlockKeys = 2, kBlockValues = 3;
+constexpr uint32_t kBlockTableId = 1, kBlockKeys = 2, kBlockValues = 3, kBlockCodec = 4;
 
 size_t KeyBytes(const KeySegment& seg) { return seg.idx.size() * sizeof(uint64_t); }
 size_t ValueBytes(const KeySegment& seg, int dim) {
   return seg.idx.size() * static_cast<size_t>(dim) * sizeof(float);
 }
+// The bytes of a push block's values field: its gradients, or their encoding.
+size_t PushValueBytes(const KeySegment& seg, int dim) {
+  return seg.codec == v1::CODEC_NONE ? ValueBytes(seg, dim) : seg.encoded.size();
+}
 
 size_t BlockSize(const TableOp& op, const KeySegment& seg, int dim, bool with_values) {
   size_t n =
       VarintFieldSize(kBlockTableId, op.table_id) + LengthFieldSize(kBlockKeys, KeyBytes(seg));
-  if (with_values && !seg.idx.empty()) n += LengthFieldSize(kBlockValues, ValueBytes(seg, dim));
-  return n;
+  if (with_values && !seg.idx.empty()) {
+    n += LengthFieldSize(kBlockValues, PushValueBytes(seg, dim));
+  }
+  return n + VarintFieldSize(kBlockCodec, seg.codec);
 }
 
 size_t BlocksSize(uint32_t field, const std::vector<TableOp>& ops, const std::vector<int>& dims,
@@ -64,12 +72,18 @@ void AppendBlocks(uint32_t field, const std::vector<TableOp>& ops, const std::ve
       std::memcpy(k, &op.keys[i], sizeof(uint64_t));
       k += sizeof(uint64_t);
     }
-    if (!with_values || seg.idx.empty()) continue;
-    PutLengthPrefix(kBlockValues, ValueBytes(seg, dim), b->out());
-    const size_t row = static_cast<size_t>(dim) * sizeof(float);
-    ForEachRun(seg.idx, [&](uint32_t first, size_t count) {
-      b->Append(op.grads + static_cast<size_t>(first) * dim, count * row);
-    });
+    if (with_values && !seg.idx.empty()) {
+      PutLengthPrefix(kBlockValues, PushValueBytes(seg, dim), b->out());
+      if (seg.codec != v1::CODEC_NONE) {
+        b->out()->append(seg.encoded);  // copied: the segment does not outlive this request
+      } else {
+        const size_t row = static_cast<size_t>(dim) * sizeof(float);
+        ForEachRun(seg.idx, [&](uint32_t first, size_t count) {
+          b->Append(op.grads + static_cast<size_t>(first) * dim, count * row);
+        });
+      }
+    }
+    PutVarintField(kBlockCodec, seg.codec, b->out());
   }
 }
 
@@ -131,6 +145,22 @@ absl::Status Malformed(absl::string_view what) {
   return absl::InternalError(absl::StrCat("malformed pull answer: ", what));
 }
 
+// The `len` bytes of an encoded values field, decoded into the `out` rows of `seg`.
+absl::Status DecodeEncodedBlock(wire::SliceReader* r, size_t len, const TableOp& op, int dim,
+                                const KeySegment& seg) {
+  std::string bytes;
+  if (!r->ReadString(len, &bytes)) return Malformed("truncated values");
+  std::vector<float> values(seg.idx.size() * static_cast<size_t>(dim));
+  absl::Status s = DecodeValueBlock(seg.codec, bytes, values.size(), values.data());
+  if (!s.ok()) return Malformed(s.message());
+  const float* from = values.data();
+  ForEachRun(seg.idx, [&](uint32_t first, size_t count) {
+    std::memcpy(op.out + static_cast<size_t>(first) * dim, from, count * dim * sizeof(float));
+    from += count * dim;
+  });
+  return absl::OkStatus();
+}
+
 // One KeyBlock of a PullResponse: its values go to the `out` rows of `seg`.
 absl::Status DecodeBlock(wire::SliceReader* r, const TableOp& op, int dim, const KeySegment& seg) {
   bool seen_values = false;
@@ -146,9 +176,17 @@ absl::Status DecodeBlock(wire::SliceReader* r, const TableOp& op, int dim, const
     if (!r->ReadLength(&len)) return Malformed("truncated values");
     if (seen_values) return Malformed("two values fields in one block");
     seen_values = true;
-    if (len != ValueBytes(seg, dim)) {
+    const size_t n = seg.idx.size() * static_cast<size_t>(dim);
+    v1::CodecSpec codec;
+    codec.set_codec(seg.codec);
+    if (len != EncodedBytes(codec, n)) {
       return absl::InternalError(absl::StrCat("server answered ", len, " bytes of values for ",
-                                              seg.idx.size(), " keys of dim ", dim));
+                                              seg.idx.size(), " keys of dim ", dim, " (",
+                                              CodecName(seg.codec), ")"));
+    }
+    if (seg.codec != v1::CODEC_NONE) {
+      PS_RETURN_IF_ERROR(DecodeEncodedBlock(r, len, op, dim, seg));
+      continue;
     }
     const size_t row = static_cast<size_t>(dim) * sizeof(float);
     bool ok = true;

@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "common/wire.h"
+#include "ps/v1/types.pb.h"
 
 namespace ps {
 
@@ -23,6 +24,11 @@ struct TableOp;
 struct KeySegment {
   int op = 0;
   std::vector<uint32_t> idx;
+  // How the block's values travel (KeyBlock.codec). A push block with a codec sends `encoded`
+  // (its gradients, encoded once when the request is built) instead of the op's gradients; a
+  // pull block asks for its answer in this codec and decodes it.
+  v1::ValueCodec codec = v1::CODEC_NONE;
+  std::string encoded;
 };
 
 // The fields every data-plane request starts with.
@@ -52,8 +58,8 @@ void EncodePushPullRequest(const RequestHeader& h, uint32_t clock_parts,
                            const std::vector<KeySegment>& pull_segments, wire::MessageBuilder* b);
 
 // Parses a PullResponse, copying block j's values into the `out` rows of `segments[j]`.
-// INTERNAL if the answer is malformed or its blocks or sizes do not match the request (rows
-// already copied may hold new values then).
+// Blocks with a codec are decoded (FP16, BF16). INTERNAL if the answer is malformed or its
+// blocks or sizes do not match the request (rows already copied may hold new values then).
 absl::Status DecodePullResponse(grpc::ByteBuffer* response, const std::vector<TableOp>& ops,
                                 const std::vector<int>& dims,
                                 const std::vector<KeySegment>& segments, int64_t* min_clock,

@@ -10,7 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "common/half.h"
 #include "ps/v1/parameter_server.pb.h"
+#include "worker/client/push_encoder.h"
 #include "worker/client/rpc_client.h"
 
 namespace ps {
@@ -217,6 +219,55 @@ TEST(RequestCodecTest, MalformedOrMismatchedAnswersAreInternalErrors) {
   // Unknown fields are skipped, as protobuf does.
   std::string extended = good.SerializeAsString() + std::string("\xa0\x06\x07", 3);
   EXPECT_TRUE(decode(extended).ok());
+}
+
+float Half(float v) { return Fp16ToFloat(FloatToFp16(v)); }
+
+// A push segment with a codec sends its encoded bytes and names the codec; a pull segment with
+// one asks for it and decodes the answer into the caller's rows. Both parse with protobuf.
+TEST(RequestCodecTest, EncodedBlocksCarryTheirCodecBothWays) {
+  Fixture f;
+  PushEncoder encoder;
+  v1::CodecSpec fp16;
+  fp16.set_codec(v1::CODEC_FP16);
+  for (KeySegment& seg : f.segments) encoder.Encode(fp16, f.ops[seg.op], f.dims[seg.op], 0, &seg);
+  wire::MessageBuilder b(nullptr);
+  EncodePushRequest(Header(), f.ops, f.dims, f.segments, &b);
+  grpc::ByteBuffer buffer = b.Finish();
+  v1::PushRequest parsed;
+  ASSERT_TRUE(parsed.ParseFromString(Flatten(&buffer)));
+  ASSERT_EQ(parsed.blocks_size(), 2);
+  for (int j = 0; j < 2; ++j) {
+    EXPECT_EQ(parsed.blocks(j).codec(), v1::CODEC_FP16);
+    EXPECT_EQ(parsed.blocks(j).values(), f.segments[j].encoded);
+    EXPECT_EQ(f.segments[j].encoded.size(),
+              f.segments[j].idx.size() * f.dims[f.segments[j].op] * 2);
+  }
+
+  // The answer: each segment's rows as fp16 (the grads, rounded).
+  v1::PullResponse answer;
+  for (const KeySegment& seg : f.segments) {
+    v1::KeyBlock* block = answer.add_blocks();
+    block->set_values(seg.encoded);
+    block->set_codec(v1::CODEC_FP16);
+  }
+  std::vector<float> out0(f.grads0.size(), -1.0f), out1(f.grads1.size(), -1.0f);
+  std::vector<TableOp> ops = f.ops;
+  ops[0].out = out0.data();
+  ops[1].out = out1.data();
+  grpc::ByteBuffer response = Pieces(answer.SerializeAsString(), 7);
+  int64_t min_clock, wait;
+  ASSERT_TRUE(DecodePullResponse(&response, ops, f.dims, f.segments, &min_clock, &wait).ok());
+  for (uint32_t i : f.segments[0].idx) {
+    for (int d = 0; d < 1024; ++d) EXPECT_EQ(out0[i * 1024 + d], Half(f.grads0[i * 1024 + d]));
+  }
+  for (uint32_t i : f.segments[1].idx) {
+    for (int d = 0; d < 3; ++d) EXPECT_EQ(out1[i * 3 + d], Half(f.grads1[i * 3 + d]));
+  }
+  answer.mutable_blocks(1)->mutable_values()->pop_back();  // a short fp16 block
+  response = Pieces(answer.SerializeAsString(), 7);
+  EXPECT_EQ(DecodePullResponse(&response, ops, f.dims, f.segments, &min_clock, &wait).code(),
+            absl::StatusCode::kInternal);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "common/grpc_status.h"
 #include "common/security.h"
 #include "common/status_macros.h"
+#include "common/value_codec.h"
 
 namespace ps {
 
@@ -120,12 +121,24 @@ std::vector<uint64_t> DenseKeys(uint64_t n) {
   return keys;
 }
 
-std::vector<std::vector<RpcClient::Part>> RpcClient::Split(const std::vector<TableOp>& ops,
-                                                           const std::vector<int>& dims,
-                                                           bool with_values) const {
+std::vector<std::vector<RpcClient::Part>> RpcClient::Split(
+    const std::vector<TableOp>& ops, const std::vector<int>& dims, bool with_values,
+    const std::vector<TableWire>& tables) const {
   const int n = static_cast<int>(map_.servers().size());
-  // Bytes a key adds to a request: its values (push) or the values it brings back (pull).
-  auto key_bytes = [&](int o) { return 8 + static_cast<size_t>(dims[o]) * sizeof(float); };
+  // Bytes a key adds to a request: its values (push) or the values it brings back (pull), as
+  // its table's codec sends them (averaged over 64 rows: topk and sign send per block). A part
+  // holds at most 32x max_part_bytes of float32 whatever the codec (what a server decodes).
+  std::vector<size_t> row_bytes(ops.size());
+  for (size_t o = 0; o < ops.size(); ++o) {
+    const size_t dim = static_cast<size_t>(dims[o]);
+    row_bytes[o] = 8 + dim * sizeof(float);
+    if (tables.empty()) continue;
+    const v1::CodecSpec& codec = with_values ? tables[o].push_codec : tables[o].pull_codec;
+    if (codec.codec() != v1::CODEC_NONE) {
+      row_bytes[o] = std::max(8 + EncodedBytes(codec, dim * 64) / 64, row_bytes[o] / 32);
+    }
+  }
+  auto key_bytes = [&](int o) { return row_bytes[o]; };
   // First pass: each key's owner, and each server's total, so that a server's request is cut
   // into equal parts (1 MiB + 1 row would otherwise be a full part and a one-row part).
   std::vector<std::vector<int>> owners(ops.size());
@@ -163,7 +176,6 @@ std::vector<std::vector<RpcClient::Part>> RpcClient::Split(const std::vector<Tab
       bytes[s] += key_bytes(o);
     }
   }
-  (void)with_values;
   return parts;
 }
 
@@ -489,8 +501,24 @@ absl::Status RpcClient::CreateTable(const v1::TableSpec& spec) {
         v1::CreateTableResponse resp;
         return stub->CreateTable(ctx, req, &resp);
       }));
+  return Remember(spec);
+}
+
+absl::Status RpcClient::Remember(const v1::TableSpec& spec) {
+  for (const v1::CodecSpec* c : {&spec.push_codec(), &spec.pull_codec()}) {
+    if (!v1::ValueCodec_IsValid(c->codec())) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "table ", spec.table_id(), " ('", spec.name(), "') sends its values as ",
+          CodecName(c->codec()), ", which this client does not know: use a newer client"));
+    }
+  }
+  TableWire wire;
+  wire.dim = static_cast<int>(spec.dim());
+  wire.num_rows = spec.num_rows();
+  wire.push_codec = spec.push_codec();
+  wire.pull_codec = spec.pull_codec();
   absl::MutexLock l(&dims_mu_);
-  dims_[spec.table_id()] = static_cast<int>(spec.dim());
+  dims_[spec.table_id()] = std::move(wire);
   return absl::OkStatus();
 }
 
@@ -502,26 +530,47 @@ absl::StatusOr<v1::TableSpec> RpcClient::DescribeTable(uint32_t table_id) {
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
   ctx.set_wait_for_ready(true);
   PS_RETURN_IF_ERROR(FromGrpcStatus(admin_stub(0)->DescribeTable(&ctx, req, &resp)));
-  absl::MutexLock l(&dims_mu_);
-  dims_[table_id] = static_cast<int>(resp.spec().dim());
+  PS_RETURN_IF_ERROR(Remember(resp.spec()));
   return resp.spec();
 }
 
-absl::Status RpcClient::ResolveDims(const std::vector<TableOp>& ops, std::vector<int>* dims) {
+absl::Status RpcClient::ResolveDims(const std::vector<TableOp>& ops, std::vector<int>* dims,
+                                    std::vector<TableWire>* tables) {
   dims->resize(ops.size());
+  if (tables != nullptr) tables->resize(ops.size());
   for (size_t i = 0; i < ops.size(); ++i) {
-    {
-      absl::MutexLock l(&dims_mu_);
-      auto it = dims_.find(ops[i].table_id);
-      if (it != dims_.end()) {
-        (*dims)[i] = it->second;
-        continue;
+    for (int attempt = 0;; ++attempt) {
+      {
+        absl::MutexLock l(&dims_mu_);
+        auto it = dims_.find(ops[i].table_id);
+        if (it != dims_.end()) {
+          (*dims)[i] = it->second.dim;
+          if (tables != nullptr) (*tables)[i] = it->second;
+          break;
+        }
       }
+      if (attempt > 0) return absl::InternalError("a described table was not remembered");
+      PS_RETURN_IF_ERROR(DescribeTable(ops[i].table_id).status());
     }
-    PS_ASSIGN_OR_RETURN(v1::TableSpec spec, DescribeTable(ops[i].table_id));
-    (*dims)[i] = static_cast<int>(spec.dim());
   }
   return absl::OkStatus();
+}
+
+void RpcClient::EncodeSegments(const std::vector<TableOp>& ops, const std::vector<int>& dims,
+                               const std::vector<TableWire>& tables, bool push,
+                               std::vector<std::vector<Part>>* parts) {
+  for (std::vector<Part>& server : *parts) {
+    for (Part& part : server) {
+      for (Segment& seg : part.segments) {
+        const TableWire& t = tables[seg.op];
+        if (!push) {
+          seg.codec = t.pull_codec.codec();
+        } else if (t.push_codec.codec() != v1::CODEC_NONE) {
+          encoder_.Encode(t.push_codec, ops[seg.op], dims[seg.op], t.num_rows, &seg);
+        }
+      }
+    }
+  }
 }
 
 namespace {
@@ -603,9 +652,11 @@ RequestHeader RpcClient::Header(int64_t clock) {
 
 RpcHandle RpcClient::StartPull(std::vector<TableOp> ops, bool caller_waits) {
   std::vector<int> dims;
-  absl::Status s = ResolveDims(ops, &dims);
+  std::vector<TableWire> tables;
+  absl::Status s = ResolveDims(ops, &dims, &tables);
   if (!s.ok()) return FailedHandle(s);
-  auto parts = Split(ops, dims, /*with_values=*/false);
+  auto parts = Split(ops, dims, /*with_values=*/false, tables);
+  EncodeSegments(ops, dims, tables, /*push=*/false, &parts);
   std::vector<std::shared_ptr<Call>> calls;
   auto state = std::make_shared<RpcHandle::State>();
   state->observer = observer_.load();
@@ -628,7 +679,8 @@ RpcHandle RpcClient::StartPull(std::vector<TableOp> ops, bool caller_waits) {
 
 RpcHandle RpcClient::StartPush(std::vector<TableOp> ops, bool caller_waits) {
   std::vector<int> dims;
-  absl::Status s = ResolveDims(ops, &dims);
+  std::vector<TableWire> tables;
+  absl::Status s = ResolveDims(ops, &dims, &tables);
   if (!s.ok()) return FailedHandle(s);
   for (const TableOp& op : ops) {
     if (op.grads == nullptr && !op.keys.empty()) {
@@ -640,7 +692,8 @@ RpcHandle RpcClient::StartPush(std::vector<TableOp> ops, bool caller_waits) {
     s = Call::CheckFinite(ops, dims);
     if (!s.ok()) return FailedHandle(s);
   }
-  auto parts = Split(ops, dims, /*with_values=*/true);
+  auto parts = Split(ops, dims, /*with_values=*/true, tables);
+  EncodeSegments(ops, dims, tables, /*push=*/true, &parts);
   std::vector<std::shared_ptr<Call>> calls;
   auto state = std::make_shared<RpcHandle::State>();
   state->observer = observer_.load();
@@ -666,12 +719,15 @@ RpcHandle RpcClient::StartPush(std::vector<TableOp> ops, bool caller_waits) {
 RpcHandle RpcClient::StartPushPull(std::vector<TableOp> push_ops, std::vector<TableOp> pull_ops,
                                    bool caller_waits) {
   std::vector<int> push_dims, pull_dims;
-  absl::Status s = ResolveDims(push_ops, &push_dims);
-  if (s.ok()) s = ResolveDims(pull_ops, &pull_dims);
+  std::vector<TableWire> push_tables, pull_tables;
+  absl::Status s = ResolveDims(push_ops, &push_dims, &push_tables);
+  if (s.ok()) s = ResolveDims(pull_ops, &pull_dims, &pull_tables);
   if (s.ok() && options_.reject_nonfinite) s = Call::CheckFinite(push_ops, push_dims);
   if (!s.ok()) return FailedHandle(s);
-  auto push_parts = Split(push_ops, push_dims, true);
-  auto pull_parts = Split(pull_ops, pull_dims, false);
+  auto push_parts = Split(push_ops, push_dims, true, push_tables);
+  auto pull_parts = Split(pull_ops, pull_dims, false, pull_tables);
+  EncodeSegments(push_ops, push_dims, push_tables, /*push=*/true, &push_parts);
+  EncodeSegments(pull_ops, pull_dims, pull_tables, /*push=*/false, &pull_parts);
   // The clock advances once every part is built (a refused push leaves it where it was).
   const int64_t clock = clock_.load();
   std::vector<std::shared_ptr<Call>> calls;

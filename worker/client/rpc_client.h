@@ -22,6 +22,7 @@
 #include "common/grpc_status.h"
 #include "common/shard_map.h"
 #include "ps/v1/parameter_server.grpc.pb.h"
+#include "worker/client/push_encoder.h"
 #include "worker/client/request_codec.h"
 
 namespace ps {
@@ -142,6 +143,11 @@ class RpcClient {
   }
   // Advances this worker's clock by one on every server.
   absl::Status Clock();
+  // Forgets the residuals of the tables pushed with TOPK or SIGN (error feedback): for a job
+  // rolled back to a checkpoint, whose replayed steps would otherwise be pushed twice.
+  void ResetResiduals() { encoder_.Reset(); }
+  // Sum of |residual| of a table pushed with TOPK or SIGN (tests).
+  double ResidualL1(uint32_t table_id) { return encoder_.ResidualL1(table_id); }
   // Multiplies the tables' learning rate for the pushes sent from now on (a schedule's factor).
   void SetLearningRateScale(float scale) { lr_scale_.store(scale); }
   // Sets the local clock (a worker that joins a running job adopts the servers' clock for it).
@@ -187,11 +193,28 @@ class RpcClient {
   RequestHeader Header(int64_t clock);
   explicit RpcClient(RpcClientOptions options, ShardMap map);
 
-  // Returns dims for the ops' tables, describing unknown ones.
-  absl::Status ResolveDims(const std::vector<TableOp>& ops, std::vector<int>* dims);
-  // Groups keys by owning server and cuts them into parts of at most max_part_bytes.
+  // What the client needs of a table to send and read its values.
+  struct TableWire {
+    int dim = 0;
+    uint64_t num_rows = 0;
+    v1::CodecSpec push_codec, pull_codec;
+  };
+  // Remembers a table's spec; INVALID_ARGUMENT if its codecs are unknown to this client.
+  absl::Status Remember(const v1::TableSpec& spec);
+  // Returns dims (and, with `tables`, the wire settings) for the ops' tables, describing unknown
+  // ones.
+  absl::Status ResolveDims(const std::vector<TableOp>& ops, std::vector<int>* dims,
+                           std::vector<TableWire>* tables = nullptr);
+  // Encodes the push blocks of tables with a push_codec and marks the pull blocks of tables
+  // with a pull_codec (their answers are decoded).
+  void EncodeSegments(const std::vector<TableOp>& ops, const std::vector<int>& dims,
+                      const std::vector<TableWire>& tables, bool push,
+                      std::vector<std::vector<Part>>* parts);
+  // Groups keys by owning server and cuts them into parts of at most max_part_bytes, as the
+  // tables' codecs send them (`tables`: the ops' tables; empty: float32).
   std::vector<std::vector<Part>> Split(const std::vector<TableOp>& ops,
-                                       const std::vector<int>& dims, bool with_values) const;
+                                       const std::vector<int>& dims, bool with_values,
+                                       const std::vector<TableWire>& tables) const;
   // The channel of `part` to `server`, for the data-plane calls (hand-encoded messages).
   grpc::GenericStub* DataStub(int server, size_t part);
 
@@ -210,7 +233,8 @@ class RpcClient {
   std::atomic<ClientObserver*> observer_{nullptr};
   std::atomic<uint64_t> next_request_id_;
   absl::Mutex dims_mu_;
-  absl::flat_hash_map<uint32_t, int> dims_ ABSL_GUARDED_BY(dims_mu_);
+  absl::flat_hash_map<uint32_t, TableWire> dims_ ABSL_GUARDED_BY(dims_mu_);
+  PushEncoder encoder_;
 };
 
 template <typename Fn>

@@ -691,7 +691,8 @@ void BindClientTables(py::class_<PyClient>& cls) {
          "create_table",
          [](py::object self, const std::string& name, const std::string& kind, long long dim,
             py::object rows, py::object initializer, py::object optimizer, long long id,
-            const std::string& storage, py::object admission, py::object eviction) {
+            const std::string& storage, py::object admission, py::object eviction,
+            const std::string& push_codec, const std::string& pull_codec, py::object topk_ratio) {
            ps::TableConfig config;
            config.name = name;
            config.kind = ParseKind(kind);
@@ -708,6 +709,7 @@ void BindClientTables(py::class_<PyClient>& cls) {
            config.optimizer = OptimizerOf(optimizer);
            config.id = ToUint32(id, "id");
            SetTableFeatures(storage, admission, eviction, config);
+           SetTableCodecs(push_codec, pull_codec, topk_ratio, config);
            PyClient& c = ClientOf(self);
            absl::StatusOr<ps::Table> table;
            {
@@ -721,6 +723,8 @@ void BindClientTables(py::class_<PyClient>& cls) {
          py::arg("rows") = py::none(), py::arg("initializer") = py::none(),
          py::arg("optimizer") = py::none(), py::arg("id") = 0, py::arg("storage") = "fp32",
          py::arg("admission") = py::none(), py::arg("eviction") = py::none(),
+         py::arg("push_codec") = "none", py::arg("pull_codec") = "none",
+         py::arg("topk_ratio") = py::none(),
          R"doc(Creates a table on every server and returns it (a Table).
 
 name: 1..128 characters: letters, digits, '_', '-', '.', '/'.
@@ -738,6 +742,14 @@ admission: sparse tables: None (every key gets a row), or a dict of min_count (a
     decay_seconds (push counts halve this often); a key not admitted pulls its initializer.
 eviction: sparse tables: None (rows stay), or a dict of max_rows (most rows per server; the
     least recently used go) and ttl_seconds (rows unused this long are dropped).
+push_codec, pull_codec: compression on the wire: "none" (default, float32), "fp16" or "bf16"
+    (both directions), "topk" or "sign" (pushes of dense tables, with error feedback: the
+    client keeps what it did not send and adds it to the next push). topk_ratio: the fraction
+    of each block's values a "topk" push sends, in (0, 1]. See docs/data-plane.md.
+push_codec, pull_codec: compression on the wire: "none" (default, float32), "fp16" or "bf16"
+    (both directions), "topk" or "sign" (pushes of dense tables, with error feedback: the
+    client keeps what it did not send and adds it to the next push). topk_ratio: the fraction
+    of each block's values a "topk" push sends, in (0, 1]. See docs/data-plane.md.
 
 Idempotent for the same config; AlreadyExistsError if a table with that id but another config
 exists. A bad config raises InvalidArgumentError (a ValueError).)doc")

@@ -171,6 +171,39 @@ void SetTableFeatures(const std::string& storage, py::object admission, py::obje
   config.eviction.ttl_seconds = IntIn(e, "eviction", "ttl_seconds", (1LL << 31) - 1);
 }
 
+namespace {
+ps::Codec CodecOf(const std::string& name, const char* arg) {
+  static const std::pair<const char*, ps::Codec> kCodecs[] = {{"none", ps::Codec::kNone},
+                                                              {"fp16", ps::Codec::kFp16},
+                                                              {"bf16", ps::Codec::kBf16},
+                                                              {"topk", ps::Codec::kTopk},
+                                                              {"sign", ps::Codec::kSign}};
+  for (const auto& [n, c] : kCodecs) {
+    if (name == n) return c;
+  }
+  throw py::value_error(std::string(arg) +
+                        " must be 'none', 'fp16', 'bf16', 'topk' or 'sign', got '" + name + "'");
+}
+}  // namespace
+
+void SetTableCodecs(const std::string& push_codec, const std::string& pull_codec,
+                    py::object topk_ratio, ps::TableConfig& config) {
+  config.push_codec.codec = CodecOf(push_codec, "push_codec");
+  config.pull_codec.codec = CodecOf(pull_codec, "pull_codec");
+  if (!topk_ratio.is_none()) {
+    const float r = topk_ratio.cast<float>();
+    if (config.push_codec.codec != ps::Codec::kTopk) {
+      throw py::value_error("topk_ratio is for push_codec='topk'");
+    }
+    if (!(r > 0 && r <= 1)) {
+      throw py::value_error("topk_ratio must be in (0, 1], got " + FloatString(r));
+    }
+    config.push_codec.ratio = r;
+  } else if (config.push_codec.codec == ps::Codec::kTopk) {
+    throw py::value_error("push_codec='topk' needs topk_ratio (e.g. 0.01)");
+  }
+}
+
 std::string OptionalRepr(const char* name, const std::optional<float>& v) {
   return v.has_value() ? std::string(", ") + name + "=" + FloatString(*v) : "";
 }

@@ -65,3 +65,54 @@ def test_torch_embedding_passes_the_options_to_its_table(client):
     np.testing.assert_array_equal(emb.table.pull(u64(5)), [[0.5, 0.5]])
     with pytest.raises(ValueError, match="not to an existing Table"):
         pst.Embedding(emb.table, storage="fp16")
+
+
+def test_codecs_compress_pushes_and_pulls(client):
+    t = client.create_table("fp16w", kind="dense", rows=4, dim=3,
+                            initializer=ps.Initializer.constant(1.0),
+                            optimizer=ps.Optimizer.sgd(1.0), push_codec="fp16", pull_codec="fp16")
+    keys = u64(0, 1, 2, 3)
+    grad = np.full((4, 3), 2.0**-12, np.float32)
+    t.push(keys, grad)
+    np.testing.assert_allclose(t.pull(keys), 1.0 - 2.0**-12, atol=2.0**-10)
+    k = client.create_table("topkw", kind="dense", rows=8, dim=4,
+                            optimizer=ps.Optimizer.sgd(1.0), push_codec="topk", topk_ratio=0.25)
+    keys = u64(*range(8))
+    g = np.linspace(-1.0, 1.0, 32, dtype=np.float32).reshape(8, 4)
+    for _ in range(20):
+        k.push(keys, g)
+    err = np.abs(k.pull(keys) + 20 * g).sum() / np.abs(20 * g).sum()
+    assert err < 0.2, err  # error feedback: what was held back arrives later
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"push_codec": "fp8"}, "push_codec must be"),
+    ({"push_codec": "topk"}, "needs topk_ratio"),
+    ({"push_codec": "topk", "topk_ratio": 1.5}, "topk_ratio must be in"),
+    ({"push_codec": "fp16", "topk_ratio": 0.1}, "topk_ratio is for"),
+    ({"pull_codec": "sign"}, "pull_codec"),
+])
+def test_bad_codecs_raise_value_error(client, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        client.create_table("badc", kind="dense", rows=2, dim=1, **kwargs)
+
+
+def test_topk_on_a_sparse_table_is_refused(client):
+    with pytest.raises(ValueError, match="is for DENSE tables"):
+        client.create_table("badt", kind="sparse", dim=1, push_codec="sign")
+
+
+def test_torch_dense_parameters_pass_the_codecs_to_their_tables(client):
+    torch = pytest.importorskip("torch")
+    import paramserver.torch as pst
+
+    model = torch.nn.Linear(8, 2)
+    params = pst.DenseParameters(client, model, optimizer=ps.Optimizer.sgd(0.1), prefix="tc.",
+                                 push_codec="topk", topk_ratio=0.5, pull_codec="bf16")
+    loss = model(torch.ones(4, 8)).pow(2).sum()
+    before = model.weight.detach().clone()
+    loss.backward()
+    params.push_pull()
+    assert not torch.equal(before, model.weight.detach())  # the half that was sent moved it
+    with pytest.raises(ValueError, match="needs topk_ratio"):
+        pst.DenseParameters(client, model, prefix="td.", push_codec="topk")

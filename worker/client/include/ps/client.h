@@ -89,18 +89,32 @@ enum class Storage {
   kBf16,  // bfloat16: 2 bytes a value, 8 significant bits, float32's range
 };
 
+// How a table's values travel on the wire, per direction (TableConfig::push_codec and
+// pull_codec; see docs/data-plane.md#compression). kNone: float32, as without it.
+enum class Codec {
+  kNone,
+  kFp16,  // IEEE half, 2 bytes a value (pushes and pulls)
+  kBf16,  // bfloat16, 2 bytes a value (pushes and pulls)
+  kTopk,  // pushes of dense tables: the `ratio` largest |values| of each block, error feedback
+  kSign,  // pushes of dense tables: 1 bit a value and a scale per 256 values, error feedback
+};
+struct WireCodec {
+  Codec codec = Codec::kNone;
+  float ratio = 0;  // kTopk: the fraction of a block's values sent, in (0, 1]
+};
+
 // Sparse tables: which keys get a row. All zero (the default): every key on its first touch.
 // A key not admitted yet pulls its initializer's values and its pushes are dropped (counted).
 struct Admission {
-  uint32_t min_count = 0;       // admitted at the min_count-th push (0..255; 0 or 1: the first)
-  float probability = 0;        // each push admits with this probability, in (0, 1]; 0: always
-  uint32_t decay_seconds = 0;   // the push counts halve this often; 0: never
+  uint32_t min_count = 0;      // admitted at the min_count-th push (0..255; 0 or 1: the first)
+  float probability = 0;       // each push admits with this probability, in (0, 1]; 0: always
+  uint32_t decay_seconds = 0;  // the push counts halve this often; 0: never
 };
 
 // Sparse tables: how rows leave. All zero (the default): rows stay until the job ends.
 struct Eviction {
-  uint64_t max_rows = 0;     // most rows a server holds; past it the least recently used go; 0: no cap
-  int64_t ttl_seconds = 0;   // rows unused this long are dropped; 0: never
+  uint64_t max_rows = 0;  // most rows a server holds; past it the least recently used go; 0: no cap
+  int64_t ttl_seconds = 0;  // rows unused this long are dropped; 0: never
 };
 
 struct TableConfig {
@@ -116,6 +130,9 @@ struct TableConfig {
   Storage storage = Storage::kFp32;
   Admission admission;  // sparse only
   Eviction eviction;    // sparse only
+  // Compression on the wire: of the gradients pushed, and of the values pulled (kFp16, kBf16).
+  WireCodec push_codec;
+  WireCodec pull_codec;
 };
 
 // Opt-in process-wide settings for a program that moves large tensors: nothing in the library

@@ -1,0 +1,278 @@
+#include "common/value_codec.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/half.h"
+
+namespace ps {
+namespace {
+
+absl::Status Invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
+
+template <typename T>
+void AppendRaw(const T& v, std::string* out) {
+  out->append(reinterpret_cast<const char*>(&v), sizeof(v));
+}
+
+template <typename T>
+T ReadRaw(const char* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+size_t SignChunks(size_t n) { return (n + kSignChunkValues - 1) / kSignChunkValues; }
+
+absl::Status CheckCodec(const v1::CodecSpec& c, absl::string_view field, bool pull, bool dense) {
+  if (!v1::ValueCodec_IsValid(c.codec())) {
+    return Invalid(absl::StrCat(field, ".codec = ", static_cast<int>(c.codec()),
+                                " is not a known codec (none, fp16, bf16, topk, sign)"));
+  }
+  const std::string name = CodecName(c.codec());
+  if (c.codec() == v1::CODEC_TOPK) {
+    if (!(c.ratio() > 0.0f && c.ratio() <= 1.0f)) {
+      return Invalid(absl::StrCat(field, ".ratio = ", c.ratio(),
+                                  " is not in (0, 1] (the fraction of a block's values sent)"));
+    }
+  } else if (c.ratio() != 0.0f) {
+    return Invalid(absl::StrCat(field, ".ratio = ", c.ratio(), " is for topk, not ", name));
+  }
+  if (KeepsResidual(c.codec()) && pull) {
+    return Invalid(absl::StrCat(field, " = ", name,
+                                ": topk and sign are for gradients (push_codec); pulls take "
+                                "fp16 or bf16"));
+  }
+  if (KeepsResidual(c.codec()) && !dense) {
+    return Invalid(absl::StrCat(field, " = ", name,
+                                " is for DENSE tables (a sparse table's pushes are its touched "
+                                "rows already; use fp16 or bf16)"));
+  }
+  return absl::OkStatus();
+}
+
+void EncodeHalves(v1::ValueCodec codec, absl::Span<const float> values, std::string* out,
+                  float* residual) {
+  const size_t at = out->size();
+  out->resize(at + values.size() * sizeof(uint16_t));
+  char* p = out->data() + at;
+  for (size_t i = 0; i < values.size(); ++i) {
+    const uint16_t h = codec == v1::CODEC_FP16 ? FloatToFp16(values[i]) : FloatToBf16(values[i]);
+    std::memcpy(p + i * sizeof(h), &h, sizeof(h));
+    if (residual != nullptr) {
+      residual[i] = values[i] - (codec == v1::CODEC_FP16 ? Fp16ToFloat(h) : Bf16ToFloat(h));
+    }
+  }
+}
+
+// Format: uint32 n (the block's values), uint32 k, then k uint32 indices (increasing), then k
+// float32 values.
+void EncodeTopk(float ratio, absl::Span<const float> values, std::string* out, float* residual) {
+  const size_t n = values.size();
+  const size_t k = TopkCount(n, ratio);
+  std::vector<uint32_t> idx(n);
+  std::iota(idx.begin(), idx.end(), 0u);
+  // NaN counts as the largest (a consistent order; the servers refuse the block).
+  auto magnitude = [&](uint32_t i) {
+    const float m = std::fabs(values[i]);
+    return std::isnan(m) ? std::numeric_limits<float>::infinity() : m;
+  };
+  auto larger = [&](uint32_t a, uint32_t b) {
+    const float fa = magnitude(a), fb = magnitude(b);
+    return fa > fb || (fa == fb && a < b);  // ties: the lower index, so the result is unique
+  };
+  if (k < n) std::nth_element(idx.begin(), idx.begin() + k, idx.end(), larger);
+  idx.resize(k);
+  std::sort(idx.begin(), idx.end());
+  AppendRaw(static_cast<uint32_t>(n), out);
+  AppendRaw(static_cast<uint32_t>(k), out);
+  for (uint32_t i : idx) AppendRaw(i, out);
+  for (uint32_t i : idx) AppendRaw(values[i], out);
+  if (residual != nullptr) {
+    if (residual != values.data()) std::copy(values.begin(), values.end(), residual);
+    for (uint32_t i : idx) residual[i] = 0.0f;
+  }
+}
+
+// Format: one float32 scale per kSignChunkValues values (mean |value| of the chunk), then one bit
+// per value (bit i % 8 of byte i / 8), set for a negative value; decoded: +-scale.
+void EncodeSign(absl::Span<const float> values, std::string* out, float* residual) {
+  const size_t n = values.size();
+  std::vector<float> scales(SignChunks(n));
+  for (size_t c = 0; c < scales.size(); ++c) {
+    const size_t begin = c * kSignChunkValues, end = std::min(n, begin + kSignChunkValues);
+    double sum = 0;
+    for (size_t i = begin; i < end; ++i) sum += std::fabs(values[i]);
+    scales[c] = static_cast<float>(sum / static_cast<double>(end - begin));
+    AppendRaw(scales[c], out);
+  }
+  const size_t at = out->size();
+  out->resize(at + (n + 7) / 8, '\0');
+  char* bits = out->data() + at;
+  for (size_t i = 0; i < n; ++i) {
+    const bool negative = std::signbit(values[i]) && values[i] != 0.0f;
+    if (negative) bits[i / 8] = static_cast<char>(bits[i / 8] | (1 << (i % 8)));
+    if (residual != nullptr) {
+      const float scale = scales[i / kSignChunkValues];
+      residual[i] = values[i] - (negative ? -scale : scale);
+    }
+  }
+}
+
+absl::Status WrongLength(v1::ValueCodec codec, size_t got, size_t want, size_t n) {
+  return Invalid(absl::StrCat("a ", CodecName(codec), " block of ", n, " values is ", got,
+                              " bytes, not ", want));
+}
+
+absl::Status DecodeTopk(absl::string_view bytes, size_t n, float* out) {
+  if (bytes.size() < 8) return WrongLength(v1::CODEC_TOPK, bytes.size(), 8, n);
+  const uint32_t total = ReadRaw<uint32_t>(bytes.data());
+  if (total != n) {
+    return Invalid(absl::StrCat("a topk block of ", total, " values where the keys have ", n));
+  }
+  const uint32_t k = ReadRaw<uint32_t>(bytes.data() + 4);
+  if (k > n) return Invalid(absl::StrCat("a topk block sends ", k, " of ", n, " values"));
+  const size_t want = 8 + size_t{k} * 8;
+  if (bytes.size() != want) return WrongLength(v1::CODEC_TOPK, bytes.size(), want, n);
+  std::fill(out, out + n, 0.0f);
+  const char* idx = bytes.data() + 8;
+  const char* val = idx + size_t{k} * sizeof(uint32_t);
+  int64_t last = -1;
+  for (size_t j = 0; j < k; ++j) {
+    const uint32_t i = ReadRaw<uint32_t>(idx + j * sizeof(uint32_t));
+    if (i >= n || static_cast<int64_t>(i) <= last) {
+      return Invalid(absl::StrCat("a topk block's index ", i, " is out of range (", n,
+                                  " values) or not above the one before"));
+    }
+    last = i;
+    const float v = ReadRaw<float>(val + j * sizeof(float));
+    if (!std::isfinite(v)) return Invalid(absl::StrCat("a topk block's value ", j, " is ", v));
+    out[i] = v;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DecodeSign(absl::string_view bytes, size_t n, float* out) {
+  const size_t chunks = SignChunks(n);
+  const size_t want = chunks * sizeof(float) + (n + 7) / 8;
+  if (bytes.size() != want) return WrongLength(v1::CODEC_SIGN, bytes.size(), want, n);
+  const char* bits = bytes.data() + chunks * sizeof(float);
+  if (n % 8 != 0 && (static_cast<unsigned char>(bits[n / 8]) >> (n % 8)) != 0) {
+    return Invalid("a sign block has padding bits set past its last value");
+  }
+  for (size_t c = 0; c < chunks; ++c) {
+    const float scale = ReadRaw<float>(bytes.data() + c * sizeof(float));
+    if (!std::isfinite(scale) || scale < 0.0f) {
+      return Invalid(
+          absl::StrCat("a sign block's scale ", c, " is ", scale, " (must be finite and >= 0)"));
+    }
+    const size_t end = std::min(n, (c + 1) * kSignChunkValues);
+    for (size_t i = c * kSignChunkValues; i < end; ++i) {
+      out[i] = (static_cast<unsigned char>(bits[i / 8]) >> (i % 8)) & 1 ? -scale : scale;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string CodecName(v1::ValueCodec codec) {
+  switch (codec) {
+    case v1::CODEC_NONE:
+      return "none";
+    case v1::CODEC_FP16:
+      return "fp16";
+    case v1::CODEC_BF16:
+      return "bf16";
+    case v1::CODEC_TOPK:
+      return "topk";
+    case v1::CODEC_SIGN:
+      return "sign";
+    default:
+      return absl::StrCat("codec ", static_cast<int>(codec));
+  }
+}
+
+absl::Status ParseCodecName(absl::string_view name, v1::ValueCodec* codec) {
+  for (v1::ValueCodec c :
+       {v1::CODEC_NONE, v1::CODEC_FP16, v1::CODEC_BF16, v1::CODEC_TOPK, v1::CODEC_SIGN}) {
+    if (name == CodecName(c)) {
+      *codec = c;
+      return absl::OkStatus();
+    }
+  }
+  return Invalid(absl::StrCat("unknown codec '", name, "' (none, fp16, bf16, topk, sign)"));
+}
+
+absl::Status ValidateTableCodecs(const v1::TableSpec& spec) {
+  const bool dense = spec.kind() == v1::DENSE;
+  if (absl::Status s = CheckCodec(spec.push_codec(), "push_codec", false, dense); !s.ok()) return s;
+  return CheckCodec(spec.pull_codec(), "pull_codec", true, dense);
+}
+
+size_t TopkCount(size_t n, float ratio) {
+  if (n == 0) return 0;
+  const double k = std::ceil(static_cast<double>(ratio) * static_cast<double>(n));
+  return std::clamp<size_t>(static_cast<size_t>(k), 1, n);
+}
+
+size_t EncodedBytes(const v1::CodecSpec& spec, size_t n) {
+  switch (spec.codec()) {
+    case v1::CODEC_FP16:
+    case v1::CODEC_BF16:
+      return n * sizeof(uint16_t);
+    case v1::CODEC_TOPK:
+      return 8 + TopkCount(n, spec.ratio()) * 8;
+    case v1::CODEC_SIGN:
+      return SignChunks(n) * sizeof(float) + (n + 7) / 8;
+    default:
+      return n * sizeof(float);
+  }
+}
+
+void EncodeValueBlock(const v1::CodecSpec& spec, absl::Span<const float> values, std::string* out,
+                      float* residual) {
+  switch (spec.codec()) {
+    case v1::CODEC_FP16:
+    case v1::CODEC_BF16:
+      return EncodeHalves(spec.codec(), values, out, residual);
+    case v1::CODEC_TOPK:
+      return EncodeTopk(spec.ratio(), values, out, residual);
+    case v1::CODEC_SIGN:
+      return EncodeSign(values, out, residual);
+    default:
+      out->append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
+      if (residual != nullptr) std::fill(residual, residual + values.size(), 0.0f);
+  }
+}
+
+absl::Status DecodeValueBlock(v1::ValueCodec codec, absl::string_view bytes, size_t n, float* out) {
+  switch (codec) {
+    case v1::CODEC_NONE:
+      if (bytes.size() != n * sizeof(float)) return WrongLength(codec, bytes.size(), n * 4, n);
+      std::memcpy(out, bytes.data(), bytes.size());
+      return absl::OkStatus();
+    case v1::CODEC_FP16:
+    case v1::CODEC_BF16:
+      if (bytes.size() != n * sizeof(uint16_t)) return WrongLength(codec, bytes.size(), n * 2, n);
+      for (size_t i = 0; i < n; ++i) {
+        const uint16_t h = ReadRaw<uint16_t>(bytes.data() + i * sizeof(uint16_t));
+        out[i] = codec == v1::CODEC_FP16 ? Fp16ToFloat(h) : Bf16ToFloat(h);
+      }
+      return absl::OkStatus();
+    case v1::CODEC_TOPK:
+      if (n > UINT32_MAX) return Invalid("a topk block holds at most 2^32 - 1 values");
+      return DecodeTopk(bytes, n, out);
+    case v1::CODEC_SIGN:
+      return DecodeSign(bytes, n, out);
+    default:
+      return Invalid(absl::StrCat("unknown value codec ", static_cast<int>(codec)));
+  }
+}
+
+}  // namespace ps

@@ -1,0 +1,58 @@
+// Compression of a KeyBlock's values on the wire (TableSpec.push_codec / pull_codec): the
+// encodings of ps.v1.ValueCodec, and the checks of a table's codec settings. Shared by the client
+// (which encodes pushes and decodes pulls) and the servers (which decode pushes before they apply
+// them and encode pull answers). The bytes are described in docs/data-plane.md#compression.
+#ifndef PS_COMMON_VALUE_CODEC_H_
+#define PS_COMMON_VALUE_CODEC_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "ps/v1/types.pb.h"
+
+namespace ps {
+
+// CODEC_SIGN sends one float32 scale per this many values.
+inline constexpr size_t kSignChunkValues = 256;
+
+// "none", "fp16", "bf16", "topk", "sign" (the names of the client options), or "codec N" for a
+// value this build does not know.
+std::string CodecName(v1::ValueCodec codec);
+// The inverse of CodecName; INVALID_ARGUMENT listing the known names for anything else.
+absl::Status ParseCodecName(absl::string_view name, v1::ValueCodec* codec);
+
+// True for the codecs whose decoded values differ from what was encoded by more than rounding
+// (TOPK, SIGN): the client keeps their residual (error feedback).
+inline bool KeepsResidual(v1::ValueCodec codec) {
+  return codec == v1::CODEC_TOPK || codec == v1::CODEC_SIGN;
+}
+
+// INVALID_ARGUMENT naming the field ("push_codec.ratio = 0 is not in (0, 1]") where a table's
+// push_codec or pull_codec is unknown, has a ratio outside (0, 1] (TOPK) or a ratio it does not
+// use, sends TOPK or SIGN on pulls, or TOPK or SIGN on a table that is not DENSE.
+absl::Status ValidateTableCodecs(const v1::TableSpec& spec);
+
+// Values a TOPK block of n values sends: ceil(ratio * n), at least 1 (0 for n = 0).
+size_t TopkCount(size_t n, float ratio);
+// Bytes of the encoding of n values.
+size_t EncodedBytes(const v1::CodecSpec& spec, size_t n);
+
+// Appends the encoding of `values` to `out`. With `residual` (room for values.size() floats; it
+// may be values.data() itself), stores there what the encoding lost: values - decoded (error
+// feedback; zeros for CODEC_NONE). CODEC_NONE appends the float32 bytes.
+void EncodeValueBlock(const v1::CodecSpec& spec, absl::Span<const float> values, std::string* out,
+                      float* residual = nullptr);
+
+// Decodes `bytes`, the values of a block of n floats encoded with `codec`, into out[0, n).
+// INVALID_ARGUMENT, with `out` partly written, for a bad block: a length that is not the
+// codec's for n values, TOPK indices out of range or not increasing, a non-finite TOPK value or
+// SIGN scale, a negative SIGN scale, set padding bits, an unknown codec.
+absl::Status DecodeValueBlock(v1::ValueCodec codec, absl::string_view bytes, size_t n, float* out);
+
+}  // namespace ps
+
+#endif  // PS_COMMON_VALUE_CODEC_H_

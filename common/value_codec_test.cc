@@ -1,0 +1,227 @@
+#include "common/value_codec.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/half.h"
+
+namespace ps {
+namespace {
+
+v1::CodecSpec Spec(v1::ValueCodec codec, float ratio = 0.0f) {
+  v1::CodecSpec s;
+  s.set_codec(codec);
+  s.set_ratio(ratio);
+  return s;
+}
+
+std::vector<float> RandomValues(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = normal(rng);
+  return v;
+}
+
+std::vector<float> Decode(v1::ValueCodec codec, const std::string& bytes, size_t n) {
+  std::vector<float> out(n, -1.0f);
+  EXPECT_TRUE(DecodeValueBlock(codec, bytes, n, out.data()).ok());
+  return out;
+}
+
+TEST(ValueCodecTest, HalvesRoundTripBitExactlyAsHalfH) {
+  const std::vector<float> v = RandomValues(1000, 1);
+  for (v1::ValueCodec codec : {v1::CODEC_FP16, v1::CODEC_BF16}) {
+    std::string bytes;
+    std::vector<float> residual(v.size());
+    EncodeValueBlock(Spec(codec), v, &bytes, residual.data());
+    ASSERT_EQ(bytes.size(), v.size() * 2);
+    ASSERT_EQ(bytes.size(), EncodedBytes(Spec(codec), v.size()));
+    const std::vector<float> d = Decode(codec, bytes, v.size());
+    for (size_t i = 0; i < v.size(); ++i) {
+      const float want =
+          codec == v1::CODEC_FP16 ? Fp16ToFloat(FloatToFp16(v[i])) : Bf16ToFloat(FloatToBf16(v[i]));
+      ASSERT_EQ(d[i], want);
+      ASSERT_EQ(residual[i], v[i] - d[i]);
+    }
+  }
+}
+
+TEST(ValueCodecTest, NoneIsFloat32Bytes) {
+  const std::vector<float> v = RandomValues(10, 2);
+  std::string bytes;
+  EncodeValueBlock(Spec(v1::CODEC_NONE), v, &bytes);
+  ASSERT_EQ(bytes.size(), 40u);
+  EXPECT_EQ(std::memcmp(bytes.data(), v.data(), 40), 0);
+  EXPECT_EQ(Decode(v1::CODEC_NONE, bytes, 10), v);
+}
+
+TEST(ValueCodecTest, TopkSendsTheLargestValuesAndKeepsTheRest) {
+  const std::vector<float> v = {0.1f, -5.0f, 0.2f, 3.0f, -0.3f, 0.0f, 1.0f, -0.05f};
+  std::string bytes;
+  std::vector<float> residual(v.size());
+  EncodeValueBlock(Spec(v1::CODEC_TOPK, 0.25f), v, &bytes, residual.data());  // k = 2
+  ASSERT_EQ(bytes.size(), 8u + 2 * 8);
+  const std::vector<float> d = Decode(v1::CODEC_TOPK, bytes, v.size());
+  EXPECT_EQ(d, (std::vector<float>{0, -5.0f, 0, 3.0f, 0, 0, 0, 0}));
+  for (size_t i = 0; i < v.size(); ++i) EXPECT_EQ(residual[i] + d[i], v[i]) << i;
+}
+
+TEST(ValueCodecTest, TopkCountRoundsUpAndSendsAtLeastOne) {
+  EXPECT_EQ(TopkCount(0, 0.5f), 0u);
+  EXPECT_EQ(TopkCount(1000, 0.01f), 10u);
+  EXPECT_EQ(TopkCount(1001, 0.01f), 11u);
+  EXPECT_EQ(TopkCount(10, 0.001f), 1u);
+  EXPECT_EQ(TopkCount(10, 1.0f), 10u);
+}
+
+TEST(ValueCodecTest, SignSendsScaledSignsPerChunk) {
+  std::vector<float> v = RandomValues(kSignChunkValues + 3, 3);
+  std::string bytes;
+  std::vector<float> residual(v.size());
+  EncodeValueBlock(Spec(v1::CODEC_SIGN), v, &bytes, residual.data());
+  ASSERT_EQ(bytes.size(), 2 * 4 + (v.size() + 7) / 8);
+  ASSERT_EQ(bytes.size(), EncodedBytes(Spec(v1::CODEC_SIGN), v.size()));
+  const std::vector<float> d = Decode(v1::CODEC_SIGN, bytes, v.size());
+  double mean0 = 0;
+  for (size_t i = 0; i < kSignChunkValues; ++i) mean0 += std::fabs(v[i]);
+  mean0 /= kSignChunkValues;
+  for (size_t i = 0; i < v.size(); ++i) {
+    EXPECT_EQ(std::signbit(d[i]), v[i] < 0) << i;
+    EXPECT_FLOAT_EQ(residual[i], v[i] - d[i]);
+  }
+  EXPECT_NEAR(std::fabs(d[0]), mean0, 1e-5);
+}
+
+// Error feedback: what one step does not send is added to the next one's gradient, so that over
+// many steps the sum of what was sent approaches the sum of the gradients.
+TEST(ValueCodecTest, ErrorFeedbackSendsWhatWasHeldBack) {
+  for (v1::CodecSpec spec : {Spec(v1::CODEC_TOPK, 0.1f), Spec(v1::CODEC_SIGN)}) {
+    const size_t n = 512;
+    std::vector<float> residual(n, 0.0f), sent_sum(n, 0.0f), grad_sum(n, 0.0f);
+    for (int step = 0; step < 200; ++step) {
+      const std::vector<float> g = RandomValues(n, 100 + step);
+      std::vector<float> x(n);
+      for (size_t i = 0; i < n; ++i) {
+        x[i] = g[i] + residual[i];
+        grad_sum[i] += g[i];
+      }
+      std::string bytes;
+      EncodeValueBlock(spec, x, &bytes, residual.data());
+      const std::vector<float> d = Decode(spec.codec(), bytes, n);
+      for (size_t i = 0; i < n; ++i) {
+        sent_sum[i] += d[i];
+        // The invariant: gradients so far = what was sent + the residual.
+        ASSERT_NEAR(grad_sum[i], sent_sum[i] + residual[i], 1e-3) << CodecName(spec.codec());
+      }
+    }
+    double err = 0, norm = 0;
+    for (size_t i = 0; i < n; ++i) {
+      err += std::fabs(grad_sum[i] - sent_sum[i]);
+      norm += std::fabs(grad_sum[i]);
+    }
+    EXPECT_LT(err, 0.5 * norm) << CodecName(spec.codec()) << ": the residual stays bounded";
+  }
+}
+
+absl::Status DecodeBytes(v1::ValueCodec codec, const std::string& bytes, size_t n) {
+  std::vector<float> out(n);
+  return DecodeValueBlock(codec, bytes, n, out.data());
+}
+
+TEST(ValueCodecTest, RejectsBlocksOfTheWrongLength) {
+  const std::vector<float> v = RandomValues(300, 4);
+  for (v1::CodecSpec spec : {Spec(v1::CODEC_NONE), Spec(v1::CODEC_FP16), Spec(v1::CODEC_BF16),
+                             Spec(v1::CODEC_TOPK, 0.1f), Spec(v1::CODEC_SIGN)}) {
+    std::string bytes;
+    EncodeValueBlock(spec, v, &bytes);
+    ASSERT_TRUE(DecodeBytes(spec.codec(), bytes, v.size()).ok());
+    EXPECT_FALSE(DecodeBytes(spec.codec(), bytes + "x", v.size()).ok()) << CodecName(spec.codec());
+    EXPECT_FALSE(DecodeBytes(spec.codec(), bytes.substr(0, bytes.size() - 1), v.size()).ok());
+    EXPECT_FALSE(DecodeBytes(spec.codec(), bytes, v.size() + 8).ok()) << CodecName(spec.codec());
+  }
+  EXPECT_FALSE(DecodeBytes(v1::CODEC_TOPK, "", 10).ok());
+}
+
+void PutU32(std::string* bytes, size_t at, uint32_t v) { std::memcpy(&(*bytes)[at], &v, 4); }
+void PutF32(std::string* bytes, size_t at, float v) { std::memcpy(&(*bytes)[at], &v, 4); }
+
+TEST(ValueCodecTest, RejectsTopkIndicesOutOfRangeOrUnordered) {
+  const std::vector<float> v = {1, 2, 3, 4, 5, 6, 7, 8};
+  std::string good;
+  EncodeValueBlock(Spec(v1::CODEC_TOPK, 0.25f), v, &good);  // n, k, indices 6, 7, values
+  ASSERT_TRUE(DecodeBytes(v1::CODEC_TOPK, good, 8).ok());
+  std::string bad = good;
+  PutU32(&bad, 12, 8);  // index past the block
+  EXPECT_FALSE(DecodeBytes(v1::CODEC_TOPK, bad, 8).ok());
+  bad = good;
+  PutU32(&bad, 12, 6);  // a repeated index
+  EXPECT_FALSE(DecodeBytes(v1::CODEC_TOPK, bad, 8).ok());
+  bad = good;
+  PutU32(&bad, 4, 9);  // more values than the block has
+  EXPECT_FALSE(DecodeBytes(v1::CODEC_TOPK, bad, 8).ok());
+  bad = good;
+  PutF32(&bad, 16, std::numeric_limits<float>::quiet_NaN());
+  EXPECT_FALSE(DecodeBytes(v1::CODEC_TOPK, bad, 8).ok());
+}
+
+TEST(ValueCodecTest, RejectsBadSignScalesAndPaddingBits) {
+  const std::vector<float> v = RandomValues(10, 5);
+  std::string good;
+  EncodeValueBlock(Spec(v1::CODEC_SIGN), v, &good);
+  for (float scale :
+       {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(), -1.0f}) {
+    std::string bad = good;
+    PutF32(&bad, 0, scale);
+    EXPECT_FALSE(DecodeBytes(v1::CODEC_SIGN, bad, 10).ok()) << scale;
+  }
+  std::string bad = good;
+  bad.back() = static_cast<char>(bad.back() | 0x80);  // bit 15 of a 10-value block
+  EXPECT_FALSE(DecodeBytes(v1::CODEC_SIGN, bad, 10).ok());
+  EXPECT_FALSE(DecodeBytes(static_cast<v1::ValueCodec>(9), good, 10).ok());
+}
+
+v1::TableSpec Table(v1::TableKind kind, v1::CodecSpec push, v1::CodecSpec pull = {}) {
+  v1::TableSpec t;
+  t.set_kind(kind);
+  *t.mutable_push_codec() = push;
+  *t.mutable_pull_codec() = pull;
+  return t;
+}
+
+TEST(ValueCodecTest, ValidatesTableCodecs) {
+  EXPECT_TRUE(ValidateTableCodecs(Table(v1::DENSE, Spec(v1::CODEC_TOPK, 0.01f))).ok());
+  EXPECT_TRUE(ValidateTableCodecs(Table(v1::DENSE, Spec(v1::CODEC_SIGN))).ok());
+  EXPECT_TRUE(
+      ValidateTableCodecs(Table(v1::SPARSE, Spec(v1::CODEC_FP16), Spec(v1::CODEC_BF16))).ok());
+  for (float ratio : {0.0f, -0.5f, 1.5f, std::numeric_limits<float>::quiet_NaN()}) {
+    absl::Status s = ValidateTableCodecs(Table(v1::DENSE, Spec(v1::CODEC_TOPK, ratio)));
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << ratio;
+    EXPECT_NE(s.message().find("push_codec.ratio"), std::string::npos) << s;
+  }
+  EXPECT_FALSE(ValidateTableCodecs(Table(v1::DENSE, Spec(v1::CODEC_FP16, 0.5f))).ok());
+  EXPECT_FALSE(ValidateTableCodecs(Table(v1::SPARSE, Spec(v1::CODEC_TOPK, 0.1f))).ok());
+  EXPECT_FALSE(ValidateTableCodecs(Table(v1::SPARSE, Spec(v1::CODEC_SIGN))).ok());
+  EXPECT_FALSE(ValidateTableCodecs(Table(v1::DENSE, {}, Spec(v1::CODEC_TOPK, 0.1f))).ok());
+  EXPECT_FALSE(ValidateTableCodecs(Table(v1::DENSE, {}, Spec(v1::CODEC_SIGN))).ok());
+  absl::Status s = ValidateTableCodecs(Table(v1::DENSE, Spec(static_cast<v1::ValueCodec>(17))));
+  EXPECT_NE(s.message().find("push_codec.codec = 17"), std::string::npos) << s;
+}
+
+TEST(ValueCodecTest, ParsesCodecNames) {
+  v1::ValueCodec c;
+  ASSERT_TRUE(ParseCodecName("topk", &c).ok());
+  EXPECT_EQ(c, v1::CODEC_TOPK);
+  ASSERT_TRUE(ParseCodecName("none", &c).ok());
+  EXPECT_EQ(c, v1::CODEC_NONE);
+  EXPECT_FALSE(ParseCodecName("fp8", &c).ok());
+}
+
+}  // namespace
+}  // namespace ps

@@ -1,0 +1,256 @@
+// Tables with a push_codec or pull_codec (common/value_codec.h) through a real server and a plain
+// protobuf stub: encoded blocks are decoded before they apply, pulls answer encoded, and a block
+// in the wrong encoding or a corrupted one is refused with nothing applied.
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/half.h"
+#include "common/testing/key_blocks.h"
+#include "common/value_codec.h"
+#include "gtest/gtest.h"
+#include "ps/v1/parameter_server.grpc.pb.h"
+#include "server/parameter_server.h"
+
+namespace ps {
+namespace {
+
+using testing::Block;
+using testing::Floats;
+using v1::KeyBlock;
+
+constexpr char kJob[] = "job";
+constexpr uint32_t kFp16 = 1;    // DENSE dim 4, 8 rows of 0.25, sgd lr 1; fp16 both ways
+constexpr uint32_t kTopk = 2;    // the same, pushes topk 0.25
+constexpr uint32_t kSign = 3;    // the same, pushes sign
+constexpr uint32_t kSparse = 4;  // SPARSE dim 2, bf16 both ways
+const std::vector<uint64_t> kRows = {0, 1, 2, 3, 4, 5, 6, 7};
+
+v1::CodecSpec Codec(v1::ValueCodec codec, float ratio = 0) {
+  v1::CodecSpec c;
+  c.set_codec(codec);
+  c.set_ratio(ratio);
+  return c;
+}
+
+v1::TableSpec Spec(uint32_t id, v1::TableKind kind, v1::CodecSpec push, v1::CodecSpec pull) {
+  v1::TableSpec spec;
+  spec.set_table_id(id);
+  spec.set_job_id(kJob);
+  spec.set_kind(kind);
+  spec.set_dim(kind == v1::DENSE ? 4 : 2);
+  if (kind == v1::DENSE) spec.set_num_rows(8);
+  spec.mutable_initializer()->set_kind(v1::InitializerSpec::CONSTANT);
+  spec.mutable_initializer()->set_value(0.25f);
+  spec.mutable_optimizer()->set_kind(v1::OptimizerSpec::SGD);
+  spec.mutable_optimizer()->set_learning_rate(1.0f);
+  *spec.mutable_push_codec() = push;
+  *spec.mutable_pull_codec() = pull;
+  return spec;
+}
+
+// A block of `keys` whose values are `values` encoded with `codec`.
+KeyBlock Encoded(uint32_t table, const std::vector<uint64_t>& keys, const v1::CodecSpec& codec,
+                 const std::vector<float>& values) {
+  KeyBlock b = Block(table, keys);
+  EncodeValueBlock(codec, values, b.mutable_values());
+  b.set_codec(codec.codec());
+  return b;
+}
+
+class ParameterServiceCodecTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ParameterServerOptions options;
+    options.listen = "127.0.0.1:0";
+    options.max_pull_wait = absl::Seconds(10);
+    auto server = ParameterServer::Start(options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    stub_ = v1::ParameterServer::NewStub(grpc::CreateChannel(
+        absl::StrCat("127.0.0.1:", server_->port()), grpc::InsecureChannelCredentials()));
+    v1::ConfigureJobRequest req;
+    req.set_job_id(kJob);
+    req.mutable_consistency()->set_mode(v1::ConsistencySpec::ASYNC);
+    req.add_worker_ids(1);
+    req.set_membership_epoch(1);
+    v1::ConfigureJobResponse resp;
+    Context c;
+    ASSERT_TRUE(stub_->ConfigureJob(&c.ctx, req, &resp).ok());
+    const v1::CodecSpec fp16 = Codec(v1::CODEC_FP16), bf16 = Codec(v1::CODEC_BF16);
+    ASSERT_TRUE(CreateTable(Spec(kFp16, v1::DENSE, fp16, fp16)).ok());
+    ASSERT_TRUE(CreateTable(Spec(kTopk, v1::DENSE, Codec(v1::CODEC_TOPK, 0.25f), {})).ok());
+    ASSERT_TRUE(CreateTable(Spec(kSign, v1::DENSE, Codec(v1::CODEC_SIGN), {})).ok());
+    ASSERT_TRUE(CreateTable(Spec(kSparse, v1::SPARSE, bf16, bf16)).ok());
+  }
+  void TearDown() override {
+    if (server_ != nullptr) server_->Shutdown();
+  }
+
+  struct Context {
+    grpc::ClientContext ctx;
+    Context() { ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20)); }
+  };
+
+  grpc::Status CreateTable(const v1::TableSpec& spec) {
+    v1::CreateTableRequest req;
+    *req.mutable_spec() = spec;
+    v1::CreateTableResponse resp;
+    Context c;
+    return stub_->CreateTable(&c.ctx, req, &resp);
+  }
+  grpc::Status Push(const KeyBlock& block) {
+    v1::PushRequest req;
+    req.set_job_id(kJob);
+    req.set_worker_id(1);
+    req.set_request_id(++request_id_);
+    *req.add_blocks() = block;
+    v1::PushResponse resp;
+    Context c;
+    return stub_->Push(&c.ctx, req, &resp);
+  }
+  grpc::Status Pull(const KeyBlock& block, v1::PullResponse* resp) {
+    v1::PullRequest req;
+    req.set_job_id(kJob);
+    req.set_worker_id(1);
+    *req.add_blocks() = block;
+    Context c;
+    return stub_->Pull(&c.ctx, req, resp);
+  }
+  // The table's values, pulled in the table's pull codec and decoded.
+  std::vector<float> Values(uint32_t table, const std::vector<uint64_t>& keys,
+                            v1::ValueCodec codec = v1::CODEC_NONE) {
+    KeyBlock b = Block(table, keys);
+    b.set_codec(codec);
+    v1::PullResponse resp;
+    const grpc::Status s = Pull(b, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    if (!s.ok() || resp.blocks_size() != 1) return {};
+    EXPECT_EQ(resp.blocks(0).codec(), codec);
+    std::vector<float> out(keys.size() * (table == kSparse ? 2 : 4));
+    EXPECT_TRUE(DecodeValueBlock(codec, resp.blocks(0).values(), out.size(), out.data()).ok());
+    return out;
+  }
+  // Every stored value (also proves the server still serves).
+  std::vector<float> Snapshot() {
+    std::vector<float> all = Values(kFp16, kRows, v1::CODEC_FP16);
+    for (uint32_t t : {kTopk, kSign}) {
+      for (float v : Values(t, kRows)) all.push_back(v);
+    }
+    for (float v : Values(kSparse, {5, 6}, v1::CODEC_BF16)) all.push_back(v);
+    return all;
+  }
+
+  std::unique_ptr<ParameterServer> server_;
+  std::unique_ptr<v1::ParameterServer::Stub> stub_;
+  uint64_t request_id_ = 0;
+};
+
+TEST_F(ParameterServiceCodecTest, Fp16PushesAreDecodedAndPullsAnswerFp16) {
+  std::vector<float> g(8);
+  for (size_t i = 0; i < g.size(); ++i) g[i] = 0.001f * static_cast<float>(i + 1) - 0.003f;
+  ASSERT_TRUE(Push(Encoded(kFp16, {2, 5}, Codec(v1::CODEC_FP16), g)).ok());
+  const std::vector<float> got = Values(kFp16, {2, 5}, v1::CODEC_FP16);
+  ASSERT_EQ(got.size(), 8u);
+  for (size_t i = 0; i < g.size(); ++i) {
+    const float applied = 0.25f - Fp16ToFloat(FloatToFp16(g[i]));
+    EXPECT_EQ(got[i], Fp16ToFloat(FloatToFp16(applied))) << i;
+  }
+}
+
+TEST_F(ParameterServiceCodecTest, Bf16SparsePushesAndPulls) {
+  ASSERT_TRUE(Push(Encoded(kSparse, {5, 6}, Codec(v1::CODEC_BF16), {1, 2, 3, 4})).ok());
+  EXPECT_EQ(Values(kSparse, {5, 6}, v1::CODEC_BF16),
+            (std::vector<float>{-0.75f, -1.75f, -2.75f, -3.75f}));
+}
+
+TEST_F(ParameterServiceCodecTest, TopkAndSignPushesApplyWhatWasSent) {
+  std::vector<float> g(8, 0.0f);
+  g[1] = -2.0f;
+  g[6] = 1.0f;
+  g[7] = 0.5f;
+  ASSERT_TRUE(Push(Encoded(kTopk, {3, 4}, Codec(v1::CODEC_TOPK, 0.25f), g)).ok());  // k = 2
+  std::vector<float> want(8, 0.25f);
+  want[1] = 2.25f;
+  want[6] = -0.75f;
+  EXPECT_EQ(Values(kTopk, {3, 4}), want);
+
+  const std::vector<float> s = {1, -1, 3, -3};  // mean |g| = 2
+  ASSERT_TRUE(Push(Encoded(kSign, {0}, Codec(v1::CODEC_SIGN), s)).ok());
+  EXPECT_EQ(Values(kSign, {0}), (std::vector<float>{-1.75f, 2.25f, -1.75f, 2.25f}));
+}
+
+// A client that does not know the table's codec (a plain protobuf client sends and asks for
+// float32) is told which codec the table wants; nothing is applied.
+TEST_F(ParameterServiceCodecTest, BlocksInAnotherEncodingAreRefusedNamingTheCodec) {
+  const std::vector<float> before = Snapshot();
+  KeyBlock plain = Block(kFp16, {1});
+  const std::vector<float> g = {1, 1, 1, 1};
+  plain.set_values(std::string(reinterpret_cast<const char*>(g.data()), 16));
+  grpc::Status s = Push(plain);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("takes pushes encoded as fp16 (its push_codec)"),
+            std::string::npos)
+      << s.error_message();
+  v1::PullResponse resp;
+  s = Pull(Block(kFp16, {1}), &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("answers pulls encoded as fp16 (its pull_codec)"),
+            std::string::npos)
+      << s.error_message();
+  s = Push(Encoded(kTopk, {1}, Codec(v1::CODEC_SIGN), g));  // sign to a topk table
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Snapshot(), before);
+}
+
+TEST_F(ParameterServiceCodecTest, BadBlocksAreRefusedWithNothingApplied) {
+  const std::vector<float> before = Snapshot();
+  const std::vector<float> g = {1, -1, 3, -3, 1, 2, 3, 4};
+  std::vector<KeyBlock> bad;
+  KeyBlock b = Encoded(kFp16, {1, 2}, Codec(v1::CODEC_FP16), g);
+  b.mutable_values()->pop_back();  // wrong length
+  bad.push_back(b);
+  b = Encoded(kTopk, {1, 2}, Codec(v1::CODEC_TOPK, 0.25f), g);
+  const uint32_t past = 8;
+  std::memcpy(&(*b.mutable_values())[8], &past, 4);  // index out of range
+  bad.push_back(b);
+  b = Encoded(kTopk, {1}, Codec(v1::CODEC_TOPK, 0.25f), {1, 2, 3, 4});
+  b.set_keys(Block(kTopk, {1, 2}).keys());  // encoded for 4 values, the keys have 8
+  bad.push_back(b);
+  b = Encoded(kSign, {1, 2}, Codec(v1::CODEC_SIGN), g);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::memcpy(b.mutable_values()->data(), &nan, 4);  // NaN scale
+  bad.push_back(b);
+  b = Encoded(kSign, {1, 2}, Codec(v1::CODEC_SIGN), g);
+  b.set_codec(static_cast<v1::ValueCodec>(9));  // unknown codec
+  bad.push_back(b);
+  for (size_t i = 0; i < bad.size(); ++i) {
+    grpc::Status s = Push(bad[i]);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << i;
+    EXPECT_NE(s.error_message().find("nothing was applied"), std::string::npos)
+        << i << ": " << s.error_message();
+  }
+  EXPECT_EQ(Snapshot(), before);
+}
+
+TEST_F(ParameterServiceCodecTest, CreateTableRefusesBadCodecs) {
+  for (const v1::TableSpec& spec :
+       {Spec(10, v1::DENSE, Codec(v1::CODEC_TOPK, 0.0f), {}),
+        Spec(11, v1::DENSE, Codec(v1::CODEC_TOPK, 1.5f), {}),
+        Spec(12, v1::SPARSE, Codec(v1::CODEC_TOPK, 0.1f), {}),
+        Spec(13, v1::DENSE, {}, Codec(v1::CODEC_SIGN)),
+        Spec(14, v1::DENSE, Codec(static_cast<v1::ValueCodec>(7)), {})}) {
+    grpc::Status s = CreateTable(spec);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << spec.table_id();
+    EXPECT_NE(s.error_message().find("_codec"), std::string::npos) << s.error_message();
+  }
+}
+
+}  // namespace
+}  // namespace ps

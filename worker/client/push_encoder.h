@@ -1,0 +1,50 @@
+// Encodes a push's blocks for their tables' push_codec (common/value_codec.h), keeping the
+// residual of the codecs with error feedback (TOPK, SIGN): what a push did not send is added to
+// the next push of the same rows.
+#ifndef PS_WORKER_CLIENT_PUSH_ENCODER_H_
+#define PS_WORKER_CLIENT_PUSH_ENCODER_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "ps/v1/types.pb.h"
+#include "worker/client/request_codec.h"
+
+namespace ps {
+
+struct TableOp;
+
+// Thread-safe: pushes to one table encode one at a time (their residual is shared).
+class PushEncoder {
+ public:
+  // Sets seg->codec and seg->encoded: the gradients of seg's rows of `op` (plus the residual of
+  // those rows, for TOPK and SIGN, which then keeps what this encoding lost). Call once per
+  // request built: a retry resends the bytes, it does not encode again. Keys of a table with
+  // TOPK or SIGN are dense row ids below `num_rows` (such tables are DENSE); a segment with a key
+  // past it is encoded without the residual (the servers refuse it).
+  void Encode(const v1::CodecSpec& codec, const TableOp& op, int dim, uint64_t num_rows,
+              KeySegment* seg);
+  // Forgets every residual (a job restored from a checkpoint replays steps whose gradients the
+  // residuals partly hold).
+  void Reset();
+  // Sum of |residual| of a table (tests).
+  double ResidualL1(uint32_t table_id);
+
+ private:
+  struct Residual {
+    absl::Mutex mu;
+    std::vector<float> values ABSL_GUARDED_BY(mu);  // row r's at [r * dim, (r + 1) * dim)
+  };
+  Residual* ResidualOf(uint32_t table_id);
+
+  absl::Mutex mu_;
+  absl::flat_hash_map<uint32_t, std::unique_ptr<Residual>> residuals_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace ps
+
+#endif  // PS_WORKER_CLIENT_PUSH_ENCODER_H_
