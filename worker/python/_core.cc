@@ -746,10 +746,6 @@ push_codec, pull_codec: compression on the wire: "none" (default, float32), "fp1
     (both directions), "topk" or "sign" (pushes of dense tables, with error feedback: the
     client keeps what it did not send and adds it to the next push). topk_ratio: the fraction
     of each block's values a "topk" push sends, in (0, 1]. See docs/data-plane.md.
-push_codec, pull_codec: compression on the wire: "none" (default, float32), "fp16" or "bf16"
-    (both directions), "topk" or "sign" (pushes of dense tables, with error feedback: the
-    client keeps what it did not send and adds it to the next push). topk_ratio: the fraction
-    of each block's values a "topk" push sends, in (0, 1]. See docs/data-plane.md.
 
 Idempotent for the same config; AlreadyExistsError if a table with that id but another config
 exists. A bad config raises InvalidArgumentError (a ValueError).)doc")
