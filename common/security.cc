@@ -242,6 +242,18 @@ void Authorizer::Count(const char* reason) const {
   if (refused_ != nullptr) refused_->Add({{"reason", reason}}).Increment();
 }
 
+bool Authorizer::IsAdmin(const grpc::ServerContextBase& context) const {
+  if (!enabled()) return true;
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find(kAuthHeader);
+  if (it == metadata.end()) return admin_token_.empty() && cluster_token_.empty();
+  const std::string value(it->second.data(), it->second.size());
+  std::string token;
+  if (absl::StartsWith(value, kBearer)) token = value.substr(sizeof(kBearer) - 1);
+  if (!admin_token_.empty()) return ConstantTimeEquals(token, admin_token_);
+  return ConstantTimeEquals(token, cluster_token_);
+}
+
 grpc::Status Authorizer::Check(const grpc::ServerContextBase& context, Access access) const {
   if (!enabled()) return grpc::Status::OK;
   // With only an admin token configured, node calls need none.

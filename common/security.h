@@ -105,6 +105,9 @@ class Authorizer {
   grpc::Status Check(const grpc::ServerContextBase& context, Access access) const;
 
   bool enabled() const { return !cluster_token_.empty() || !admin_token_.empty(); }
+  // Whether the call would pass Check(context, Access::kAdmin), without counting a refusal:
+  // true in a cluster without tokens, and for the cluster token where no admin token is set.
+  bool IsAdmin(const grpc::ServerContextBase& context) const;
 
  private:
   void Count(const char* reason) const;

@@ -218,7 +218,9 @@ int main(int argc, char** argv) {
     // write there, and say so in every heartbeat.
     auto probe = std::make_shared<std::pair<absl::Mutex, std::string>>();
     auto roots = ps::CheckpointRoots::Create(options.checkpoint_roots);
-    lo.on_registered = [probe, roots](const ps::v1::RegisterResponse& resp) {
+    lo.on_registered = [probe, roots,
+                        service = (*server)->service()](const ps::v1::RegisterResponse& resp) {
+      service->SetNodeSecret(resp.node_secret());  // for its checkpoint receipts
       const std::string result = ProbeCheckpointRoot(resp.checkpoint_root(), resp.node_id(),
                                                      roots.ok() ? *roots : ps::CheckpointRoots());
       if (result != "ok" && !result.empty()) {

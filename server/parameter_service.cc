@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "common/node_identity.h"
 #include "common/printable.h"
 #include "common/shard_map.h"
 #include "common/status_macros.h"
@@ -498,7 +499,14 @@ grpc::Status ParameterService::AwaitCheckpoint(grpc::ServerContext* ctx,
           ? checkpointer_.Await(req->job_id(), req->checkpoint_id(),
                                 std::min(absl::FromChrono(ctx->deadline()), start + kMaxAwait))
           : absl::StatusOr<v1::CheckpointResponse>(CheckJobId(req->job_id()));
-  if (r.ok()) *resp = std::move(*r);
+  if (r.ok()) {
+    *resp = std::move(*r);
+    if (resp->done()) {
+      absl::MutexLock l(&secret_mu_);
+      resp->set_receipt(CheckpointReceipt(node_secret_, req->job_id(), req->checkpoint_id(),
+                                          resp->rows(), resp->bytes()));
+    }
+  }
   return Finish(ServerMethod::kAwaitCheckpoint, start, *req, *resp, r.status());
 }
 

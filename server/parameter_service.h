@@ -8,6 +8,7 @@
 #include <deque>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
@@ -38,6 +39,14 @@ class ParameterService final : public v1::ParameterServer::Service {
   // The tokens calls must carry (null: none). Set before the service is registered.
   void set_authorizer(std::shared_ptr<const Authorizer> authorizer) {
     authorizer_ = std::move(authorizer);
+  }
+
+  // The secret the scheduler gave this server at registration (SchedulerLink): its receipts for
+  // the checkpoint shards it wrote (CheckpointResponse.receipt) are keyed with it. Empty (the
+  // default): no receipts. May be called at any time (a new registration brings a new secret).
+  void SetNodeSecret(std::string secret) ABSL_LOCKS_EXCLUDED(secret_mu_) {
+    absl::MutexLock l(&secret_mu_);
+    node_secret_ = std::move(secret);
   }
 
   // Wakes pulls waiting on slow workers (UNAVAILABLE), stops checkpoint writes (the running one
@@ -85,6 +94,8 @@ class ParameterService final : public v1::ParameterServer::Service {
 
  private:
   std::shared_ptr<const Authorizer> authorizer_;
+  absl::Mutex secret_mu_;
+  std::string node_secret_ ABSL_GUARDED_BY(secret_mu_);
   absl::Time PullDeadline(const grpc::ServerContextBase* ctx) const;
   // A well-formed job id of a job not dropped.
   absl::Status CheckJob(const std::string& job_id) const;
