@@ -88,7 +88,10 @@ class ParameterService final : public v1::ParameterServer::Service {
   // `request` possibly coalesced first; pulls by protobuf), serve it, and put the bytes of the
   // RPC's response in `answer` (pull rows copied straight there). For in-process callers too.
   absl::Status ServePull(grpc::ByteBuffer* request, absl::Time deadline, grpc::ByteBuffer* answer);
-  absl::Status ServePush(grpc::ByteBuffer* request, grpc::ByteBuffer* answer);
+  // `job_scope` (non-empty): the job whose credential the call carries; a push for another job
+  // is PERMISSION_DENIED.
+  absl::Status ServePush(grpc::ByteBuffer* request, grpc::ByteBuffer* answer,
+                         const std::string& job_scope = "");
   absl::Status ServePushPull(grpc::ByteBuffer* request, absl::Time deadline,
                              grpc::ByteBuffer* answer);
 
@@ -97,6 +100,8 @@ class ParameterService final : public v1::ParameterServer::Service {
   absl::Mutex secret_mu_;
   std::string node_secret_ ABSL_GUARDED_BY(secret_mu_);
   absl::Time PullDeadline(const grpc::ServerContextBase* ctx) const;
+  // PERMISSION_DENIED unless `job_scope` is empty (not a job's credential) or `job_id`.
+  static absl::Status CheckScope(const std::string& job_scope, const std::string& job_id);
   // A well-formed job id of a job not dropped.
   absl::Status CheckJob(const std::string& job_id) const;
   // DoPush after the clock check, with the job's sync applies held off.

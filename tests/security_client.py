@@ -9,6 +9,8 @@ Usage: security_client.py STUBS_DIR ADDRESS JOB WORKER_ID TABLE_ID [--ca F --cer
 ADDRESS is a ps_server's for push and describe, the scheduler's for the others:
   push               a zero gradient to the first row of dense TABLE_ID as WORKER_ID of JOB
   describe           only describes the table
+  configure          ConfigureJob of JOB: every slot unowned, shard epoch 2^40
+  restore            Restore of JOB: a rollback to its initial values, shard epoch 2^40
   register_bad       Register a SERVER at --target (an address that does not parse)
   register_taken     Register a SERVER at --target (a live server's address), without its secret
   heartbeat          Heartbeat as node WORKER_ID without its node secret
@@ -46,6 +48,18 @@ def data_plane(a, channel, metadata):
                               metadata=metadata)
     if a.call == "describe":
         return f"table {a.table_id}: {desc.spec.num_rows} rows of dim {desc.spec.dim}"
+    if a.call == "configure":
+        stub.ConfigureJob(pb.ConfigureJobRequest(job_id=a.job, owned_slots=bytes(128),
+                                                 shard_epoch=2**40, worker_ids=[0]),
+                          timeout=5, metadata=metadata)
+        return f"job {a.job} configured with no slot at shard epoch 2^40"
+    if a.call == "restore":
+        from ps.v1 import checkpoint_pb2 as ck
+        order = ck.RestoreOrder(shard_epoch=2**40, checkpoint_id=0, rollback=True,
+                                slots=bytes([255] * 128), reason="hostile")
+        stub.Restore(pb.RestoreRequest(job_id=a.job, order=order), timeout=5,
+                     metadata=metadata)
+        return f"job {a.job} rolled back"
     dim = desc.spec.dim
     req = pb.PushRequest(job_id=a.job, worker_id=a.worker_id, request_id=987654321, clock=0)
     req.blocks.append(types_pb2.KeyBlock(table_id=a.table_id, keys=(0).to_bytes(8, "little"),
@@ -109,7 +123,7 @@ def main():
     p.add_argument("--count", type=int, default=1)
     p.add_argument("--nan", action="store_true")
     p.add_argument("--call", default="push",
-                   choices=["push", "describe", "register_bad", "register_taken", "heartbeat",
+                   choices=["push", "describe", "configure", "restore", "register_bad", "register_taken", "heartbeat",
                             "begin_checkpoint", "finish_checkpoint", "restore_failure", "flood"])
     a = p.parse_args()
     sys.path.insert(0, a.stubs)
@@ -117,7 +131,7 @@ def main():
     channel = channel_of(a, grpc)
     metadata = [("authorization", "Bearer " + a.token)] if a.token else None
     try:
-        if a.call in ("push", "describe"):
+        if a.call in ("push", "describe", "configure", "restore"):
             said = data_plane(a, channel, metadata)
         else:
             said = control_plane(a, channel, metadata)

@@ -16,6 +16,9 @@
 #     FinishCheckpoint marking COMPLETE what no server wrote (rows 2^64-1, NaN seconds),
 #     ReportRestoreFailure, a registration flood: each refused (INVALID_ARGUMENT,
 #     PERMISSION_DENIED, RESOURCE_EXHAUSTED), and the job still SUCCEEDS
+#   - a program of another job, with the credential a worker hands it (not the cluster token):
+#     reading, pushing to, configuring or rolling back the job's tables, or registering a
+#     node: PERMISSION_DENIED; a forged credential: UNAUTHENTICATED; the job's own: served
 #   - a job with a NaN learning rate: INVALID_ARGUMENT naming optimizer.learning_rate
 #   - ps_auth_refused_total counts the refusals by reason on the scheduler's /metrics
 # Usage: tests/security_test.sh BUILD_DIR
@@ -212,6 +215,32 @@ if [ -n "$stubs" ]; then
     "REFUSED PERMISSION_DENIED: .*ReportRestoreFailure" tenant 0 0 --call=restore_failure
   expect_refused "60 registrations at once (cap: 40 a minute)" "REFUSED RESOURCE_EXHAUSTED" \
     tenant 0 0 --call=flood --count=60
+
+  step "a program of another job (its job credential, as a worker hands it) against $job"
+  credential() {  # credential JOB: the token a worker daemon hands to JOB's programs
+    /usr/bin/python3 -c 'import hashlib, hmac, sys
+key, job = sys.argv[1].encode(), sys.argv[2]
+print("job:" + job + ":" + hmac.new(key, ("job-token\n" + job).encode(), hashlib.sha256).hexdigest())' \
+      "$(cat "$dir/cluster.token")" "$1"
+  }
+  other=job-99
+  program() { client "$@" "${mtls[@]}" --token="$(credential "$other")"; }
+  expect_refused "job-99's program reads $job's table" "REFUSED PERMISSION_DENIED: .*credential" \
+    program 0 "$table" --call=describe
+  expect_refused "job-99's program pushes to $job" "REFUSED PERMISSION_DENIED: .*credential" \
+    program 0 "$table"
+  expect_refused "job-99's program configures $job (no slots, epoch 2^40)" \
+    "REFUSED PERMISSION_DENIED: .*credential" program 0 "$table" --call=configure
+  expect_refused "job-99's program rolls $job back" "REFUSED PERMISSION_DENIED: .*credential" \
+    program 0 "$table" --call=restore
+  expect_refused "job-99's program registers a node" "REFUSED PERMISSION_DENIED: .*credential" \
+    /usr/bin/python3 "$repo/tests/security_client.py" "$stubs" "$sched" "$job" 0 0 \
+    --call=register_bad --target=127.0.0.1:1 "${mtls[@]}" --token="$(credential "$other")"
+  expect_refused "a forged job credential" "REFUSED UNAUTHENTICATED" \
+    client 0 "$table" --call=describe "${mtls[@]}" --token="job:$job:$(printf '0%.0s' {1..64})"
+  out=$(client 0 "$table" --call=describe "${mtls[@]}" --token="$(credential "$job")") ||
+    fail "$job's own credential was refused on its own table: $out"
+  echo "served as expected: $job's credential on its own table: $out"
 fi
 
 step "the job is unaffected"

@@ -15,6 +15,7 @@
 #include "common/grpc_status.h"
 #include "common/printable.h"
 #include "common/scheduler_link.h"
+#include "common/security.h"
 #include "common/status_macros.h"
 #include "ps/v1/agent.grpc.pb.h"
 #include "worker/daemon/data_leaser.h"
@@ -339,6 +340,10 @@ absl::Status WorkerDaemon::RunProgramJob(const v1::WorkerAssignment& a) {
   po.env.insert(p.env().begin(), p.env().end());
   po.env["PS_AGENT"] = "unix:" + socket;
   po.env["PS_JOB_ID"] = a.job_id();
+  // The program's credential reaches its own job's calls to the servers only.
+  if (const std::string token = ProcessSecurity()->token(); !token.empty()) {
+    po.env["PS_CLUSTER_TOKEN"] = JobToken(token, a.job_id());
+  }
   po.env["PS_WORKER_ID"] = absl::StrCat(a.worker_id());
   po.env["PS_RANK"] = absl::StrCat(a.rank());
   po.env["PS_NUM_WORKERS"] = absl::StrCat(a.worker_ids_size());
