@@ -123,6 +123,12 @@ absl::StatusOr<std::shared_ptr<const Security>> SetUpDaemon(const char* argv0) {
   if (!security.ok()) return security.status();
   SetProcessSecurity(*security);
   LOG(INFO) << "version " << VersionString() << "; transport: " << (*security)->Describe();
+  if ((*security)->token().empty()) {
+    LOG(WARNING) << "no cluster token (--cluster_token_file, $PS_CLUSTER_TOKEN): this cluster is "
+                    "open: anyone who reaches its ports may register nodes and read, write or "
+                    "restore any job (fine for development on one machine; see "
+                    "docs/operations.md, Security)";
+  }
   return security;
 }
 

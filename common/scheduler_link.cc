@@ -44,6 +44,16 @@ uint64_t SchedulerLink::node_id() const {
   return node_id_;
 }
 
+NodeIdentity SchedulerLink::identity() const {
+  absl::MutexLock l(&mu_);
+  return NodeIdentity{node_id_, node_secret_};
+}
+
+std::string SchedulerLink::node_secret() const {
+  absl::MutexLock l(&mu_);
+  return node_secret_;
+}
+
 absl::Status SchedulerLink::Register() {
   v1::RegisterRequest req;
   req.set_role(options_.role);
@@ -52,6 +62,7 @@ absl::Status SchedulerLink::Register() {
   req.set_pid(options_.pid);
   req.set_metrics_address(options_.metrics_address);
   req.set_version(VersionString());
+  req.set_node_secret(node_secret());  // registering again: proves it is the same daemon
   v1::RegisterResponse resp;
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
@@ -60,6 +71,7 @@ absl::Status SchedulerLink::Register() {
   if (options_.on_registered) options_.on_registered(resp);
   absl::MutexLock l(&mu_);
   node_id_ = resp.node_id();
+  node_secret_ = resp.node_secret();
   if (resp.heartbeat_interval_ms() > 0)
     interval_ = absl::Milliseconds(resp.heartbeat_interval_ms());
   LOG(INFO) << "registered with scheduler " << options_.scheduler << " as node " << node_id_;
@@ -90,6 +102,7 @@ void SchedulerLink::Loop() {
     v1::HeartbeatRequest req;
     if (fill_) fill_(&req);
     req.set_node_id(node_id());
+    req.set_node_secret(node_secret());
     v1::HeartbeatResponse resp;
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));

@@ -17,6 +17,13 @@
 
 namespace ps {
 
+// A node as the scheduler registered it: calls made on its behalf carry both (node_id 0: not
+// registered yet).
+struct NodeIdentity {
+  uint64_t node_id = 0;
+  std::string secret;
+};
+
 struct SchedulerLinkOptions {
   std::string scheduler;  // host:port
   v1::NodeRole role = v1::ROLE_UNSPECIFIED;
@@ -41,7 +48,7 @@ std::string AdvertisedAddress(const std::string& listen, int port, const std::st
 // plane never waits on it: a scheduler that is down only delays orders. Thread-safe.
 class SchedulerLink {
  public:
-  // Fills the request (node_id is set by the link) before each heartbeat.
+  // Fills the request (node_id and node_secret are set by the link) before each heartbeat.
   using FillFn = std::function<void(v1::HeartbeatRequest*)>;
   // Sees every heartbeat answer. `reregistered` is true for the first answer after the node had
   // to register again (the scheduler declared it dead: whatever it was doing is void).
@@ -52,6 +59,10 @@ class SchedulerLink {
 
   void Start();
   uint64_t node_id() const;
+  // The secret the scheduler gave this node at its last registration (empty before the first):
+  // heartbeats carry it, and calls made on this node's behalf may.
+  std::string node_secret() const;
+  NodeIdentity identity() const;
 
  private:
   void Loop();
@@ -65,6 +76,7 @@ class SchedulerLink {
   std::thread thread_;
   mutable absl::Mutex mu_;
   uint64_t node_id_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string node_secret_ ABSL_GUARDED_BY(mu_);
   absl::Duration interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
 };
 

@@ -20,12 +20,24 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/node_identity.h"
+#include "common/printable.h"
 
 namespace ps {
 namespace {
 
 constexpr char kAuthHeader[] = "authorization";
 constexpr char kBearer[] = "Bearer ";
+constexpr char kJobTokenPrefix[] = "job:";
+
+// The token a call carries ("" if none).
+std::string TokenOf(const grpc::ServerContextBase& context) {
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find(kAuthHeader);
+  if (it == metadata.end()) return "";
+  const std::string value(it->second.data(), it->second.size());
+  return absl::StartsWith(value, kBearer) ? value.substr(sizeof(kBearer) - 1) : "";
+}
 // Tokens and PEM files are small; anything larger is a wrong path.
 constexpr std::streamsize kMaxFileBytes = 1 << 20;
 
@@ -242,10 +254,52 @@ void Authorizer::Count(const char* reason) const {
   if (refused_ != nullptr) refused_->Add({{"reason", reason}}).Increment();
 }
 
+std::string JobToken(const std::string& cluster_token, const std::string& job_id) {
+  return absl::StrCat(kJobTokenPrefix, job_id, ":",
+                      HmacSha256Hex(cluster_token, absl::StrCat("job-token\n", job_id)));
+}
+
+std::string Authorizer::JobOf(const std::string& token) const {
+  constexpr size_t kPrefix = sizeof(kJobTokenPrefix) - 1;
+  if (cluster_token_.empty() || !absl::StartsWith(token, kJobTokenPrefix)) return "";
+  const size_t colon = token.rfind(':');
+  if (colon == std::string::npos || colon <= kPrefix) return "";
+  const std::string job = token.substr(kPrefix, colon - kPrefix);
+  return ConstantTimeEquals(token, JobToken(cluster_token_, job)) ? job : "";
+}
+
+std::string Authorizer::JobScope(const grpc::ServerContextBase& context) const {
+  if (!enabled()) return "";
+  return JobOf(TokenOf(context));
+}
+
+grpc::Status Authorizer::CheckJob(const grpc::ServerContextBase& context,
+                                  const std::string& job_id) const {
+  const std::string scope = JobScope(context);
+  if (scope.empty() || scope == job_id) return grpc::Status::OK;
+  Count("other_job");
+  return grpc::Status(
+      grpc::StatusCode::PERMISSION_DENIED,
+      absl::StrCat("the call carries job ", scope, "'s credential; it cannot act on job '",
+                   Printable(job_id, 64), "'"));
+}
+
+bool Authorizer::IsAdmin(const grpc::ServerContextBase& context) const {
+  if (!enabled()) return true;
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find(kAuthHeader);
+  if (it == metadata.end()) return admin_token_.empty() && cluster_token_.empty();
+  const std::string value(it->second.data(), it->second.size());
+  std::string token;
+  if (absl::StartsWith(value, kBearer)) token = value.substr(sizeof(kBearer) - 1);
+  if (!admin_token_.empty()) return ConstantTimeEquals(token, admin_token_);
+  return ConstantTimeEquals(token, cluster_token_);
+}
+
 grpc::Status Authorizer::Check(const grpc::ServerContextBase& context, Access access) const {
   if (!enabled()) return grpc::Status::OK;
-  // With only an admin token configured, node calls need none.
-  if (access == Access::kNode && cluster_token_.empty()) return grpc::Status::OK;
+  // With only an admin token configured, node (and job) calls need none.
+  if (access != Access::kAdmin && cluster_token_.empty()) return grpc::Status::OK;
   const auto& metadata = context.client_metadata();
   auto it = metadata.find(kAuthHeader);
   if (it == metadata.end()) {
@@ -270,6 +324,13 @@ grpc::Status Authorizer::Check(const grpc::ServerContextBase& context, Access ac
     }
   } else if (is_admin || is_cluster) {
     return grpc::Status::OK;
+  }
+  if (!JobOf(token).empty()) {
+    if (access == Access::kJob) return grpc::Status::OK;
+    Count("job_token");
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                        "a job's credential (what a worker hands to a job's programs) reaches that "
+                        "job's calls to the servers only; this call needs the cluster token");
   }
   Count("wrong_token");
   return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "the call's token is not this cluster's");

@@ -4,7 +4,8 @@
 // A process has one Security, set once at start (daemons: from their flags; psctl: from its
 // flags). A process that sets none (a user's program, the Python package, tests) takes it from
 // the environment on first use: PS_TLS_CA, PS_TLS_CERT, PS_TLS_KEY (file paths) and
-// PS_CLUSTER_TOKEN. The worker daemon exports its own to the programs it starts.
+// PS_CLUSTER_TOKEN. The worker daemon exports its TLS files to the programs it starts, and in
+// PS_CLUSTER_TOKEN their job's credential (JobToken), not the cluster token.
 //
 // Certificates and tokens are read once: rotating them takes a restart.
 #ifndef PS_COMMON_SECURITY_H_
@@ -88,8 +89,16 @@ absl::StatusOr<std::string> TokenFromFileOrEnv(const std::string& file, const ch
 // What a call needs.
 enum class Access {
   kNode,   // the cluster's own traffic and read-only views: the cluster or the admin token
+  kJob,    // a job's calls to the servers: those, or that job's credential (JobToken); the
+           // handler checks the job with Authorizer::CheckJob
   kAdmin,  // changing the cluster's jobs (submit, cancel, checkpoint, restore, drain)
 };
+
+// A job's credential: what a worker daemon hands to the programs of job `job_id` in place of
+// the cluster token ("job:<job_id>:<HMAC-SHA256 of the job id under the cluster token>"). Every
+// daemon holding the cluster token can mint and check it; it reaches only that job's calls to
+// the servers (Access::kJob), never the scheduler or another job.
+std::string JobToken(const std::string& cluster_token, const std::string& job_id);
 
 // Checks the token a call presents. Thread-safe. With no tokens configured every call passes.
 class Authorizer {
@@ -101,17 +110,39 @@ class Authorizer {
              prometheus::Registry* registry = nullptr);
 
   // OK, or UNAUTHENTICATED (no token, wrong token) or PERMISSION_DENIED (the cluster token on
-  // an admin call). Compares in constant time.
+  // an admin call, a job's credential on a call that is not Access::kJob). Compares in
+  // constant time.
   grpc::Status Check(const grpc::ServerContextBase& context, Access access) const;
+  // After Check(context, Access::kJob): PERMISSION_DENIED if the call carries another job's
+  // credential than `job_id`'s; OK for the cluster and admin tokens.
+  grpc::Status CheckJob(const grpc::ServerContextBase& context, const std::string& job_id) const;
+  // The job whose credential the call carries ("" for any other token, or none).
+  std::string JobScope(const grpc::ServerContextBase& context) const;
 
   bool enabled() const { return !cluster_token_.empty() || !admin_token_.empty(); }
+  // Whether the call would pass Check(context, Access::kAdmin), without counting a refusal:
+  // true in a cluster without tokens, and for the cluster token where no admin token is set.
+  bool IsAdmin(const grpc::ServerContextBase& context) const;
 
  private:
   void Count(const char* reason) const;
+  // The job `token` is a valid credential of ("" if it is none).
+  std::string JobOf(const std::string& token) const;
   const std::string cluster_token_;
   const std::string admin_token_;
   prometheus::Family<prometheus::Counter>* refused_ = nullptr;
 };
+
+// Returns from the enclosing handler unless the call may act on job `job_id` (Access::kJob).
+#define PS_AUTHORIZE_JOB(authorizer, context, job_id)                                             \
+  do {                                                                                            \
+    PS_AUTHORIZE(authorizer, context, ::ps::Access::kJob);                                        \
+    if ((authorizer) != nullptr) {                                                                \
+      if (::grpc::Status _ps_job = (authorizer)->CheckJob(*(context), (job_id)); !_ps_job.ok()) { \
+        return _ps_job;                                                                           \
+      }                                                                                           \
+    }                                                                                             \
+  } while (0)
 
 // Returns `status` from the enclosing handler if the call is not allowed.
 #define PS_AUTHORIZE(authorizer, context, access)                                                \

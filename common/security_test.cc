@@ -8,6 +8,7 @@
 #include <fstream>
 #include <string>
 
+#include "common/node_identity.h"
 #include "gtest/gtest.h"
 
 namespace ps {
@@ -73,6 +74,14 @@ TEST(SecurityLoadTest, RefusesHalfAPairMissingFilesAndNonPem) {
   s = Security::Load(not_pem);
   EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.status().message().find("not a PEM file"), std::string::npos) << s.status();
+}
+
+// What a worker daemon hands a job's programs; tests/security_test.sh mints the same in Python.
+TEST(JobTokenTest, IsTheJobIdAndAnHmacOfItUnderTheClusterToken) {
+  const std::string token = JobToken("cluster-token", "job-3");
+  EXPECT_EQ(token, "job:job-3:" + HmacSha256Hex("cluster-token", "job-token\njob-3"));
+  EXPECT_NE(token, JobToken("cluster-token", "job-4"));
+  EXPECT_NE(token, JobToken("another-cluster", "job-3"));
 }
 
 }  // namespace

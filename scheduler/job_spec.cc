@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/optimizer_spec.h"
 #include "common/printable.h"
 #include "common/status_macros.h"
 #include "common/table_features.h"
@@ -194,6 +195,9 @@ absl::Status CheckTables(v1::JobSpec* spec) {
       return Invalid(
           absl::StrCat(which, ": optimizer.kind = ", t.optimizer().kind(), " is not an optimizer"));
     }
+    if (absl::Status s = ValidateOptimizerSpec(t.optimizer()); !s.ok()) {
+      return Invalid(absl::StrCat(which, ": ", s.message()));
+    }
     if (absl::Status s = ValidateTableFeatures(t); !s.ok()) {
       return Invalid(absl::StrCat(which, ": ", s.message()));
     }
@@ -274,6 +278,7 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec, const JobLimits& limits) {
     return Invalid(
         absl::StrCat("optimizer.kind = ", spec->optimizer().kind(), " is not an optimizer"));
   }
+  if (spec->has_optimizer()) PS_RETURN_IF_ERROR(ValidateOptimizerSpec(spec->optimizer()));
   const v1::ConsistencySpec& consistency = spec->consistency();
   if (!v1::ConsistencySpec::Mode_IsValid(consistency.mode())) {
     return Invalid(absl::StrCat("consistency.mode = ", consistency.mode(), " is not a mode"));

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -375,6 +376,47 @@ TEST_F(JobSpecTest, RejectsBadCodecsByName) {
   spec.mutable_tables(1)->mutable_pull_codec()->set_codec(v1::CODEC_FP16);
   spec.mutable_tables(0)->mutable_push_codec()->set_codec(v1::CODEC_BF16);
   EXPECT_TRUE(NormalizeJobSpec(&spec, limits_).ok());
+}
+
+// NaN, infinite and negative optimizer values are refused at submit, naming the field, as the
+// servers refuse them at CreateTable (common/optimizer_spec.h), for a zoo model's optimizer and
+// for each table of a program job.
+TEST_F(JobSpecTest, RejectsNonFiniteAndNegativeOptimizerValuesByName) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  for (float bad : {nan, inf, -inf, -0.5f, 0.0f}) {
+    ExpectRejected([bad](v1::JobSpec* s) { s->mutable_optimizer()->set_learning_rate(bad); },
+                   "optimizer.learning_rate", Mlp());
+    ExpectRejected(
+        [bad](v1::JobSpec* s) {
+          s->mutable_tables(0)->mutable_optimizer()->set_learning_rate(bad);
+        },
+        "tables[0] (\"emb\"): optimizer.learning_rate", Program());
+  }
+  ExpectRejected([nan](v1::JobSpec* s) { s->mutable_optimizer()->set_weight_decay(nan); },
+                 "optimizer.weight_decay", Mlp());
+  ExpectRejected([](v1::JobSpec* s) { s->mutable_optimizer()->set_weight_decay(-1); },
+                 "optimizer.weight_decay", Mlp());
+  ExpectRejected(
+      [nan](v1::JobSpec* s) {
+        s->mutable_optimizer()->set_kind(v1::OptimizerSpec::MOMENTUM);
+        s->mutable_optimizer()->set_momentum(nan);
+      },
+      "optimizer.momentum", Mlp());
+  ExpectRejected([](v1::JobSpec* s) { s->mutable_tables(1)->mutable_optimizer()->set_beta2(1.5f); },
+                 "tables[1] (\"w\"): optimizer.beta2", Program());
+  ExpectRejected(
+      [inf](v1::JobSpec* s) { s->mutable_tables(1)->mutable_optimizer()->set_epsilon(inf); },
+      "optimizer.epsilon", Program());
+  ExpectRejected(
+      [](v1::JobSpec* s) {
+        s->mutable_tables(0)->mutable_optimizer()->set_kind(v1::OptimizerSpec::FTRL);
+        s->mutable_tables(0)->mutable_optimizer()->set_l1(-1);
+      },
+      "optimizer.l1", Program());
+  v1::JobSpec fine = Mlp();
+  fine.mutable_optimizer()->set_learning_rate(0.5f);
+  EXPECT_TRUE(NormalizeJobSpec(&fine, limits_).ok());
 }
 
 TEST_F(JobSpecTest, ProgramJobOverTheModelCapIsResourceExhausted) {

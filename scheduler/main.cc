@@ -57,6 +57,12 @@ ABSL_FLAG(int, max_nodes, 4096,
           "most nodes the scheduler keeps, alive and dead; a node registering at the cap makes "
           "room by forgetting the oldest dead nodes that no pending or running job names, and is "
           "refused with RESOURCE_EXHAUSTED when every node is alive (or in use)");
+ABSL_FLAG(absl::Duration, forget_dead_nodes_after, absl::Hours(1),
+          "a node dead for longer is forgotten (psctl nodes no longer lists it) unless a pending "
+          "or running job names it; 0: keep dead nodes until --max_nodes needs room");
+ABSL_FLAG(int, max_registrations_per_minute, 600,
+          "registrations accepted in any minute; more are refused with RESOURCE_EXHAUSTED (the "
+          "daemons retry every second)");
 ABSL_FLAG(int, max_pending_jobs, 1024,
           "most jobs waiting to start; a submit (or psctl restore of an ended job) beyond it is "
           "refused with RESOURCE_EXHAUSTED");
@@ -110,6 +116,8 @@ int main(int argc, char** argv) {
   options.max_model_bytes = absl::GetFlag(FLAGS_max_model_bytes);
   options.max_nodes = absl::GetFlag(FLAGS_max_nodes);
   options.max_pending_jobs = absl::GetFlag(FLAGS_max_pending_jobs);
+  options.forget_dead_nodes_after = absl::GetFlag(FLAGS_forget_dead_nodes_after);
+  options.max_registrations_per_minute = absl::GetFlag(FLAGS_max_registrations_per_minute);
   options.suspect_own_partition = absl::GetFlag(FLAGS_suspect_own_partition);
 
   // /metrics first: the scheduler reports its address (ListNodes) and exports from the start.

@@ -14,7 +14,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "common/job_tables.h"
+#include "common/node_identity.h"
 #include "common/printable.h"
+#include "common/security.h"
 #include "common/shard_map.h"
 #include "common/status_macros.h"
 #include "scheduler/data_ledger.h"
@@ -246,22 +248,14 @@ void Scheduler::SetReason(Job* job, const std::string& reason, Changes* changes)
 }
 
 absl::StatusOr<v1::RegisterResponse> Scheduler::Register(const v1::RegisterRequest& req) {
-  if (req.role() != v1::SERVER && req.role() != v1::WORKER) {
-    return absl::InvalidArgumentError("role must be SERVER or WORKER");
-  }
-  if (req.role() == v1::SERVER && req.address().empty()) {
-    return absl::InvalidArgumentError("a server must give its address (host:port)");
-  }
-  // Stored, listed (psctl nodes), logged and given to workers: bounded printable ASCII.
-  PS_RETURN_IF_ERROR(CheckClientText("address", req.address(), kMaxAddressBytes, true));
-  PS_RETURN_IF_ERROR(CheckClientText("hostname", req.hostname(), kMaxNameBytes, true));
-  PS_RETURN_IF_ERROR(
-      CheckClientText("metrics_address", req.metrics_address(), kMaxAddressBytes, true));
-  PS_RETURN_IF_ERROR(CheckClientText("version", req.version(), kMaxNameBytes, true));
+  PS_RETURN_IF_ERROR(CheckRegisterRequest(req));
   absl::MutexLock lock(&mu_);
   const absl::Time now = clock_();
-  last_heard_ = now;
   Changes changes;
+  PS_RETURN_IF_ERROR(CheckRegistrationRate(now));
+  absl::StatusOr<std::vector<uint64_t>> replaced = ServersToReplace(req, now);
+  if (!replaced.ok()) return replaced.status();
+  last_heard_ = now;
   PS_RETURN_IF_ERROR(MakeRoomForNode(req, &changes));
   changes.sync = true;
   changes.counters = true;
@@ -277,16 +271,11 @@ absl::StatusOr<v1::RegisterResponse> Scheduler::Register(const v1::RegisterReque
   node.set_version(req.version());
   node.set_last_heartbeat_unix_ms(ToMs(now));
   node.set_registered_unix_ms(ToMs(now));
+  node.set_node_secret(NewSecret());
   changes.nodes.insert(id);
-  if (req.role() == v1::SERVER) {
-    // Only one process can listen on an address: an alive server there is gone (restarted).
-    // The new one is registered first, so that it can take the old one's slots as a spare.
-    for (auto& [other_id, other] : nodes_) {
-      if (other_id != id && other.role() == v1::SERVER && other.state() == v1::ALIVE &&
-          other.address() == req.address()) {
-        MarkDead(&other, "a new server registered at its address", now, &changes);
-      }
-    }
+  // The new server is registered first, so that it can take the old one's slots as a spare.
+  for (uint64_t old : *replaced) {
+    MarkDead(&nodes_.at(old), "a new server registered at its address", now, &changes);
   }
   LOG(INFO) << "node " << id << " registered: " << RoleName(req.role()) << " "
             << (req.address().empty() ? "" : req.address() + " ") << "on " << req.hostname()
@@ -298,6 +287,7 @@ absl::StatusOr<v1::RegisterResponse> Scheduler::Register(const v1::RegisterReque
   resp.set_heartbeat_interval_ms(absl::ToInt64Milliseconds(options_.heartbeat_interval));
   resp.set_checkpoint_root(checkpoint_root_);
   resp.set_heartbeat_timeout_ms(absl::ToInt64Milliseconds(options_.heartbeat_timeout));
+  resp.set_node_secret(node.node_secret());
   return resp;
 }
 
@@ -309,8 +299,16 @@ absl::StatusOr<v1::HeartbeatResponse> Scheduler::Heartbeat(const v1::HeartbeatRe
     resp.set_reregister(true);
     return resp;
   }
-  const absl::Time now = clock_();
   v1::NodeInfo& node = it->second;
+  // Only the daemon that registered as this node may speak for it (nodes registered before
+  // secrets existed have none).
+  if (!node.node_secret().empty() && !ConstantTimeEquals(req.node_secret(), node.node_secret())) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("heartbeat for node ", req.node_id(),
+                     ": node_secret does not match (only the daemon that registered as that node "
+                     "may heartbeat for it)"));
+  }
+  const absl::Time now = clock_();
   Changes changes;
   last_heard_ = now;
   if (cut_off_) {
@@ -585,7 +583,10 @@ std::vector<v1::NodeInfo> Scheduler::ListNodes() const {
   absl::ReaderMutexLock lock(&mu_);
   std::vector<v1::NodeInfo> nodes;
   nodes.reserve(nodes_.size());
-  for (const auto& [id, node] : nodes_) nodes.push_back(node);
+  for (const auto& [id, node] : nodes_) {
+    nodes.push_back(node);
+    nodes.back().clear_node_secret();  // the scheduler's own
+  }
   return nodes;
 }
 
@@ -628,6 +629,7 @@ absl::Status Scheduler::Tick() {
   }
   for (v1::NodeInfo* node : dead) node->set_state(v1::DEAD);
   for (v1::NodeInfo* node : dead) MarkDead(node, why, now, &changes);
+  ForgetDeadNodes(now, &changes);
   Schedule(now, &changes);
   return Commit(&changes);
 }

@@ -36,6 +36,31 @@ namespace ps {
 // Scheduling: PENDING jobs are considered in submit order, each started as soon as enough idle
 // workers and servers are alive (a job that cannot start does not hold back later, smaller
 // ones). Before that, RUNNING jobs short of workers take idle workers as replacements.
+// INVALID_ARGUMENT naming the field: a role other than SERVER or WORKER, a server without an
+// address, an address or metrics address that is not host:port, text that is not printable.
+absl::Status CheckRegisterRequest(const v1::RegisterRequest& req);
+
+// Who makes a call about a job (checkpoints, restore failures, checkpoint requests, data
+// leases): an admin (psctl with the admin token; in a cluster without tokens, anyone), or a
+// worker daemon that proves itself with the node secret its registration answered.
+struct JobCaller {
+  bool admin = false;
+  uint64_t node_id = 0;
+  std::string node_secret;
+
+  static JobCaller Admin() {
+    JobCaller caller;
+    caller.admin = true;
+    return caller;
+  }
+  static JobCaller Node(uint64_t node_id, std::string node_secret) {
+    JobCaller caller;
+    caller.node_id = node_id;
+    caller.node_secret = std::move(node_secret);
+    return caller;
+  }
+};
+
 class Scheduler {
  public:
   using Clock = std::function<absl::Time()>;
@@ -69,9 +94,11 @@ class Scheduler {
   // rank 0 for a checkpoint at its next step; RestoreJob rolls a running job back to a complete
   // checkpoint (0: the latest), or submits an ended one again from it (the answer is then the
   // new job).
-  // `node_id` (0: psctl) must be a worker of the job when given.
-  absl::StatusOr<v1::RequestCheckpointResponse> RequestCheckpoint(const std::string& job_id,
-                                                                  uint64_t node_id = 0);
+  // `caller`: an admin, or a live worker of the job (PERMISSION_DENIED otherwise). The calls
+  // below that take a JobCaller check it the same way; in-process callers and tests pass none
+  // (admin).
+  absl::StatusOr<v1::RequestCheckpointResponse> RequestCheckpoint(
+      const std::string& job_id, const JobCaller& caller = JobCaller::Admin());
   absl::StatusOr<std::vector<v1::CheckpointInfo>> ListCheckpoints(const std::string& job_id) const;
   // psctl drain: the server `node_id` gets no new job; each running job that uses it is asked
   // for a checkpoint, and once that is complete the server's slots move to a spare or the
@@ -82,16 +109,24 @@ class Scheduler {
   // Workers: a new WRITING checkpoint (FAILED_PRECONDITION for an old shard map; one still
   // WRITING is marked FAILED: its report was lost), and its end (COMPLETE once every server
   // confirmed; then pruning).
-  absl::StatusOr<v1::CheckpointInfo> BeginCheckpoint(const v1::BeginCheckpointRequest& req);
-  absl::StatusOr<v1::CheckpointInfo> FinishCheckpoint(const v1::FinishCheckpointRequest& req);
+  // A checkpoint is COMPLETE only with every shard's receipt from the server that wrote it
+  // (CheckpointShard.receipt, keyed with that server's node secret): PERMISSION_DENIED for a
+  // missing or wrong one (the checkpoint stays WRITING), INVALID_ARGUMENT for a NaN, negative
+  // or absurd write_seconds.
+  absl::StatusOr<v1::CheckpointInfo> BeginCheckpoint(const v1::BeginCheckpointRequest& req,
+                                                     const JobCaller& caller = JobCaller::Admin());
+  absl::StatusOr<v1::CheckpointInfo> FinishCheckpoint(const v1::FinishCheckpointRequest& req,
+                                                      const JobCaller& caller = JobCaller::Admin());
   // A restore order could not be carried out: a corrupt or missing checkpoint is marked CORRUPT
   // and the job falls back to the previous complete one (or its initial values), under a new
   // shard epoch; an incompatible checkpoint fails the job.
-  absl::StatusOr<v1::JobInfo> ReportRestoreFailure(const v1::ReportRestoreFailureRequest& req);
+  absl::StatusOr<v1::JobInfo> ReportRestoreFailure(const v1::ReportRestoreFailureRequest& req,
+                                                   const JobCaller& caller = JobCaller::Admin());
   // Dynamic data assignment (scheduler_data.cc): records the ranges a worker of a DYNAMIC job
   // finished and hands it the next one. The first call cuts the job's data (its shape is the
   // worker's; later calls must agree). FAILED_PRECONDITION when the caller is not a live worker
   // of the running job.
+  // `req.node_secret` must be node_id's when that node has one.
   absl::StatusOr<v1::LeaseDataResponse> LeaseData(const v1::LeaseDataRequest& req);
 
  private:
@@ -215,6 +250,31 @@ class Scheduler {
   // replaces an alive one at its address is let in).
   absl::Status MakeRoomForNode(const v1::RegisterRequest& req, Changes* changes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // OK for an admin, or a live worker of `job` showing its node secret; PERMISSION_DENIED
+  // naming `what` otherwise.
+  absl::Status CheckWorkerOf(const Job& job, const JobCaller& caller, absl::string_view what) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // OK if `node_id` is unknown or has no secret, or `secret` is its; PERMISSION_DENIED otherwise.
+  absl::Status CheckNodeSecret(uint64_t node_id, const std::string& secret) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Each shard of `req` carries the receipt of the server that wrote it; PERMISSION_DENIED
+  // naming the first that does not.
+  absl::Status CheckReceipts(const v1::CheckpointInfo& checkpoint,
+                             const v1::FinishCheckpointRequest& req) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // The nodes a pending or running job names.
+  std::set<uint64_t> NodesInUse() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // RESOURCE_EXHAUSTED past options_.max_registrations_per_minute; else counts this one.
+  absl::Status CheckRegistrationRate(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A server registering at the address of alive ones: those it replaces (to be marked dead)
+  // if the caller shows their node secret or they have been silent for the heartbeat timeout
+  // (or have no secret: registered before secrets existed); PERMISSION_DENIED otherwise.
+  absl::StatusOr<std::vector<uint64_t>> ServersToReplace(const v1::RegisterRequest& req,
+                                                         absl::Time now) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Forgets the nodes dead for longer than options_.forget_dead_nodes_after that no pending or
+  // running job names.
+  void ForgetDeadNodes(absl::Time now, Changes* changes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // RESOURCE_EXHAUSTED if options_.max_pending_jobs jobs are PENDING already.
   absl::Status CheckPendingRoom() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
@@ -243,6 +303,8 @@ class Scheduler {
   std::map<uint64_t, v1::NodeInfo> nodes_ ABSL_GUARDED_BY(mu_);  // by node id
   std::map<uint64_t, Job> jobs_ ABSL_GUARDED_BY(mu_);            // by job number: submit order
   uint64_t next_node_id_ ABSL_GUARDED_BY(mu_) = 1;
+  // When each registration of the last minute was accepted (oldest first). In memory only.
+  std::deque<absl::Time> registrations_ ABSL_GUARDED_BY(mu_);
   // The last heartbeat from any node, and whether the scheduler thinks itself cut off (every
   // live node silent at once; see Tick).
   absl::Time last_heard_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();

@@ -9,7 +9,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "common/node_identity.h"
 #include "common/printable.h"
+#include "common/security.h"
 #include "common/shard_map.h"
 #include "common/status_macros.h"
 #include "scheduler/data_ledger.h"
@@ -19,6 +21,9 @@ namespace ps {
 namespace {
 
 int64_t ToMs(absl::Time t) { return absl::ToUnixMillis(t); }
+
+// A FinishCheckpoint's write_seconds beyond this (11.6 days) is not a measurement.
+constexpr double kMaxWriteSeconds = 1e6;
 
 std::string StateName(v1::CheckpointState state) {
   return absl::AsciiStrToLower(absl::StripPrefix(v1::CheckpointState_Name(state), "CHECKPOINT_"));
@@ -115,17 +120,12 @@ absl::StatusOr<const v1::CheckpointInfo*> Scheduler::FindComplete(const Job& job
 }
 
 absl::StatusOr<v1::RequestCheckpointResponse> Scheduler::RequestCheckpoint(
-    const std::string& job_id, uint64_t node_id) {
+    const std::string& job_id, const JobCaller& caller) {
   PS_RETURN_IF_ERROR(CheckJobId(job_id));
   absl::MutexLock lock(&mu_);
   Job* job = FindJob(job_id);
   if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
-  if (node_id != 0 &&
-      absl::c_find(job->info.worker_nodes(), node_id) == job->info.worker_nodes().end()) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("node ", node_id, " is not a worker of job ", job_id,
-                     ": a node may ask for checkpoints of its own job only"));
-  }
+  PS_RETURN_IF_ERROR(CheckWorkerOf(*job, caller, "a checkpoint request"));
   if (job->info.state() != v1::RUNNING) {
     return absl::FailedPreconditionError(absl::StrCat(
         "job ", job_id, " is ", absl::AsciiStrToLower(v1::JobState_Name(job->info.state())),
@@ -346,12 +346,13 @@ void Scheduler::FailWritingCheckpoints(Job* job, const std::string& why, absl::T
   }
 }
 
-absl::StatusOr<v1::CheckpointInfo> Scheduler::BeginCheckpoint(
-    const v1::BeginCheckpointRequest& req) {
+absl::StatusOr<v1::CheckpointInfo> Scheduler::BeginCheckpoint(const v1::BeginCheckpointRequest& req,
+                                                              const JobCaller& caller) {
   PS_RETURN_IF_ERROR(CheckJobId(req.job_id()));
   absl::MutexLock lock(&mu_);
   Job* job = FindJob(req.job_id());
   if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", req.job_id(), "'"));
+  PS_RETURN_IF_ERROR(CheckWorkerOf(*job, caller, "BeginCheckpoint"));
   v1::JobInfo& info = job->info;
   if (info.state() != v1::RUNNING) {
     return absl::FailedPreconditionError(absl::StrCat("job ", req.job_id(), " is not running"));
@@ -392,6 +393,7 @@ absl::StatusOr<v1::CheckpointInfo> Scheduler::BeginCheckpoint(
     v1::CheckpointShard& shard = *checkpoint.add_shards();
     shard.set_server_index(k);
     shard.set_address(info.server_addresses(k));
+    if (k < info.server_nodes_size()) shard.set_node_id(info.server_nodes(k));
     shard.set_path((dir / absl::StrCat("shard-", k)).string());
     std::vector<bool> slots(kNumSlots);
     for (uint32_t s = 0; s < kNumSlots; ++s) slots[s] = owners[s] == k;
@@ -405,11 +407,16 @@ absl::StatusOr<v1::CheckpointInfo> Scheduler::BeginCheckpoint(
 }
 
 absl::StatusOr<v1::CheckpointInfo> Scheduler::FinishCheckpoint(
-    const v1::FinishCheckpointRequest& req) {
+    const v1::FinishCheckpointRequest& req, const JobCaller& caller) {
   PS_RETURN_IF_ERROR(CheckJobId(req.job_id()));
+  if (!(req.write_seconds() >= 0 && req.write_seconds() <= kMaxWriteSeconds)) {
+    return absl::InvalidArgumentError(absl::StrCat("write_seconds = ", req.write_seconds(),
+                                                   " must be in [0, ", kMaxWriteSeconds, "]"));
+  }
   absl::MutexLock lock(&mu_);
   Job* job = FindJob(req.job_id());
   if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", req.job_id(), "'"));
+  PS_RETURN_IF_ERROR(CheckWorkerOf(*job, caller, "FinishCheckpoint"));
   auto it = job->checkpoints.find(req.checkpoint_id());
   if (it == job->checkpoints.end()) {
     return absl::NotFoundError(
@@ -436,6 +443,8 @@ absl::StatusOr<v1::CheckpointInfo> Scheduler::FinishCheckpoint(
                 : absl::StrCat("the report names ", req.shards_size(), " servers; it was taken on ",
                                checkpoint.shards_size());
   }
+  // Rows and bytes are the servers' word, not the caller's.
+  if (error.empty()) PS_RETURN_IF_ERROR(CheckReceipts(checkpoint, req));
   if (!error.empty()) {
     checkpoint.set_state(v1::CHECKPOINT_FAILED);
     checkpoint.set_error(error);
@@ -526,7 +535,8 @@ absl::StatusOr<v1::NodeInfo> Scheduler::DrainNode(uint64_t node_id) {
                           "); once it is complete its slots move to other servers"),
              now, &changes);
   }
-  const v1::NodeInfo result = node;
+  v1::NodeInfo result = node;
+  result.clear_node_secret();  // the scheduler's own
   PS_RETURN_IF_ERROR(Commit(&changes));
   return result;
 }
@@ -602,11 +612,12 @@ void Scheduler::PruneCheckpoints(Job* job, absl::Time now, Changes* changes) {
 }
 
 absl::StatusOr<v1::JobInfo> Scheduler::ReportRestoreFailure(
-    const v1::ReportRestoreFailureRequest& req) {
+    const v1::ReportRestoreFailureRequest& req, const JobCaller& caller) {
   PS_RETURN_IF_ERROR(CheckJobId(req.job_id()));
   absl::MutexLock lock(&mu_);
   Job* job = FindJob(req.job_id());
   if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", req.job_id(), "'"));
+  PS_RETURN_IF_ERROR(CheckWorkerOf(*job, caller, "ReportRestoreFailure"));
   v1::JobInfo& info = job->info;
   const v1::RestoreOrder order = info.restore();
   // Only the first report of a failed order acts: it moves the job to a new epoch.

@@ -48,6 +48,7 @@ class SchedulerCheckpointsTest : public SchedulerFixture {
       v1::CheckpointShard* shard = finish.add_shards();
       shard->set_rows(1);
       shard->set_bytes(100);
+      shard->set_receipt(Receipt(info->shards(i).node_id(), job_id, info->checkpoint_id(), 1, 100));
     }
     auto done = scheduler_->FinishCheckpoint(finish);
     EXPECT_TRUE(done.ok()) << done.status();
@@ -227,6 +228,8 @@ TEST_F(SchedulerCheckpointsTest, DrainMovesAJobOffAServerAfterACheckpoint) {
   for (int i = 0; i < info->shards_size(); ++i) {
     std::filesystem::create_directories(info->shards(i).path());
     finish.add_shards()->set_rows(1);
+    finish.mutable_shards(i)->set_receipt(
+        Receipt(info->shards(i).node_id(), job_id, info->checkpoint_id(), 1, 0));
   }
   ASSERT_TRUE(scheduler_->FinishCheckpoint(finish).ok());
 
@@ -262,6 +265,7 @@ TEST_F(SchedulerCheckpointsTest, ACheckpointRootThatIsNotSharedIsReportedLoudly)
     req.set_address(address);
     auto resp = scheduler_->Register(req);
     EXPECT_TRUE(resp.ok()) << resp.status();
+    secrets_[resp->node_id()] = resp->node_secret();
     return *resp;
   };
   const v1::RegisterResponse a = register_server("host-a", "10.0.0.1:7100");
@@ -280,6 +284,7 @@ TEST_F(SchedulerCheckpointsTest, ACheckpointRootThatIsNotSharedIsReportedLoudly)
     }
     v1::HeartbeatRequest req;
     req.set_node_id(node);
+    req.set_node_secret(Secret(node));
     req.set_checkpoint_probe(result);
     ASSERT_TRUE(scheduler_->Heartbeat(req).ok());
   };

@@ -45,6 +45,7 @@ class DataLeaseTest : public SchedulerFixture {
     v1::LeaseDataRequest req;
     req.set_job_id(job);
     req.set_node_id(node);
+    req.set_node_secret(Secret(node));
     req.set_worker_id(worker);
     req.set_examples_per_epoch(kExamples);
     req.set_batch_size(kBatch);
@@ -169,6 +170,7 @@ TEST_F(DataLeaseTest, ARestartingRunGivesBackWhatItHeld) {
   v1::LeaseDataRequest again;
   again.set_job_id(job);
   again.set_node_id(n0);
+  again.set_node_secret(Secret(n0));
   again.set_examples_per_epoch(kExamples);
   again.set_batch_size(kBatch);
   again.set_take(true);
@@ -193,6 +195,7 @@ TEST_F(DataLeaseTest, BadRequestsAreRefusedAndChangeNothing) {
   v1::LeaseDataRequest other;
   other.set_job_id(job);
   other.set_node_id(n0);
+  other.set_node_secret(Secret(n0));
   other.set_examples_per_epoch(kExamples + 1);
   other.set_batch_size(kBatch);
   other.set_take(true);

@@ -69,13 +69,16 @@ class SchedulerMetricsTest : public ::testing::Test {
     req.set_metrics_address("10.0.0.1:9100");
     auto resp = scheduler_->Register(req);
     EXPECT_TRUE(resp.ok()) << resp.status();
-    return resp.ok() ? resp->node_id() : 0;
+    if (!resp.ok()) return 0;
+    secrets_[resp->node_id()] = resp->node_secret();
+    return resp->node_id();
   }
 
   void Heartbeat(uint64_t node_id, const std::string& job_id = "", int64_t clock = 0,
                  double test_accuracy = -1) {
     v1::HeartbeatRequest req;
     req.set_node_id(node_id);
+    req.set_node_secret(secrets_[node_id]);
     if (!job_id.empty()) {
       req.mutable_progress()->set_job_id(job_id);
       req.mutable_progress()->set_clock(clock);
@@ -109,6 +112,7 @@ class SchedulerMetricsTest : public ::testing::Test {
   prometheus::Registry registry_;
   SchedulerMetrics metrics_{registry_};
   std::unique_ptr<Scheduler> scheduler_;
+  std::map<uint64_t, std::string> secrets_;  // by node id, from Register()
   int servers_ = 0;
 };
 

@@ -44,6 +44,12 @@ struct SchedulerOptions {
   // Register at the cap forgets the oldest dead nodes no pending or running job names, and is
   // RESOURCE_EXHAUSTED if none can go. Default 4096.
   int max_nodes = 4096;
+  // A node DEAD for longer than this is forgotten (Tick), unless a pending or running job still
+  // names it. Zero: dead nodes are kept until max_nodes needs room. Default 1 h.
+  absl::Duration forget_dead_nodes_after = absl::Hours(1);
+  // Registrations accepted in any minute (a sliding window); more are RESOURCE_EXHAUSTED.
+  // Default 600.
+  int max_registrations_per_minute = 600;
   // Jobs waiting to start (PENDING); a SubmitJob (or RestoreJob of an ended job) beyond it is
   // RESOURCE_EXHAUSTED. Default 1024.
   int max_pending_jobs = 1024;
@@ -81,6 +87,12 @@ struct SchedulerOptions {
       return absl::InvalidArgumentError("max_events_per_job must be at least 1");
     }
     if (max_nodes < 1) return absl::InvalidArgumentError("--max_nodes must be at least 1");
+    if (forget_dead_nodes_after < absl::ZeroDuration()) {
+      return absl::InvalidArgumentError("--forget_dead_nodes_after must not be negative");
+    }
+    if (max_registrations_per_minute < 1) {
+      return absl::InvalidArgumentError("--max_registrations_per_minute must be at least 1");
+    }
     if (max_pending_jobs < 1) {
       return absl::InvalidArgumentError("--max_pending_jobs must be at least 1");
     }

@@ -53,9 +53,11 @@ class SchedulerResourcesTest : public SchedulerFixture {
     Heartbeat(node_id, &progress);
   }
   absl::StatusOr<v1::RegisterResponse> TryRegister(v1::NodeRole role,
-                                                   const std::string& address = "") {
+                                                   const std::string& address = "",
+                                                   const std::string& secret = "") {
     v1::RegisterRequest req;
     req.set_role(role);
+    req.set_node_secret(secret);
     req.set_address(address.empty() && role == v1::SERVER ? "10.0.9.9:7100" : address);
     return scheduler_->Register(req);
   }
@@ -123,8 +125,9 @@ TEST_F(SchedulerResourcesTest, RegisterBeyondTheNodeCapIsResourceExhausted) {
   // The nodes registered still work.
   EXPECT_FALSE(Heartbeat(w1).reregister());
   EXPECT_FALSE(Heartbeat(s1).reregister());
-  // A server restarted at its address replaces the alive one even at the cap.
-  auto restarted = TryRegister(v1::SERVER, Node(s1).address());
+  // A server registering again at its address (with its secret) replaces the alive entry even
+  // at the cap.
+  auto restarted = TryRegister(v1::SERVER, Node(s1).address(), Secret(s1));
   ASSERT_TRUE(restarted.ok()) << restarted.status();
   EXPECT_EQ(Node(s1).state(), v1::DEAD);
 }

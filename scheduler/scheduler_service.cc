@@ -17,6 +17,14 @@ grpc::Status Answer(absl::StatusOr<T> result, T* out) {
 
 }  // namespace
 
+JobCaller SchedulerService::Caller(const grpc::ServerContext& ctx, uint64_t node_id,
+                                   const std::string& node_secret) const {
+  // A daemon naming itself is checked as that node, whatever its token.
+  if (node_id != 0) return JobCaller::Node(node_id, node_secret);
+  if (authorizer_ == nullptr || authorizer_->IsAdmin(ctx)) return JobCaller::Admin();
+  return JobCaller();  // neither: refused by the scheduler, naming what it needs
+}
+
 grpc::Status SchedulerService::Register(grpc::ServerContext* ctx, const v1::RegisterRequest* req,
                                         v1::RegisterResponse* resp) {
   PS_AUTHORIZE(authorizer_, ctx, Access::kNode);
@@ -74,7 +82,9 @@ grpc::Status SchedulerService::RequestCheckpoint(grpc::ServerContext* ctx,
                                                  v1::RequestCheckpointResponse* resp) {
   // A worker daemon asks for its own job's checkpoint with the cluster token; psctl with admin's.
   PS_AUTHORIZE(authorizer_, ctx, req->node_id() != 0 ? Access::kNode : Access::kAdmin);
-  return Answer(scheduler_->RequestCheckpoint(req->job_id(), req->node_id()), resp);
+  return Answer(scheduler_->RequestCheckpoint(req->job_id(),
+                                              Caller(*ctx, req->node_id(), req->node_secret())),
+                resp);
 }
 
 grpc::Status SchedulerService::DrainNode(grpc::ServerContext* ctx, const v1::DrainNodeRequest* req,
@@ -109,21 +119,25 @@ grpc::Status SchedulerService::BeginCheckpoint(grpc::ServerContext* ctx,
                                                const v1::BeginCheckpointRequest* req,
                                                v1::CheckpointInfo* resp) {
   PS_AUTHORIZE(authorizer_, ctx, Access::kNode);
-  return Answer(scheduler_->BeginCheckpoint(*req), resp);
+  return Answer(scheduler_->BeginCheckpoint(*req, Caller(*ctx, req->node_id(), req->node_secret())),
+                resp);
 }
 
 grpc::Status SchedulerService::FinishCheckpoint(grpc::ServerContext* ctx,
                                                 const v1::FinishCheckpointRequest* req,
                                                 v1::CheckpointInfo* resp) {
   PS_AUTHORIZE(authorizer_, ctx, Access::kNode);
-  return Answer(scheduler_->FinishCheckpoint(*req), resp);
+  return Answer(
+      scheduler_->FinishCheckpoint(*req, Caller(*ctx, req->node_id(), req->node_secret())), resp);
 }
 
 grpc::Status SchedulerService::ReportRestoreFailure(grpc::ServerContext* ctx,
                                                     const v1::ReportRestoreFailureRequest* req,
                                                     v1::JobInfo* resp) {
   PS_AUTHORIZE(authorizer_, ctx, Access::kNode);
-  return Answer(scheduler_->ReportRestoreFailure(*req), resp);
+  return Answer(
+      scheduler_->ReportRestoreFailure(*req, Caller(*ctx, req->node_id(), req->node_secret())),
+      resp);
 }
 
 }  // namespace ps

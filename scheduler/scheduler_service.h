@@ -51,6 +51,12 @@ class SchedulerService final : public v1::Scheduler::Service {
                                     v1::JobInfo* resp) override;
 
  private:
+  // Who makes a job call: the node it names (node_id != 0, checked by the scheduler with its
+  // secret), else an admin if the call carries the admin token (or the cluster needs none),
+  // else nobody the scheduler accepts.
+  JobCaller Caller(const grpc::ServerContext& ctx, uint64_t node_id,
+                   const std::string& node_secret) const;
+
   Scheduler* const scheduler_;
   const Authorizer* const authorizer_;
 };

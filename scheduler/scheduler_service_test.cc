@@ -5,6 +5,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -42,6 +43,7 @@ class SchedulerServiceTest : public ::testing::Test {
     v1::RegisterResponse resp;
     grpc::Status s = stub_->Register(&ctx, req, &resp);
     EXPECT_TRUE(s.ok()) << s.error_message();
+    secrets_[resp.node_id()] = resp.node_secret();
     return resp.node_id();
   }
 
@@ -113,6 +115,7 @@ class SchedulerServiceTest : public ::testing::Test {
   SchedulerOptions options_;
   std::unique_ptr<SchedulerServer> server_;
   std::unique_ptr<v1::Scheduler::Stub> stub_;
+  std::map<uint64_t, std::string> secrets_;  // by node id, from Register()
 };
 
 TEST_F(SchedulerServiceTest, JobLifecycleOverGrpc) {
@@ -144,6 +147,7 @@ TEST_F(SchedulerServiceTest, JobLifecycleOverGrpc) {
     grpc::ClientContext ctx;
     v1::HeartbeatRequest req;
     req.set_node_id(worker);
+    req.set_node_secret(secrets_[worker]);
     ASSERT_TRUE(stub_->Heartbeat(&ctx, req, &beat).ok());
   }
   EXPECT_FALSE(beat.reregister());

@@ -160,7 +160,9 @@ std::unique_ptr<ps::SchedulerLink> StartSchedulerLink(const std::string& schedul
   // write there, and say so in every heartbeat.
   auto probe = std::make_shared<std::pair<absl::Mutex, std::string>>();
   auto roots = ps::CheckpointRoots::Create(options.checkpoint_roots);
-  lo.on_registered = [probe, roots](const ps::v1::RegisterResponse& resp) {
+  lo.on_registered = [probe, roots,
+                      service = server->service()](const ps::v1::RegisterResponse& resp) {
+    service->SetNodeSecret(resp.node_secret());  // for its checkpoint receipts
     const std::string result = ProbeCheckpointRoot(resp.checkpoint_root(), resp.node_id(),
                                                    roots.ok() ? *roots : ps::CheckpointRoots());
     if (result != "ok" && !result.empty()) {

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/codec.h"
+#include "common/optimizer_spec.h"
 
 // The update loops are element-wise, so the compiler vectorizes them (server/CMakeLists.txt
 // builds this file with -O3 -fno-math-errno; __restrict: a row's values, its state and the
@@ -154,72 +155,33 @@ class Ftrl : public RowOptimizer {
   const float alpha_, beta_, l1_, l2_;
 };
 
-absl::Status CheckRange(const char* field, float v, float lo, bool lo_open, float hi,
-                        bool hi_open) {
-  const bool ok = std::isfinite(v) && (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
-  if (ok) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat("optimizer.", field, " is ", v, "; must be in ",
-                                                 lo_open ? "(" : "[", lo, ", ", hi,
-                                                 hi_open ? ")" : "]"));
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<RowOptimizer>> RowOptimizer::Create(const OptimizerSpec& spec) {
-  constexpr float kInf = INFINITY;
+  // Every value is checked once, in common/ (the scheduler refuses the same ones at submit).
+  if (absl::Status s = ValidateOptimizerSpec(spec); !s.ok()) return s;
   const float lr = spec.has_learning_rate() ? spec.learning_rate() : 0.01f;
   const float wd = spec.has_weight_decay() ? spec.weight_decay() : 0.0f;
-  absl::Status s = CheckRange("learning_rate", lr, 0, true, kInf, true);
-  if (s.ok()) s = CheckRange("weight_decay", wd, 0, false, kInf, true);
-  if (!s.ok()) return s;
   switch (spec.kind()) {
     case OptimizerSpec::SGD:
       return std::unique_ptr<RowOptimizer>(new Sgd(lr, wd));
-    case OptimizerSpec::MOMENTUM: {
-      const float mu = spec.has_momentum() ? spec.momentum() : 0.9f;
-      s = CheckRange("momentum", mu, 0, false, 1, true);
-      if (!s.ok()) return s;
-      return std::unique_ptr<RowOptimizer>(new Momentum(lr, mu, wd));
-    }
-    case OptimizerSpec::ADAGRAD: {
-      const float eps = spec.has_epsilon() ? spec.epsilon() : 1e-10f;
-      const float acc = spec.has_initial_accumulator() ? spec.initial_accumulator() : 0.1f;
-      s = CheckRange("epsilon", eps, 0, false, kInf, true);
-      if (s.ok()) s = CheckRange("initial_accumulator", acc, 0, false, kInf, true);
-      if (s.ok() && eps == 0 && acc == 0) {
-        s = absl::InvalidArgumentError(
-            "optimizer: adagrad needs epsilon > 0 or initial_accumulator > 0 (division by zero)");
-      }
-      if (!s.ok()) return s;
-      return std::unique_ptr<RowOptimizer>(new Adagrad(lr, eps, acc, wd));
-    }
-    case OptimizerSpec::ADAM: {
-      const float b1 = spec.has_beta1() ? spec.beta1() : 0.9f;
-      const float b2 = spec.has_beta2() ? spec.beta2() : 0.999f;
-      const float eps = spec.has_epsilon() ? spec.epsilon() : 1e-8f;
-      s = CheckRange("beta1", b1, 0, false, 1, true);
-      if (s.ok()) s = CheckRange("beta2", b2, 0, false, 1, true);
-      if (s.ok()) s = CheckRange("epsilon", eps, 0, true, kInf, true);
-      if (!s.ok()) return s;
-      return std::unique_ptr<RowOptimizer>(new Adam(lr, b1, b2, eps, wd));
-    }
-    case OptimizerSpec::FTRL: {
-      const float l1 = spec.has_l1() ? spec.l1() : 0.0f;
-      const float l2 = spec.has_l2() ? spec.l2() : 0.0f;
-      const float beta = spec.has_ftrl_beta() ? spec.ftrl_beta() : 1.0f;
-      s = CheckRange("l1", l1, 0, false, kInf, true);
-      if (s.ok()) s = CheckRange("l2", l2, 0, false, kInf, true);
-      if (s.ok()) s = CheckRange("ftrl_beta", beta, 0, false, kInf, true);
-      if (s.ok() && beta == 0 && l2 == 0) {
-        s = absl::InvalidArgumentError(
-            "optimizer: ftrl needs ftrl_beta > 0 or l2 > 0 (division by zero on the first step)");
-      }
-      if (!s.ok()) return s;
-      return std::unique_ptr<RowOptimizer>(new Ftrl(lr, beta, l1, l2));
-    }
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("optimizer.kind ", static_cast<int>(spec.kind()), " is unknown"));
+    case OptimizerSpec::MOMENTUM:
+      return std::unique_ptr<RowOptimizer>(
+          new Momentum(lr, spec.has_momentum() ? spec.momentum() : 0.9f, wd));
+    case OptimizerSpec::ADAGRAD:
+      return std::unique_ptr<RowOptimizer>(
+          new Adagrad(lr, spec.has_epsilon() ? spec.epsilon() : 1e-10f,
+                      spec.has_initial_accumulator() ? spec.initial_accumulator() : 0.1f, wd));
+    case OptimizerSpec::ADAM:
+      return std::unique_ptr<RowOptimizer>(new Adam(
+          lr, spec.has_beta1() ? spec.beta1() : 0.9f, spec.has_beta2() ? spec.beta2() : 0.999f,
+          spec.has_epsilon() ? spec.epsilon() : 1e-8f, wd));
+    case OptimizerSpec::FTRL:
+      return std::unique_ptr<RowOptimizer>(
+          new Ftrl(lr, spec.has_ftrl_beta() ? spec.ftrl_beta() : 1.0f,
+                   spec.has_l1() ? spec.l1() : 0.0f, spec.has_l2() ? spec.l2() : 0.0f));
+    default:  // refused by ValidateOptimizerSpec
+      return absl::InvalidArgumentError("optimizer.kind is unknown");
   }
 }
 

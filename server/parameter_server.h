@@ -68,6 +68,7 @@ class ParameterServer {
 
   int port() const { return port_; }
   TableStore* store() { return store_.get(); }
+  ParameterService* service() { return service_.get(); }
   // Health checks ("" and "ps.v1.ParameterServer") answer NOT_SERVING from now on, so load
   // balancers and probes stop sending work; requests are still served until Shutdown().
   void Drain();

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "common/node_identity.h"
 #include "common/printable.h"
 #include "common/shard_map.h"
 #include "common/status_macros.h"
@@ -294,7 +295,7 @@ absl::Status ParameterService::DoConfigureJob(const v1::ConfigureJobRequest& req
 grpc::Status ParameterService::ConfigureJob(grpc::ServerContext* ctx,
                                             const v1::ConfigureJobRequest* req,
                                             v1::ConfigureJobResponse* resp) {
-  PS_AUTHORIZE(authorizer_.get(), ctx, Access::kNode);
+  PS_AUTHORIZE_JOB(authorizer_.get(), ctx, req->job_id());
   const absl::Time start = absl::Now();
   return Finish(ServerMethod::kConfigureJob, start, *req, *resp, DoConfigureJob(*req, resp));
 }
@@ -302,7 +303,7 @@ grpc::Status ParameterService::ConfigureJob(grpc::ServerContext* ctx,
 grpc::Status ParameterService::CreateTable(grpc::ServerContext* ctx,
                                            const v1::CreateTableRequest* req,
                                            v1::CreateTableResponse* resp) {
-  PS_AUTHORIZE(authorizer_.get(), ctx, Access::kNode);
+  PS_AUTHORIZE_JOB(authorizer_.get(), ctx, req->spec().job_id());
   const absl::Time start = absl::Now();
   return Finish(ServerMethod::kCreateTable, start, *req, *resp, store_->CreateTable(req->spec()));
 }
@@ -310,9 +311,13 @@ grpc::Status ParameterService::CreateTable(grpc::ServerContext* ctx,
 grpc::Status ParameterService::DescribeTable(grpc::ServerContext* ctx,
                                              const v1::DescribeTableRequest* req,
                                              v1::DescribeTableResponse* resp) {
-  PS_AUTHORIZE(authorizer_.get(), ctx, Access::kNode);
+  PS_AUTHORIZE(authorizer_.get(), ctx, Access::kJob);
   const absl::Time start = absl::Now();
   auto r = store_->Describe(req->table_id());
+  if (r.ok() && authorizer_ != nullptr) {
+    // A job's credential sees its own tables only.
+    if (grpc::Status s = authorizer_->CheckJob(*ctx, r->spec().job_id()); !s.ok()) return s;
+  }
   if (r.ok()) *resp = std::move(*r);
   return Finish(ServerMethod::kDescribeTable, start, *req, *resp, r.status());
 }
@@ -469,7 +474,15 @@ struct ParameterService::DataCall {
   v1::PullRequest pull;
   InPlaceRequest<v1::PushPullRequest> push_pull;
   int64_t pull_clock = 0;
+  std::string job_scope;  // the job whose credential the call carries ("": any job)
 };
+
+absl::Status ParameterService::CheckScope(const std::string& job_scope, const std::string& job_id) {
+  if (job_scope.empty() || job_scope == job_id) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat("the call carries job ", job_scope,
+                                                  "'s credential; it cannot act on job '",
+                                                  Printable(job_id, 64), "'"));
+}
 
 grpc::ServerUnaryReactor* ParameterService::StartDataCall(ServerMethod method,
                                                           grpc::CallbackServerContext* ctx,
@@ -477,12 +490,13 @@ grpc::ServerUnaryReactor* ParameterService::StartDataCall(ServerMethod method,
                                                           grpc::ByteBuffer* answer) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   if (authorizer_ != nullptr) {
-    if (grpc::Status denied = authorizer_->Check(*ctx, Access::kNode); !denied.ok()) {
+    if (grpc::Status denied = authorizer_->Check(*ctx, Access::kJob); !denied.ok()) {
       reactor->Finish(denied);
       return reactor;
     }
   }
   auto call = std::make_unique<DataCall>();
+  if (authorizer_ != nullptr) call->job_scope = authorizer_->JobScope(*ctx);
   call->method = method;
   call->reactor = reactor;
   call->request = *request;  // shares the slices
@@ -505,16 +519,18 @@ bool ParameterService::Advance(DataCall* call, bool may_block) {
     call->read = true;
     switch (call->method) {
       case ServerMethod::kPush:
-        FinishCall(call, ServePush(&call->request, call->answer));
+        FinishCall(call, ServePush(&call->request, call->answer, call->job_scope));
         return true;
       case ServerMethod::kPull:
         s = ParseRequest(&call->request, &call->pull);
+        if (s.ok()) s = CheckScope(call->job_scope, call->pull.job_id());
         if (s.ok()) s = CheckJob(call->pull.job_id());
         if (s.ok()) s = store_->CheckShardEpoch(call->pull.job_id(), call->pull.shard_epoch());
         call->pull_clock = call->pull.clock();
         break;
       default:
         s = call->push_pull.Parse(&call->request, ReadPushPullRequest);
+        if (s.ok()) s = CheckScope(call->job_scope, call->push_pull.req.push().job_id());
         if (s.ok()) s = PushPart(call->push_pull.req, &call->push_pull.values, &call->pull_clock);
     }
     if (!s.ok()) {
@@ -551,10 +567,12 @@ absl::Status ParameterService::ServePull(grpc::ByteBuffer* request, absl::Time d
   return DoPull(req.job_id(), req.clock(), req.blocks(), deadline, answer);
 }
 
-absl::Status ParameterService::ServePush(grpc::ByteBuffer* request, grpc::ByteBuffer* answer) {
+absl::Status ParameterService::ServePush(grpc::ByteBuffer* request, grpc::ByteBuffer* answer,
+                                         const std::string& job_scope) {
   InPlaceRequest<v1::PushRequest> r;
   bool duplicate = false;
   PS_RETURN_IF_ERROR(r.Parse(request, ReadPushRequest));
+  PS_RETURN_IF_ERROR(CheckScope(job_scope, r.req.job_id()));
   PS_RETURN_IF_ERROR(DoPush(r.req, &duplicate, &r.values));
   // A PushResponse: `duplicate` (field 1) when set, else nothing.
   static constexpr char kDuplicate[] = {0x08, 0x01};
@@ -574,7 +592,7 @@ absl::Status ParameterService::ServePushPull(grpc::ByteBuffer* request, absl::Ti
 
 grpc::Status ParameterService::Clock(grpc::ServerContext* ctx, const v1::ClockRequest* req,
                                      v1::ClockResponse* resp) {
-  PS_AUTHORIZE(authorizer_.get(), ctx, Access::kNode);
+  PS_AUTHORIZE_JOB(authorizer_.get(), ctx, req->job_id());
   const absl::Time start = absl::Now();
   const absl::Status valid = CheckJob(req->job_id());
   absl::StatusOr<int64_t> min_clock =
@@ -595,7 +613,7 @@ absl::Status ParameterService::DoCheckpoint(const v1::CheckpointRequest& req,
 grpc::Status ParameterService::Checkpoint(grpc::ServerContext* ctx,
                                           const v1::CheckpointRequest* req,
                                           v1::CheckpointResponse* resp) {
-  PS_AUTHORIZE(authorizer_.get(), ctx, Access::kNode);
+  PS_AUTHORIZE_JOB(authorizer_.get(), ctx, req->job_id());
   const absl::Time start = absl::Now();
   return Finish(ServerMethod::kCheckpoint, start, *req, *resp, DoCheckpoint(*req, resp));
 }
@@ -603,14 +621,21 @@ grpc::Status ParameterService::Checkpoint(grpc::ServerContext* ctx,
 grpc::Status ParameterService::AwaitCheckpoint(grpc::ServerContext* ctx,
                                                const v1::AwaitCheckpointRequest* req,
                                                v1::CheckpointResponse* resp) {
-  PS_AUTHORIZE(authorizer_.get(), ctx, Access::kNode);
+  PS_AUTHORIZE_JOB(authorizer_.get(), ctx, req->job_id());
   const absl::Time start = absl::Now();
   absl::StatusOr<v1::CheckpointResponse> r =
       CheckJobId(req->job_id()).ok()
           ? checkpointer_.Await(req->job_id(), req->checkpoint_id(),
                                 std::min(absl::FromChrono(ctx->deadline()), start + kMaxAwait))
           : absl::StatusOr<v1::CheckpointResponse>(CheckJobId(req->job_id()));
-  if (r.ok()) *resp = std::move(*r);
+  if (r.ok()) {
+    *resp = std::move(*r);
+    if (resp->done()) {
+      absl::MutexLock l(&secret_mu_);
+      resp->set_receipt(CheckpointReceipt(node_secret_, req->job_id(), req->checkpoint_id(),
+                                          resp->rows(), resp->bytes()));
+    }
+  }
   return Finish(ServerMethod::kAwaitCheckpoint, start, *req, *resp, r.status());
 }
 
@@ -628,7 +653,7 @@ absl::Status ParameterService::DoRestore(const v1::RestoreRequest& req, absl::Ti
 
 grpc::Status ParameterService::Restore(grpc::ServerContext* ctx, const v1::RestoreRequest* req,
                                        v1::RestoreResponse* resp) {
-  PS_AUTHORIZE(authorizer_.get(), ctx, Access::kNode);
+  PS_AUTHORIZE_JOB(authorizer_.get(), ctx, req->job_id());
   const absl::Time start = absl::Now();
   return Finish(ServerMethod::kRestore, start, *req, *resp,
                 DoRestore(*req, absl::FromChrono(ctx->deadline()), resp));

@@ -8,6 +8,7 @@
 #include <deque>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
@@ -38,6 +39,14 @@ class ParameterService final : public v1::ParameterServer::Service {
   // The tokens calls must carry (null: none). Set before the service is registered.
   void set_authorizer(std::shared_ptr<const Authorizer> authorizer) {
     authorizer_ = std::move(authorizer);
+  }
+
+  // The secret the scheduler gave this server at registration (SchedulerLink): its receipts for
+  // the checkpoint shards it wrote (CheckpointResponse.receipt) are keyed with it. Empty (the
+  // default): no receipts. May be called at any time (a new registration brings a new secret).
+  void SetNodeSecret(std::string secret) ABSL_LOCKS_EXCLUDED(secret_mu_) {
+    absl::MutexLock l(&secret_mu_);
+    node_secret_ = std::move(secret);
   }
 
   // Wakes pulls waiting on slow workers (UNAVAILABLE), stops checkpoint writes (the running one
@@ -79,13 +88,20 @@ class ParameterService final : public v1::ParameterServer::Service {
   // `request` possibly coalesced first; pulls by protobuf), serve it, and put the bytes of the
   // RPC's response in `answer` (pull rows copied straight there). For in-process callers too.
   absl::Status ServePull(grpc::ByteBuffer* request, absl::Time deadline, grpc::ByteBuffer* answer);
-  absl::Status ServePush(grpc::ByteBuffer* request, grpc::ByteBuffer* answer);
+  // `job_scope` (non-empty): the job whose credential the call carries; a push for another job
+  // is PERMISSION_DENIED.
+  absl::Status ServePush(grpc::ByteBuffer* request, grpc::ByteBuffer* answer,
+                         const std::string& job_scope = "");
   absl::Status ServePushPull(grpc::ByteBuffer* request, absl::Time deadline,
                              grpc::ByteBuffer* answer);
 
  private:
   std::shared_ptr<const Authorizer> authorizer_;
+  absl::Mutex secret_mu_;
+  std::string node_secret_ ABSL_GUARDED_BY(secret_mu_);
   absl::Time PullDeadline(const grpc::ServerContextBase* ctx) const;
+  // PERMISSION_DENIED unless `job_scope` is empty (not a job's credential) or `job_id`.
+  static absl::Status CheckScope(const std::string& job_scope, const std::string& job_id);
   // A well-formed job id of a job not dropped.
   absl::Status CheckJob(const std::string& job_id) const;
   // DoPush after the clock check, with the job's sync applies held off.

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/node_identity.h"
 #include "common/shard_map.h"
 #include "common/testing/key_blocks.h"
 #include "gtest/gtest.h"
@@ -272,6 +273,15 @@ TEST_F(CheckpointServiceTest, CheckpointIsWrittenInTheBackgroundAndRetriesGetThe
   EXPECT_EQ(awaited.rows(), first.rows());
   EXPECT_EQ(awaited.bytes(), first.bytes());
   EXPECT_GT(awaited.write_seconds(), 0.0);
+  EXPECT_TRUE(awaited.receipt().empty());  // no node secret: registered with no scheduler
+  // Registered: the answer carries the server's receipt for exactly these figures.
+  server_->service()->SetNodeSecret("secret-of-this-server");
+  s = Await(kJob, 1, &awaited);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(awaited.receipt(),
+            CheckpointReceipt("secret-of-this-server", kJob, 1, first.rows(), first.bytes()));
+  EXPECT_NE(awaited.receipt(),
+            CheckpointReceipt("secret-of-this-server", kJob, 1, first.rows() + 1, first.bytes()));
 
   // What was written is the copy taken at Checkpoint time, bit for bit.
   auto meta = ReadCheckpointMeta(PathOf(1));

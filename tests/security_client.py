@@ -1,14 +1,111 @@
 #!/usr/bin/python3
-"""A plain gRPC client of ps_server built from the .proto (no paramserver code): one call with
-the TLS material and token given, for tests/security_test.sh.
+"""A plain gRPC client built from the .proto (no paramserver code): one call with the TLS
+material and token given, for tests/security_test.sh. It plays a hostile tenant too: the calls
+below the first two are what a process holding the cluster token (but no node secret and no
+admin token) could try against a job that is not its own.
 
 Usage: security_client.py STUBS_DIR ADDRESS JOB WORKER_ID TABLE_ID [--ca F --cert F --key F]
-                          [--token T] [--call push|describe]
-Pushes a zero gradient to the first row of dense TABLE_ID as WORKER_ID of JOB (or only
-describes the table). Prints "OK ..." (exit 0), "REFUSED <grpc code>: <message>" (exit 1).
+                          [--token T] [--call CALL] [--target HOST:PORT] [--count N]
+ADDRESS is a ps_server's for push and describe, the scheduler's for the others:
+  push               a zero gradient to the first row of dense TABLE_ID as WORKER_ID of JOB
+  describe           only describes the table
+  configure          ConfigureJob of JOB: every slot unowned, shard epoch 2^40
+  restore            Restore of JOB: a rollback to its initial values, shard epoch 2^40
+  register_bad       Register a SERVER at --target (an address that does not parse)
+  register_taken     Register a SERVER at --target (a live server's address), without its secret
+  heartbeat          Heartbeat as node WORKER_ID without its node secret
+  begin_checkpoint   BeginCheckpoint of JOB at clock 2^62, as no worker of it
+  finish_checkpoint  FinishCheckpoint COMPLETE of JOB's checkpoint TABLE_ID: rows 2^64-1, no
+                     server receipts (--nan: NaN write seconds)
+  restore_failure    ReportRestoreFailure of JOB's current shard epoch, as no worker of it
+  flood              --count registrations of workers as fast as they go
+Prints "OK ..." (exit 0), "REFUSED <grpc code>: <message>" (exit 1).
 """
 import argparse
 import sys
+
+
+def channel_of(a, grpc):
+    def read(path):
+        with open(path, "rb") as f:
+            return f.read()
+
+    if a.ca:
+        creds = grpc.ssl_channel_credentials(
+            root_certificates=read(a.ca),
+            private_key=read(a.key) if a.key else None,
+            certificate_chain=read(a.cert) if a.cert else None)
+        return grpc.secure_channel(a.address, creds)
+    return grpc.insecure_channel(a.address)
+
+
+def data_plane(a, channel, metadata):
+    from ps.v1 import parameter_server_pb2 as pb
+    from ps.v1 import parameter_server_pb2_grpc as pbg
+    from ps.v1 import types_pb2
+    stub = pbg.ParameterServerStub(channel)
+    desc = stub.DescribeTable(pb.DescribeTableRequest(table_id=a.table_id), timeout=5,
+                              metadata=metadata)
+    if a.call == "describe":
+        return f"table {a.table_id}: {desc.spec.num_rows} rows of dim {desc.spec.dim}"
+    if a.call == "configure":
+        stub.ConfigureJob(pb.ConfigureJobRequest(job_id=a.job, owned_slots=bytes(128),
+                                                 shard_epoch=2**40, worker_ids=[0]),
+                          timeout=5, metadata=metadata)
+        return f"job {a.job} configured with no slot at shard epoch 2^40"
+    if a.call == "restore":
+        from ps.v1 import checkpoint_pb2 as ck
+        order = ck.RestoreOrder(shard_epoch=2**40, checkpoint_id=0, rollback=True,
+                                slots=bytes([255] * 128), reason="hostile")
+        stub.Restore(pb.RestoreRequest(job_id=a.job, order=order), timeout=5,
+                     metadata=metadata)
+        return f"job {a.job} rolled back"
+    dim = desc.spec.dim
+    req = pb.PushRequest(job_id=a.job, worker_id=a.worker_id, request_id=987654321, clock=0)
+    req.blocks.append(types_pb2.KeyBlock(table_id=a.table_id, keys=(0).to_bytes(8, "little"),
+                                         values=bytes(4 * dim)))
+    stub.Push(req, timeout=5, metadata=metadata)
+    return f"pushed 1 row of table {a.table_id} as worker {a.worker_id}"
+
+
+def control_plane(a, channel, metadata):
+    from ps.v1 import checkpoint_pb2 as ck
+    from ps.v1 import scheduler_pb2 as sp
+    from ps.v1 import scheduler_pb2_grpc as spg
+    stub = spg.SchedulerStub(channel)
+    if a.call in ("register_bad", "register_taken"):
+        resp = stub.Register(sp.RegisterRequest(role=sp.SERVER, address=a.target,
+                                                hostname="intruder"),
+                             timeout=5, metadata=metadata)
+        return f"registered as node {resp.node_id} at {a.target}"
+    if a.call == "flood":
+        for i in range(a.count):
+            stub.Register(sp.RegisterRequest(role=sp.WORKER, hostname=f"flood{i}"),
+                          timeout=5, metadata=metadata)
+        return f"{a.count} registrations accepted"
+    if a.call == "heartbeat":
+        stub.Heartbeat(sp.HeartbeatRequest(node_id=a.worker_id), timeout=5, metadata=metadata)
+        return f"heartbeat accepted for node {a.worker_id}"
+    job = stub.GetJob(sp.GetJobRequest(job_id=a.job), timeout=5, metadata=metadata)
+    if a.call == "begin_checkpoint":
+        info = stub.BeginCheckpoint(
+            sp.BeginCheckpointRequest(job_id=a.job, clock=2**62, shard_epoch=job.shard_epoch),
+            timeout=5, metadata=metadata)
+        return f"checkpoint {info.checkpoint_id} begun"
+    if a.call == "finish_checkpoint":
+        req = sp.FinishCheckpointRequest(job_id=a.job, checkpoint_id=a.table_id,
+                                         write_seconds=float("nan") if a.nan else 1.0)
+        for _ in range(max(1, len(job.server_addresses))):
+            req.shards.append(ck.CheckpointShard(rows=2**64 - 1, bytes=2**64 - 1))
+        info = stub.FinishCheckpoint(req, timeout=5, metadata=metadata)
+        return f"checkpoint {info.checkpoint_id} is now {info.state}"
+    if a.call == "restore_failure":
+        stub.ReportRestoreFailure(
+            sp.ReportRestoreFailureRequest(job_id=a.job, shard_epoch=job.shard_epoch,
+                                           checkpoint_id=1, error="hostile", code=13),
+            timeout=5, metadata=metadata)
+        return f"restore failure of {a.job} accepted"
+    raise ValueError(a.call)
 
 
 def main():
@@ -22,45 +119,26 @@ def main():
     p.add_argument("--cert")
     p.add_argument("--key")
     p.add_argument("--token")
-    p.add_argument("--call", default="push", choices=["push", "describe"])
+    p.add_argument("--target", default="")
+    p.add_argument("--count", type=int, default=1)
+    p.add_argument("--nan", action="store_true")
+    p.add_argument("--call", default="push",
+                   choices=["push", "describe", "configure", "restore", "register_bad", "register_taken", "heartbeat",
+                            "begin_checkpoint", "finish_checkpoint", "restore_failure", "flood"])
     a = p.parse_args()
     sys.path.insert(0, a.stubs)
     import grpc
-    from ps.v1 import parameter_server_pb2 as pb
-    from ps.v1 import parameter_server_pb2_grpc as pbg
-    from ps.v1 import types_pb2
-
-    def read(path):
-        with open(path, "rb") as f:
-            return f.read()
-
-    if a.ca:
-        creds = grpc.ssl_channel_credentials(
-            root_certificates=read(a.ca),
-            private_key=read(a.key) if a.key else None,
-            certificate_chain=read(a.cert) if a.cert else None)
-        channel = grpc.secure_channel(a.address, creds)
-    else:
-        channel = grpc.insecure_channel(a.address)
+    channel = channel_of(a, grpc)
     metadata = [("authorization", "Bearer " + a.token)] if a.token else None
-    stub = pbg.ParameterServerStub(channel)
     try:
-        desc = stub.DescribeTable(pb.DescribeTableRequest(table_id=a.table_id), timeout=5,
-                                  metadata=metadata)
-        if a.call == "describe":
-            print(f"OK table {a.table_id}: {desc.spec.num_rows} rows of dim {desc.spec.dim}")
-            return 0
-        dim = desc.spec.dim
-        req = pb.PushRequest(job_id=a.job, worker_id=a.worker_id, request_id=987654321,
-                             clock=0)
-        req.blocks.append(types_pb2.KeyBlock(table_id=a.table_id,
-                                             keys=(0).to_bytes(8, "little"),
-                                             values=bytes(4 * dim)))
-        stub.Push(req, timeout=5, metadata=metadata)
+        if a.call in ("push", "describe", "configure", "restore"):
+            said = data_plane(a, channel, metadata)
+        else:
+            said = control_plane(a, channel, metadata)
     except grpc.RpcError as e:
         print(f"REFUSED {e.code().name}: {e.details()}")
         return 1
-    print(f"OK pushed 1 row of table {a.table_id} as worker {a.worker_id}")
+    print(f"OK {said}")
     return 0
 
 

@@ -10,6 +10,17 @@
 #   - a plain gRPC client (tests/security_client.py, stubs from the .proto): plaintext against
 #     the TLS server, no token, a foreign worker id of the job: all refused; the right material
 #     and the job's own worker id: served
+#   - a hostile tenant (tests/security_client.py with the cluster token, but no node secret and
+#     no admin token) against the running job: registrations at addresses that do not parse or
+#     at the live server's, heartbeats without the node's secret, BeginCheckpoint at clock 2^62,
+#     FinishCheckpoint marking COMPLETE what no server wrote (rows 2^64-1, NaN seconds),
+#     ReportRestoreFailure, a registration flood: each refused (INVALID_ARGUMENT,
+#     PERMISSION_DENIED, RESOURCE_EXHAUSTED), and the job still SUCCEEDS
+#   - a program of another job, with the credential a worker hands it (not the cluster token):
+#     reading, pushing to, configuring or rolling back the job's tables, or registering a
+#     node: PERMISSION_DENIED; a forged credential: UNAUTHENTICATED; the job's own: served
+#   - a job with a NaN learning rate: INVALID_ARGUMENT naming optimizer.learning_rate
+#   - a program job (tests/programs/probe.py) trains on its job credential and succeeds
 #   - ps_auth_refused_total counts the refusals by reason on the scheduler's /metrics
 # Usage: tests/security_test.sh BUILD_DIR
 set -euo pipefail
@@ -64,6 +75,7 @@ mkdir -p "$dir/checkpoints"
 "$sched_bin" --listen=127.0.0.1:0 --port_file="$dir/sched.port" --state_dir="$dir/state" \
   --checkpoint_root="$dir/checkpoints" --metrics_listen=127.0.0.1:0 \
   --metrics_port_file="$dir/sched.metrics" --heartbeat_interval=500ms --heartbeat_timeout=3s \
+  --max_registrations_per_minute=40 \
   $(tls scheduler) --cluster_token_file="$dir/cluster.token" \
   --admin_token_file="$dir/admin.token" >"$dir/scheduler.log" 2>&1 &
 pids+=($!)
@@ -142,6 +154,10 @@ expect_refused "the cluster token on cancel" "PERMISSION_DENIED" node cancel "$j
 expect_refused "the cluster token on checkpoint" "PERMISSION_DENIED" node checkpoint "$job" --nowait
 expect_refused "a checkpoint root outside --checkpoint_roots" "INVALID_ARGUMENT.*checkpoint" \
   admin submit "$dir/job.textproto" --name=escape --checkpoint_root=/tmp/not-allowed
+sed 's/^seed: 3$/seed: 3\noptimizer { learning_rate: nan }/' "$dir/job.textproto" >"$dir/nan.textproto"
+grep -q "learning_rate: nan" "$dir/nan.textproto" || fail "could not write the NaN job file"
+expect_refused "a job with a NaN learning rate" "INVALID_ARGUMENT.*optimizer.learning_rate" \
+  admin submit "$dir/nan.textproto"
 
 stubs=""
 if command -v grpc_python_plugin >/dev/null && command -v protoc >/dev/null &&
@@ -174,6 +190,58 @@ if [ -n "$stubs" ]; then
   out=$(client 0 "$table" --call=describe "${mtls[@]}" --token="$(cat "$dir/cluster.token")") ||
     fail "the plain client with the cluster's material was refused: $out"
   echo "served as expected: $out"
+
+  step "a hostile tenant with the cluster token (no node secret, no admin token) against $job"
+  tenant() {
+    /usr/bin/python3 "$repo/tests/security_client.py" "$stubs" "$sched" "$job" "$@" "${mtls[@]}" \
+      --token="$(cat "$dir/cluster.token")"
+  }
+  expect_refused "Register at 'not an address'" "REFUSED INVALID_ARGUMENT: address" \
+    tenant 0 0 --call=register_bad --target="not an address"
+  expect_refused "Register at '../../etc:99999'" "REFUSED INVALID_ARGUMENT: address" \
+    tenant 0 0 --call=register_bad --target="../../etc:99999"
+  expect_refused "Register at the live server's address" "REFUSED PERMISSION_DENIED: .*node_secret" \
+    tenant 0 0 --call=register_taken --target="$server"
+  for n in 1 2; do
+    expect_refused "Heartbeat as node $n without its secret" \
+      "REFUSED PERMISSION_DENIED: .*node_secret" tenant "$n" 0 --call=heartbeat
+  done
+  expect_refused "BeginCheckpoint at clock 2^62 as no worker of $job" \
+    "REFUSED PERMISSION_DENIED: .*BeginCheckpoint" tenant 0 0 --call=begin_checkpoint
+  expect_refused "FinishCheckpoint COMPLETE with NaN seconds" \
+    "REFUSED INVALID_ARGUMENT: write_seconds" tenant 0 1 --call=finish_checkpoint --nan
+  expect_refused "FinishCheckpoint COMPLETE with rows 2^64-1 as no worker" \
+    "REFUSED PERMISSION_DENIED: .*FinishCheckpoint" tenant 0 1 --call=finish_checkpoint
+  expect_refused "ReportRestoreFailure as no worker of $job" \
+    "REFUSED PERMISSION_DENIED: .*ReportRestoreFailure" tenant 0 0 --call=restore_failure
+  expect_refused "60 registrations at once (cap: 40 a minute)" "REFUSED RESOURCE_EXHAUSTED" \
+    tenant 0 0 --call=flood --count=60
+
+  step "a program of another job (its job credential, as a worker hands it) against $job"
+  credential() {  # credential JOB: the token a worker daemon hands to JOB's programs
+    /usr/bin/python3 -c 'import hashlib, hmac, sys
+key, job = sys.argv[1].encode(), sys.argv[2]
+print("job:" + job + ":" + hmac.new(key, ("job-token\n" + job).encode(), hashlib.sha256).hexdigest())' \
+      "$(cat "$dir/cluster.token")" "$1"
+  }
+  other=job-99
+  program() { client "$@" "${mtls[@]}" --token="$(credential "$other")"; }
+  expect_refused "job-99's program reads $job's table" "REFUSED PERMISSION_DENIED: .*credential" \
+    program 0 "$table" --call=describe
+  expect_refused "job-99's program pushes to $job" "REFUSED PERMISSION_DENIED: .*credential" \
+    program 0 "$table"
+  expect_refused "job-99's program configures $job (no slots, epoch 2^40)" \
+    "REFUSED PERMISSION_DENIED: .*credential" program 0 "$table" --call=configure
+  expect_refused "job-99's program rolls $job back" "REFUSED PERMISSION_DENIED: .*credential" \
+    program 0 "$table" --call=restore
+  expect_refused "job-99's program registers a node" "REFUSED PERMISSION_DENIED: .*credential" \
+    /usr/bin/python3 "$repo/tests/security_client.py" "$stubs" "$sched" "$job" 0 0 \
+    --call=register_bad --target=127.0.0.1:1 "${mtls[@]}" --token="$(credential "$other")"
+  expect_refused "a forged job credential" "REFUSED UNAUTHENTICATED" \
+    client 0 "$table" --call=describe "${mtls[@]}" --token="job:$job:$(printf '0%.0s' {1..64})"
+  out=$(client 0 "$table" --call=describe "${mtls[@]}" --token="$(credential "$job")") ||
+    fail "$job's own credential was refused on its own table: $out"
+  echo "served as expected: $job's credential on its own table: $out"
 fi
 
 step "the job is unaffected"
@@ -188,6 +256,34 @@ admin status "$job"
 [ "$state" = SUCCEEDED ] || fail "$job ended '$state'"
 [ "$(admin nodes | grep -c ALIVE)" -eq 2 ] || fail "a daemon stopped serving"
 
+if [ -d "$build/python/paramserver" ] && /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
+  step "a program job trains on its job credential (not the cluster token)"
+  cat >"$dir/probe.textproto" <<SPEC
+name: "probe"
+program {
+  argv: ["/usr/bin/python3", "tests/programs/probe.py", "--mode=ok", "--steps=40"]
+  working_dir: "$repo"
+  env { key: "PYTHONPATH" value: "$build/python" }
+}
+tables { name: "w" kind: DENSE num_rows: 8 dim: 4 optimizer { kind: SGD learning_rate: 0.1 } }
+num_workers: 1
+consistency { mode: ASYNC }
+SPEC
+  probe=$(admin submit "$dir/probe.textproto") || fail "admin submit of the program job refused"
+  state=""
+  for ((i = 0; i < 240; i++)); do  # at most 2 minutes
+    state=$(admin status "$probe" --output=json | /usr/bin/python3 -c \
+      'import json,sys; print(json.load(sys.stdin).get("state",""))' 2>/dev/null || true)
+    case $state in SUCCEEDED | FAILED | CANCELLED) break ;; esac
+    sleep 0.5
+  done
+  admin status "$probe"
+  [ "$state" = SUCCEEDED ] || fail "the program job $probe ended '$state'"
+  echo "program job $probe SUCCEEDED on its job credential"
+else
+  echo "note: no paramserver Python package or numpy: the program job check skips"
+fi
+
 step "refusals are counted by reason"
 metrics=$(curl -s "http://127.0.0.1:$(cat "$dir/sched.metrics")/metrics" 2>/dev/null ||
   /usr/bin/python3 -c "import urllib.request,sys; print(urllib.request.urlopen(sys.argv[1]).read().decode())" \
@@ -197,4 +293,4 @@ for reason in missing_token wrong_token not_admin; do
   n=$(awk -v r="reason=\"$reason\"" 'index($0, "ps_auth_refused_total{") == 1 && index($0, r) {print $2}' <<<"$metrics")
   awk -v n="${n:-0}" 'BEGIN{exit !(n >= 1)}' || fail "ps_auth_refused_total{reason=\"$reason\"} is ${n:-absent}"
 done
-echo "PASS: mutual TLS and tokens refuse strangers; $job SUCCEEDED"
+echo "PASS: mutual TLS and tokens refuse strangers and a hostile tenant; $job SUCCEEDED"

@@ -3,11 +3,13 @@
 #ifndef PS_SCHEDULER_INTERNAL_SCHEDULER_FIXTURE_H_
 #define PS_SCHEDULER_INTERNAL_SCHEDULER_FIXTURE_H_
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/node_identity.h"
 #include "gtest/gtest.h"
 #include "scheduler/internal/test_util.h"
 #include "scheduler/scheduler.h"
@@ -37,16 +39,31 @@ class SchedulerFixture : public ::testing::Test {
     req.set_hostname("host");
     auto resp = scheduler_->Register(req);
     EXPECT_TRUE(resp.ok()) << resp.status();
-    return resp.ok() ? resp->node_id() : 0;
+    if (!resp.ok()) return 0;
+    secrets_[resp->node_id()] = resp->node_secret();
+    return resp->node_id();
   }
 
   v1::HeartbeatResponse Heartbeat(uint64_t node_id, const v1::WorkerProgress* progress = nullptr) {
     v1::HeartbeatRequest req;
     req.set_node_id(node_id);
+    req.set_node_secret(Secret(node_id));
     if (progress != nullptr) *req.mutable_progress() = *progress;
     auto resp = scheduler_->Heartbeat(req);
     EXPECT_TRUE(resp.ok()) << resp.status();
     return resp.ok() ? *resp : v1::HeartbeatResponse();
+  }
+
+  // The secret node `node_id` got at registration ("" for one this fixture did not register).
+  std::string Secret(uint64_t node_id) const {
+    auto it = secrets_.find(node_id);
+    return it == secrets_.end() ? "" : it->second;
+  }
+
+  // What server `node_id` answers for its checkpoint shard (CheckpointResponse.receipt).
+  std::string Receipt(uint64_t node_id, const std::string& job_id, uint64_t checkpoint_id,
+                      uint64_t rows, uint64_t bytes) const {
+    return CheckpointReceipt(Secret(node_id), job_id, checkpoint_id, rows, bytes);
   }
 
   v1::JobInfo Job(const std::string& job_id) {
@@ -98,6 +115,7 @@ class SchedulerFixture : public ::testing::Test {
   JobDropper* dropper_ = nullptr;  // set it before SetUp() to see the drop orders
   std::unique_ptr<Scheduler> scheduler_;
   int servers_ = 0;
+  std::map<uint64_t, std::string> secrets_;  // by node id, from Register()
 };
 
 }  // namespace ps

@@ -54,7 +54,8 @@ struct Fixture {
   std::vector<TableOp> ops;
   std::vector<int> dims{1024, 3};
   // Part: keys 0,1,3 of op 0 (runs 0-1 and 3) and keys 2,0 of op 1.
-  std::vector<KeySegment> segments{{0, {0, 1, 3}}, {1, {2, 0}}};
+  std::vector<KeySegment> segments{KeySegment{0, {0, 1, 3}, v1::CODEC_NONE, {}},
+                                   KeySegment{1, {2, 0}, v1::CODEC_NONE, {}}};
 
   static std::vector<float> Iota(size_t n, float first) {
     std::vector<float> v(n);

@@ -19,11 +19,11 @@ constexpr absl::Duration kMembershipGrace = absl::Seconds(10);
 }  // namespace
 
 SchedulerDataLeaser::SchedulerDataLeaser(v1::Scheduler::StubInterface* scheduler,
-                                         std::function<uint64_t()> node_id, std::string job_id,
+                                         std::function<NodeIdentity()> node, std::string job_id,
                                          uint32_t worker_id, absl::Duration give_up,
                                          std::function<bool()> stopped)
     : scheduler_(scheduler),
-      node_id_(std::move(node_id)),
+      node_(std::move(node)),
       job_id_(std::move(job_id)),
       worker_id_(worker_id),
       give_up_(give_up),
@@ -36,7 +36,9 @@ absl::StatusOr<v1::LeaseDataResponse> SchedulerDataLeaser::Lease(v1::LeaseDataRe
   absl::Duration backoff = absl::Milliseconds(100);
   bool warned = false;
   while (true) {
-    request.set_node_id(node_id_());
+    const NodeIdentity node = node_();
+    request.set_node_id(node.node_id);
+    request.set_node_secret(node.secret);
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + kCallTimeout));
     v1::LeaseDataResponse response;

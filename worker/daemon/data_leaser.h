@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/time/time.h"
+#include "common/scheduler_link.h"
 #include "ps/v1/scheduler.grpc.pb.h"
 #include "worker/daemon/job_runner.h"
 
@@ -18,14 +19,14 @@ namespace ps {
 // the order that stops the run is then on its way; `stopped()` ends both waits with CANCELLED.
 class SchedulerDataLeaser final : public DataLeaser {
  public:
-  SchedulerDataLeaser(v1::Scheduler::StubInterface* scheduler, std::function<uint64_t()> node_id,
+  SchedulerDataLeaser(v1::Scheduler::StubInterface* scheduler, std::function<NodeIdentity()> node,
                       std::string job_id, uint32_t worker_id, absl::Duration give_up,
                       std::function<bool()> stopped);
   absl::StatusOr<v1::LeaseDataResponse> Lease(v1::LeaseDataRequest request) override;
 
  private:
   v1::Scheduler::StubInterface* const scheduler_;
-  const std::function<uint64_t()> node_id_;
+  const std::function<NodeIdentity()> node_;
   const std::string job_id_;
   const uint32_t worker_id_;
   const absl::Duration give_up_;

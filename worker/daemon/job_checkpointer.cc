@@ -31,13 +31,14 @@ constexpr absl::Duration kRetryBeginAfter = absl::Seconds(5);
 JobCheckpointer::JobCheckpointer(v1::Scheduler::StubInterface* scheduler, RpcClient* client,
                                  std::string job_id, v1::CheckpointPolicy policy,
                                  uint64_t shard_epoch, std::function<uint64_t()> requests,
-                                 uint64_t requests_done)
+                                 uint64_t requests_done, std::function<NodeIdentity()> identity)
     : scheduler_(scheduler),
       client_(client),
       job_id_(std::move(job_id)),
       policy_(std::move(policy)),
       shard_epoch_(shard_epoch),
       requests_(std::move(requests)),
+      identity_(std::move(identity)),
       last_begin_(absl::Now()),
       requests_done_(requests_done) {}
 
@@ -76,6 +77,11 @@ void JobCheckpointer::MaybeCheckpoint(int64_t clock, int64_t previous) {
   begin.set_clock(clock);
   begin.set_shard_epoch(shard_epoch_);
   begin.set_request_seq(request_seq);
+  if (identity_) {
+    const NodeIdentity node = identity_();
+    begin.set_node_id(node.node_id);
+    begin.set_node_secret(node.secret);
+  }
   v1::CheckpointInfo info;
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + kBeginTimeout));
@@ -143,6 +149,7 @@ void JobCheckpointer::Finish(uint64_t id, absl::Time begun) {
       v1::CheckpointShard* shard = finish.add_shards();
       shard->set_rows(r.rows());
       shard->set_bytes(r.bytes());
+      shard->set_receipt(r.receipt());  // the server's word for them
     }
   } else {
     finish.set_error(std::string(written.status().message()));
@@ -150,7 +157,12 @@ void JobCheckpointer::Finish(uint64_t id, absl::Time begun) {
   Report(finish);
 }
 
-void JobCheckpointer::Report(const v1::FinishCheckpointRequest& finish) {
+void JobCheckpointer::Report(v1::FinishCheckpointRequest finish) {
+  if (identity_) {
+    const NodeIdentity node = identity_();
+    finish.set_node_id(node.node_id);
+    finish.set_node_secret(node.secret);
+  }
   v1::CheckpointInfo info;
   absl::Status s;
   // A scheduler that restarts is back within seconds: keep the report until then.

@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/scheduler_link.h"
 #include "ps/v1/job.pb.h"
 #include "ps/v1/scheduler.grpc.pb.h"
 #include "worker/client/rpc_client.h"
@@ -34,7 +35,8 @@ class JobCheckpointer {
   // the latest heartbeat answer). `scheduler` and `client` must outlive this.
   JobCheckpointer(v1::Scheduler::StubInterface* scheduler, RpcClient* client, std::string job_id,
                   v1::CheckpointPolicy policy, uint64_t shard_epoch,
-                  std::function<uint64_t()> requests, uint64_t requests_done);
+                  std::function<uint64_t()> requests, uint64_t requests_done,
+                  std::function<NodeIdentity()> identity = nullptr);
   // Stops waiting for a background write that servers have not confirmed (reported FAILED: a
   // server cut off from this worker would otherwise hold the run's end for kAwaitTimeout) and
   // waits for its report.
@@ -52,7 +54,7 @@ class JobCheckpointer {
   void Finish(uint64_t id, absl::Time begun);
   // Tells the scheduler how checkpoint `finish.checkpoint_id()` ended (retrying while it is
   // unreachable, for a while) and lets the next checkpoint begin.
-  void Report(const v1::FinishCheckpointRequest& finish);
+  void Report(v1::FinishCheckpointRequest finish);
 
   v1::Scheduler::StubInterface* const scheduler_;
   RpcClient* const client_;
@@ -60,6 +62,9 @@ class JobCheckpointer {
   const v1::CheckpointPolicy policy_;
   const uint64_t shard_epoch_;
   const std::function<uint64_t()> requests_;
+  // This worker node as registered: BeginCheckpoint and FinishCheckpoint carry it (null: none,
+  // then the calls need the admin token).
+  const std::function<NodeIdentity()> identity_;
   absl::Time last_begin_;
   // After a failed BeginCheckpoint (the scheduler away, the job changing), no new attempt before
   // this: a pending psctl request would otherwise call the scheduler on every step.

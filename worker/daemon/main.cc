@@ -335,9 +335,10 @@ int RunStandalone(const ps::ComputeOptions& compute) {
   return 0;
 }
 
-// The programs this worker starts (program jobs) dial the servers as this worker does: they
-// inherit the environment, which the client library reads (PS_TLS_*, PS_CLUSTER_TOKEN). The
-// admin token is never passed on.
+// The programs this worker starts (program jobs) dial the servers with this worker's TLS files:
+// they inherit the environment, which the client library reads (PS_TLS_*). PS_CLUSTER_TOKEN is
+// set here for the daemon's own children; each program gets its job's credential in its place
+// (program_job.cc). The admin token is never passed on.
 absl::Status ExportSecurityToPrograms(const ps::Security& security) {
   unsetenv("PS_ADMIN_TOKEN");
   const ps::SecurityOptions& o = security.options();

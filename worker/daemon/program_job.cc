@@ -15,6 +15,7 @@
 #include "common/grpc_status.h"
 #include "common/printable.h"
 #include "common/scheduler_link.h"
+#include "common/security.h"
 #include "common/status_macros.h"
 #include "ps/v1/agent.grpc.pb.h"
 #include "worker/daemon/data_leaser.h"
@@ -159,8 +160,9 @@ class WorkerDaemon::Agent final : public v1::WorkerAgent::Service {
       forward.set_job_id(daemon_->assignment_->job_id());
     }
     // Asked as this node, which runs the job: the cluster token is enough.
-    SchedulerLink* link = daemon_->link_.load();
-    forward.set_node_id(link == nullptr ? 0 : link->node_id());
+    const NodeIdentity node = daemon_->Identity();
+    forward.set_node_id(node.node_id);
+    forward.set_node_secret(node.secret);
     if (forward.node_id() == 0) {
       return grpc::Status(grpc::StatusCode::UNAVAILABLE, "not registered with the scheduler yet");
     }
@@ -204,12 +206,8 @@ class WorkerDaemon::Agent final : public v1::WorkerAgent::Service {
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "no scheduler to lease from");
     }
     SchedulerDataLeaser leaser(
-        daemon_->scheduler_.get(),
-        [this]() -> uint64_t {
-          SchedulerLink* link = daemon_->link_.load();
-          return link == nullptr ? 0 : link->node_id();
-        },
-        a.job_id(), a.worker_id(), daemon_->options_.recovery_wait,
+        daemon_->scheduler_.get(), [this] { return daemon_->Identity(); }, a.job_id(),
+        a.worker_id(), daemon_->options_.recovery_wait,
         [this, ctx]() {
           absl::MutexLock l(&daemon_->mu_);
           return daemon_->stopping_ || run_->ending || ctx->IsCancelled() || !Ours();
@@ -293,7 +291,7 @@ void WorkerDaemon::RefreshProgramClient(ProgramRun* run) {
           absl::MutexLock l(&mu_);
           return assignment_.has_value() ? assignment_->checkpoint_requests() : 0;
         },
-        run->checkpoint_requests_done);
+        run->checkpoint_requests_done, [this] { return Identity(); });
   }
 }
 
@@ -330,6 +328,10 @@ ProgramProcessOptions ProgramOptions(const v1::WorkerAssignment& a, const std::s
   po.env.insert(p.env().begin(), p.env().end());
   po.env["PS_AGENT"] = "unix:" + socket;
   po.env["PS_JOB_ID"] = a.job_id();
+  // The program's credential reaches its own job's calls to the servers only.
+  if (const std::string token = ProcessSecurity()->token(); !token.empty()) {
+    po.env["PS_CLUSTER_TOKEN"] = JobToken(token, a.job_id());
+  }
   po.env["PS_WORKER_ID"] = absl::StrCat(a.worker_id());
   po.env["PS_RANK"] = absl::StrCat(a.rank());
   po.env["PS_NUM_WORKERS"] = absl::StrCat(a.worker_ids_size());

@@ -229,6 +229,9 @@ void WorkerDaemon::ReportRestoreFailure(const v1::WorkerAssignment& a, const abs
   req.set_checkpoint_id(a.restore().checkpoint_id());
   req.set_error(std::string(s.message()));
   req.set_code(static_cast<int32_t>(s.code()));
+  const NodeIdentity node = Identity();
+  req.set_node_id(node.node_id);
+  req.set_node_secret(node.secret);
   v1::JobInfo ignored;
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
@@ -310,7 +313,7 @@ absl::Status WorkerDaemon::RunOnce(const v1::WorkerAssignment& assignment, Model
           absl::MutexLock l(&mu_);
           return assignment_.has_value() ? assignment_->checkpoint_requests() : 0;
         },
-        *requests_done);
+        *requests_done, [this] { return Identity(); });
     runner.set_rank0_step_hook([&checkpointer](int64_t clock, int64_t previous) {
       checkpointer->MaybeCheckpoint(clock, previous);
     });
@@ -318,13 +321,8 @@ absl::Status WorkerDaemon::RunOnce(const v1::WorkerAssignment& assignment, Model
   std::unique_ptr<SchedulerDataLeaser> leaser;
   if (ro.dynamic_data && scheduler_ != nullptr) {
     leaser = std::make_unique<SchedulerDataLeaser>(
-        scheduler_.get(),
-        [this]() -> uint64_t {
-          SchedulerLink* link = link_.load();
-          return link == nullptr ? 0 : link->node_id();
-        },
-        a.job_id(), a.worker_id(), options_.recovery_wait,
-        [&runner]() { return runner.cancelled(); });
+        scheduler_.get(), [this] { return Identity(); }, a.job_id(), a.worker_id(),
+        options_.recovery_wait, [&runner]() { return runner.cancelled(); });
     runner.set_data_leaser(leaser.get());
   }
   {

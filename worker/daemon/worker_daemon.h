@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/health_server.h"
+#include "common/scheduler_link.h"
 #include "ps/v1/scheduler.grpc.pb.h"
 #include "worker/client/rpc_client.h"
 #include "worker/compute/device.h"
@@ -109,6 +110,12 @@ class WorkerDaemon {
                                                            absl::Duration timeout)
       ABSL_LOCKS_EXCLUDED(mu_);
   void ReportRestoreFailure(const v1::WorkerAssignment& a, const absl::Status& s);
+  // This node as the scheduler registered it (node_id 0 before the first registration): the
+  // job calls it makes at the scheduler carry it.
+  NodeIdentity Identity() const {
+    SchedulerLink* link = link_.load();
+    return link == nullptr ? NodeIdentity() : link->identity();
+  }
   // A membership change to tell the servers, taken under mu_ and applied without it.
   struct MembershipOrder {
     RpcClient* client = nullptr;
