@@ -7,6 +7,8 @@ packages=(
   libgrpc++-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev libabsl-dev
   librocksdb-dev prometheus-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev
   libgoogle-glog-dev zlib1g-dev
+  # HMAC-SHA256 of node receipts and job credentials (common/node_identity.cc; gRPC pulls it in too).
+  libssl-dev
   # The CPU compute backend's GEMMs (worker/compute/cpu_backend.cc).
   libopenblas-dev
   dataset-fashion-mnist iperf3 iproute2 prometheus

@@ -255,6 +255,26 @@ done
 admin status "$job"
 [ "$state" = SUCCEEDED ] || fail "$job ended '$state'"
 [ "$(admin nodes | grep -c ALIVE)" -eq 2 ] || fail "a daemon stopped serving"
+# test_accuracy JOB: the job's last evaluation (JobInfo.progress.testAccuracy).
+test_accuracy() {
+  admin status "$1" --output=json | /usr/bin/python3 -c \
+    'import json,sys; print(json.load(sys.stdin).get("progress", {}).get("testAccuracy", -1))'
+}
+attacked=$(test_accuracy "$job")
+# The same job again, undisturbed: a sync job of one worker and a fixed seed learns the same.
+control=$(admin submit "$dir/job.textproto" --name=control) || fail "admin submit refused"
+for ((i = 0; i < 360; i++)); do
+  state=$(admin status "$control" --output=json | /usr/bin/python3 -c \
+    'import json,sys; print(json.load(sys.stdin).get("state",""))' 2>/dev/null || true)
+  case $state in SUCCEEDED | FAILED | CANCELLED) break ;; esac
+  sleep 0.5
+done
+[ "$state" = SUCCEEDED ] || fail "the undisturbed run $control ended '$state'"
+undisturbed=$(test_accuracy "$control")
+echo "test accuracy: $attacked attacked, $undisturbed undisturbed"
+/usr/bin/python3 -c "import sys; a, u = float(sys.argv[1]), float(sys.argv[2]);
+sys.exit(not (u > 0.5 and abs(a - u) <= 0.005))" "$attacked" "$undisturbed" ||
+  fail "$job's test accuracy $attacked is not within 0.005 of the undisturbed run's $undisturbed"
 
 if [ -d "$build/python/paramserver" ] && /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
   step "a program job trains on its job credential (not the cluster token)"
@@ -293,4 +313,4 @@ for reason in missing_token wrong_token not_admin; do
   n=$(awk -v r="reason=\"$reason\"" 'index($0, "ps_auth_refused_total{") == 1 && index($0, r) {print $2}' <<<"$metrics")
   awk -v n="${n:-0}" 'BEGIN{exit !(n >= 1)}' || fail "ps_auth_refused_total{reason=\"$reason\"} is ${n:-absent}"
 done
-echo "PASS: mutual TLS and tokens refuse strangers and a hostile tenant; $job SUCCEEDED"
+echo "PASS: mutual TLS and tokens refuse strangers and a hostile tenant; $job SUCCEEDED with the undisturbed run's accuracy ($attacked, $undisturbed)"
