@@ -245,13 +245,17 @@ print("job:" + job + ":" + hmac.new(key, ("job-token\n" + job).encode(), hashlib
 fi
 
 step "the job is unaffected"
-state=""
-for ((i = 0; i < 360; i++)); do  # at most 3 minutes
-  state=$(admin status "$job" --output=json | /usr/bin/python3 -c \
-    'import json,sys; print(json.load(sys.stdin).get("state",""))' 2>/dev/null || true)
-  case $state in SUCCEEDED | FAILED | CANCELLED) break ;; esac
-  sleep 0.5
-done
+# wait_ended JOB SECONDS: waits until JOB has ended, at most SECONDS; its state in `state`.
+wait_ended() {
+  state=""
+  for ((i = 0; i < $2 * 2; i++)); do
+    state=$(admin status "$1" --output=json | /usr/bin/python3 -c \
+      'import json,sys; print(json.load(sys.stdin).get("state",""))' 2>/dev/null || true)
+    case $state in SUCCEEDED | FAILED | CANCELLED) return ;; esac
+    sleep 0.5
+  done
+}
+wait_ended "$job" 180
 admin status "$job"
 [ "$state" = SUCCEEDED ] || fail "$job ended '$state'"
 [ "$(admin nodes | grep -c ALIVE)" -eq 2 ] || fail "a daemon stopped serving"
@@ -263,12 +267,7 @@ test_accuracy() {
 attacked=$(test_accuracy "$job")
 # The same job again, undisturbed: a sync job of one worker and a fixed seed learns the same.
 control=$(admin submit "$dir/job.textproto" --name=control) || fail "admin submit refused"
-for ((i = 0; i < 360; i++)); do
-  state=$(admin status "$control" --output=json | /usr/bin/python3 -c \
-    'import json,sys; print(json.load(sys.stdin).get("state",""))' 2>/dev/null || true)
-  case $state in SUCCEEDED | FAILED | CANCELLED) break ;; esac
-  sleep 0.5
-done
+wait_ended "$control" 180
 [ "$state" = SUCCEEDED ] || fail "the undisturbed run $control ended '$state'"
 undisturbed=$(test_accuracy "$control")
 echo "test accuracy: $attacked attacked, $undisturbed undisturbed"
@@ -290,13 +289,7 @@ num_workers: 1
 consistency { mode: ASYNC }
 SPEC
   probe=$(admin submit "$dir/probe.textproto") || fail "admin submit of the program job refused"
-  state=""
-  for ((i = 0; i < 240; i++)); do  # at most 2 minutes
-    state=$(admin status "$probe" --output=json | /usr/bin/python3 -c \
-      'import json,sys; print(json.load(sys.stdin).get("state",""))' 2>/dev/null || true)
-    case $state in SUCCEEDED | FAILED | CANCELLED) break ;; esac
-    sleep 0.5
-  done
+  wait_ended "$probe" 120
   admin status "$probe"
   [ "$state" = SUCCEEDED ] || fail "the program job $probe ended '$state'"
   echo "program job $probe SUCCEEDED on its job credential"

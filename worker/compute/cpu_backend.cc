@@ -74,8 +74,8 @@ class CpuBackend : public ComputeBackend {
     }
     // Row-major, as ComputeBackend: the leading dimension is the stored row length.
     blas_->sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-                trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, trans_a ? m : k, b,
-                trans_b ? k : n, beta, c, n);
+                 trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, trans_a ? m : k, b,
+                 trans_b ? k : n, beta, c, n);
   }
 
   void AddBias(int rows, int cols, const float* bias, float* y) override {
@@ -187,8 +187,8 @@ class CpuBackend : public ComputeBackend {
 
   const CpuKernels kernels_;
   const internal::OpenBlasApi* blas_ = nullptr;  // kOpenBlas: the loaded library (process-wide)
-  internal::BlockedGemm reference_gemm_;  // kReference's GEMM and its packing buffers
-  absl::Status status_;                   // the first error since the last Synchronize()
+  internal::BlockedGemm reference_gemm_;         // kReference's GEMM and its packing buffers
+  absl::Status status_;                          // the first error since the last Synchronize()
 };
 
 }  // namespace
