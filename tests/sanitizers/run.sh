@@ -26,7 +26,7 @@ case "$mode" in
     # between them, too slow for CI (docs/testing.md). netns_*: timed partitions of several
     # trainings (the uninstrumented build runs them). deploy_checks: it matches the
     # uninstrumented binaries' libraries against the container's packages.
-    # control_plane_faults, fashion_mnist_e2e, metrics_e2e: whole trainings, 13 minutes of the
+    # control_plane_faults, fashion_mnist_e2e, metrics_e2e: whole trainings, 6 to 13 minutes of the
     # step between them on CI's 2 cores; SAN_E2E=1 runs them too (the daemons' other
     # multi-process tests stay in).
     skip='client_install|recovery_e2e|deploy_checks|netns_.*'
