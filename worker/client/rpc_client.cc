@@ -169,7 +169,7 @@ std::vector<std::vector<RpcClient::Part>> RpcClient::Split(
         open[s] = nullptr;
       }
       if (open[s] == nullptr) {
-        parts[s].back().segments.push_back(Segment{o, {}});
+        parts[s].back().segments.push_back(Segment{o, {}, v1::CODEC_NONE, {}});
         open[s] = &parts[s].back().segments.back();
       }
       open[s]->idx.push_back(i);
