@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets (clang with its sanitizer runtimes, -DPS_FUZZ=ON, in a build
-# folder of their own) and runs each for FUZZ_SECONDS on a copy of its seed corpus. Exits
-# non-zero if any target crashes, reports undefined behaviour, leaks, runs out of memory or
-# times out; the input that did it is
-# left in the work folder (printed). See docs/testing.md.
+# Builds the libFuzzer targets (clang with its sanitizer runtimes, -DPS_FUZZ=ON) and runs each
+# for FUZZ_SECONDS on a copy of its seed corpus. The build folder is one of their own, or the ASan
+# build's: after `SAN_FUZZ=1 tests/sanitizers/run.sh address`, `BUILD_DIR=build-asan
+# tests/fuzz/run.sh` builds only the targets (CI does this). Exits non-zero if any target
+# crashes, reports undefined behaviour, leaks, runs out of memory or times out; the input that
+# did it is left in the work folder (printed). See docs/testing.md.
 # Usage: tests/fuzz/run.sh [target...]   (default: every target)
 # Environment: FUZZ_SECONDS (30), BUILD_DIR (build-fuzz), FUZZ_WORK (a new temp folder).
 set -euo pipefail

@@ -12,7 +12,10 @@
 #   thread:  TSan: the server, client (worker/client) and scheduler gtest suites, and the
 #            check of its Abseil shim (tsan_shim_selftest).
 # Usage: tests/sanitizers/run.sh address|thread [extra ctest arguments]
-# Environment: BUILD_DIR (build-asan / build-tsan).
+# Environment: BUILD_DIR (build-asan / build-tsan); SAN_FUZZ=1 (address only) also instruments
+# the build for libFuzzer (-DPS_FUZZ=ON), so that tests/fuzz/run.sh can then build its targets
+# in the same folder (BUILD_DIR=build-asan tests/fuzz/run.sh) instead of a build of its own, as
+# CI does; SAN_FUZZ=0 turns it off again; unset, the folder keeps what it had.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
@@ -58,10 +61,21 @@ if [ ${#missing[@]} -gt 0 ]; then
     "${missing[@]}" >/dev/null
 fi
 
+fuzz=()
+case "${SAN_FUZZ:-}" in
+  1) fuzz=(-DPS_FUZZ=ON) ;;
+  0) fuzz=(-DPS_FUZZ=OFF) ;;
+esac
+if [ "$mode" = thread ] && [ "${SAN_FUZZ:-}" = 1 ]; then
+  echo "sanitizers: SAN_FUZZ=1 goes with address, not thread" >&2
+  exit 2
+fi
+
 start=$(date +%s)
 mkdir -p "$build"
 cmake -S . -B "$build" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug \
-  -DPS_SANITIZE="$mode" -DPS_WITH_CUDA=OFF -DPS_WITH_PYTHON=OFF >"$build/configure.log" 2>&1 ||
+  -DPS_SANITIZE="$mode" -DPS_WITH_CUDA=OFF -DPS_WITH_PYTHON=OFF "${fuzz[@]}" \
+  >"$build/configure.log" 2>&1 ||
   { cat "$build/configure.log"; exit 1; }
 # ps_sanitize_MODE (CMakeLists.txt): the gtest binaries and daemons that these tests need.
 cmake --build "$build" -j"$(nproc)" --target "ps_sanitize_$mode"
