@@ -22,12 +22,22 @@
 #include "ps/v1/scheduler.pb.h"
 #include "scheduler/job_dropper.h"
 #include "scheduler/job_spec.h"
+#include "scheduler/placement.h"
 #include "scheduler/scheduler_metrics.h"
 #include "scheduler/scheduler_options.h"
 #include "scheduler/state_store.h"
 
 namespace ps {
 
+// The Scheduler coordinates; its parts live in files of their own:
+//   scheduler.cc              the job table, persistence (Commit), events, submit/cancel/list;
+//   scheduler_membership.cc   registration, heartbeats and progress, dead nodes (Tick);
+//   placement.h               which nodes a job gets: pure functions over a snapshot;
+//   scheduler_placement.cc    takes that snapshot and applies the answer;
+//   scheduler_checkpoints.cc  the per-job checkpoint catalog and restores;
+//   scheduler_drain.cc        psctl drain;
+//   scheduler_data.cc         dynamic data leases; scheduler_resources.cc bounds and cleanup.
+//
 // Thread-safe: one mutex serializes every operation; each operation writes its changes to the
 // state store before it returns (job state and membership changes with a synced write).
 // Time comes only from the injected clock; nothing here sleeps or starts threads: the owner
@@ -278,18 +288,17 @@ class Scheduler {
   // RESOURCE_EXHAUSTED if options_.max_pending_jobs jobs are PENDING already.
   absl::Status CheckPendingRoom() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
-  // Placement: Schedule() gives idle workers to RUNNING jobs short of workers, starts the
-  // PENDING jobs it can (TryStart takes their workers from `idle`) and sets the reason of
-  // the others.
+  // Placement (scheduler/placement.h decides; these apply). Schedule() gives idle workers to
+  // RUNNING jobs short of workers, starts the PENDING jobs it can, fails those whose
+  // from_checkpoint no longer resolves when their turn comes, and sets the reason of the others.
   void Schedule(absl::Time now, Changes* changes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void AddWorkers(Job* job, std::vector<uint64_t>* idle, absl::Time now, Changes* changes)
+  void AddWorkers(Job* job, const std::vector<uint64_t>& joining, absl::Time now, Changes* changes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool TryStart(Job* job, std::vector<uint64_t>* idle, absl::Time now, Changes* changes)
+  void Start(Job* job, const Placement::Start& start, absl::Time now, Changes* changes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::vector<uint64_t> IdleWorkers() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::vector<uint64_t> AliveServers() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // How many running jobs each server node serves (placement and spares: least loaded first).
-  std::map<uint64_t, int> ServerLoad() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // The snapshot placement decides from: every node; the pending and running jobs.
+  std::vector<PlacementNode> PlacementNodes() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  std::vector<PlacementJob> PlacementJobs() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   v1::WorkerAssignment Assignment(const Job& job, int index) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

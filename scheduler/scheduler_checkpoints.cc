@@ -16,11 +16,12 @@
 #include "common/status_macros.h"
 #include "scheduler/data_ledger.h"
 #include "scheduler/scheduler.h"
+#include "scheduler/scheduler_internal.h"
 
 namespace ps {
 namespace {
 
-int64_t ToMs(absl::Time t) { return absl::ToUnixMillis(t); }
+using scheduler_internal::ToMs;
 
 // A FinishCheckpoint's write_seconds beyond this (11.6 days) is not a measurement.
 constexpr double kMaxWriteSeconds = 1e6;
@@ -255,15 +256,9 @@ void Scheduler::RecoverFromServerLoss(Job* job, uint64_t node_id, const std::str
     }
   }
   // A spare: an alive server outside the job, the least loaded (then the lowest id).
-  std::map<uint64_t, int> load = ServerLoad();
-  uint64_t spare = 0;
-  for (uint64_t id : AliveServers()) {
-    if (std::find(info.server_nodes().begin(), info.server_nodes().end(), id) !=
-        info.server_nodes().end()) {
-      continue;
-    }
-    if (spare == 0 || load[id] < load[spare]) spare = id;
-  }
+  const uint64_t spare =
+      ChooseSpare(PlacementNodes(), PlacementJobs(),
+                  std::vector<uint64_t>(info.server_nodes().begin(), info.server_nodes().end()));
   std::string moved_to;
   if (spare != 0) {
     info.set_server_nodes(dead, spare);
@@ -478,86 +473,6 @@ absl::StatusOr<v1::CheckpointInfo> Scheduler::FinishCheckpoint(
   FinishDrain(job, result.request_seq(), now, &changes);
   PS_RETURN_IF_ERROR(Commit(&changes));
   return result;
-}
-
-absl::StatusOr<v1::NodeInfo> Scheduler::DrainNode(uint64_t node_id) {
-  absl::MutexLock lock(&mu_);
-  auto it = nodes_.find(node_id);
-  if (it == nodes_.end()) return absl::NotFoundError(absl::StrCat("no node ", node_id));
-  v1::NodeInfo& node = it->second;
-  if (node.role() != v1::SERVER) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "node ", node_id, " is a ", absl::AsciiStrToLower(v1::NodeRole_Name(node.role())),
-        "; only servers are drained (a worker can be stopped: its job recovers)"));
-  }
-  if (node.state() != v1::ALIVE) {
-    return absl::FailedPreconditionError(absl::StrCat("node ", node_id, " is dead already"));
-  }
-  const absl::Time now = clock_();
-  // A job moves off to a spare, or to its other servers: refuse before anything changes if
-  // one would have neither.
-  bool spare = false;
-  for (uint64_t id : AliveServers()) spare = spare || id != node_id;
-  std::vector<Job*> users;
-  for (auto& [number, job] : jobs_) {
-    if (job.info.state() != v1::RUNNING ||
-        absl::c_find(job.info.server_nodes(), node_id) == job.info.server_nodes().end())
-      continue;
-    bool other = false;
-    for (uint64_t id : job.info.server_nodes()) {
-      auto n = nodes_.find(id);
-      other = other || (id != node_id && n != nodes_.end() && n->second.state() == v1::ALIVE &&
-                        !n->second.draining());
-    }
-    if (!other && !spare) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("job ", job.info.job_id(), " has no other server to take node ", node_id,
-                       "'s slots: start another server first, or cancel the job"));
-    }
-    users.push_back(&job);
-  }
-  Changes changes;
-  changes.nodes.insert(node_id);
-  changes.sync = true;
-  if (!node.draining()) {
-    node.set_draining(true);
-    LOG(INFO) << "server node " << node_id << " (" << node.address()
-              << ") draining: " << users.size() << " running job(s) move off it";
-  }
-  for (Job* job : users) {
-    const uint64_t seq = job->info.checkpoint_requests() + 1;
-    job->info.set_checkpoint_requests(seq);
-    job->info.set_drain_request_seq(seq);
-    changes.jobs.insert(job->number);
-    AddEvent(job,
-             absl::StrCat("server node ", node_id, " (", node.address(),
-                          ") draining (psctl drain): checkpoint requested (request ", seq,
-                          "); once it is complete its slots move to other servers"),
-             now, &changes);
-  }
-  v1::NodeInfo result = node;
-  result.clear_node_secret();  // the scheduler's own
-  PS_RETURN_IF_ERROR(Commit(&changes));
-  return result;
-}
-
-void Scheduler::FinishDrain(Job* job, uint64_t request_seq, absl::Time now, Changes* changes) {
-  if (job->info.drain_request_seq() == 0 || request_seq < job->info.drain_request_seq()) return;
-  if (job->info.state() != v1::RUNNING) return;
-  job->info.clear_drain_request_seq();
-  changes->jobs.insert(job->number);
-  std::vector<uint64_t> draining;
-  for (uint64_t id : job->info.server_nodes()) {
-    auto n = nodes_.find(id);
-    if (n != nodes_.end() && n->second.draining()) draining.push_back(id);
-  }
-  for (uint64_t id : draining) {
-    if (job->info.state() != v1::RUNNING) break;
-    const std::string address = nodes_[id].address();
-    RecoverFromServerLoss(job, id, "drained by psctl drain", now, changes, /*drained=*/true);
-    // The drained server holds the job's tables still: free them.
-    if (!address.empty()) changes->drops.push_back(DropOrder{job->info.job_id(), {address}});
-  }
 }
 
 bool Scheduler::CheckpointInUse(const std::string& job_id, uint64_t id) const {
