@@ -25,7 +25,17 @@ ABSL_FLAG(std::string, cpus, "",
           "of their own: a request then stays on a few cores. Default: every CPU the process "
           "may use");
 
+ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:0",
+          "host:port to serve Prometheus /metrics on (port 0: a free one, logged and written to "
+          "--metrics_port_file); 'off': none");
+ABSL_FLAG(std::string, metrics_port_file, "",
+          "if set, write the bound /metrics port here once serving");
+
 namespace ps {
+
+MetricsFlags MetricsFromFlags() {
+  return MetricsFlags{absl::GetFlag(FLAGS_metrics_listen), absl::GetFlag(FLAGS_metrics_port_file)};
+}
 
 absl::StatusOr<std::shared_ptr<const Security>> DaemonSecurityFromFlags() {
   SecurityOptions options = TlsOptionsFromFlags();

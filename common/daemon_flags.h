@@ -1,5 +1,6 @@
 // Flags every daemon shares (common/daemon_flags.cc), besides --tls_* (common/tls_flags.h):
-// --cluster_token_file and the log destination.
+// --cluster_token_file, the log destination, --cpus and /metrics. (--listen, --advertise and
+// --health_listen stay each daemon's own: their defaults and meanings differ.)
 #ifndef PS_COMMON_DAEMON_FLAGS_H_
 #define PS_COMMON_DAEMON_FLAGS_H_
 
@@ -22,6 +23,13 @@ struct LogOptions {
   int32_t keep_days = 7;  // --log_keep_days: older files in dir are deleted
 };
 LogOptions LogOptionsFromFlags();
+
+// --metrics_listen and --metrics_port_file: where the daemon serves /metrics.
+struct MetricsFlags {
+  std::string listen;
+  std::string port_file;
+};
+MetricsFlags MetricsFromFlags();
 
 // --cpus: the CPUs to pin the daemon to (common/cpu_set.h); empty: no pinning.
 std::string CpusFromFlags();

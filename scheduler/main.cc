@@ -13,6 +13,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/daemon_flags.h"
 #include "common/daemon_setup.h"
 #include "common/flags_usage.h"
 #include "common/health_server.h"
@@ -70,10 +71,6 @@ ABSL_FLAG(std::string, port_file, "", "if set, write the bound port here once se
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1), "how often nodes heartbeat");
 ABSL_FLAG(absl::Duration, heartbeat_timeout, absl::Seconds(5),
           "a node silent for longer is declared dead");
-ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:0",
-          "host:port of the Prometheus /metrics endpoint (port 0: a free port; 'off': none)");
-ABSL_FLAG(std::string, metrics_port_file, "",
-          "if set, write the bound /metrics port here once serving");
 ABSL_FLAG(absl::Duration, drain_grace, absl::Milliseconds(500),
           "on SIGTERM, how long the health service reports NOT_SERVING before shutting down; "
           "calls still in flight then get at most 1s before they are cancelled, so the daemon "
@@ -122,8 +119,8 @@ int main(int argc, char** argv) {
 
   // /metrics first: the scheduler reports its address (ListNodes) and exports from the start.
   // Declared before everything that registers in it: destroyed last.
-  auto exporter = ps::DaemonExporter::Start("scheduler", absl::GetFlag(FLAGS_metrics_listen),
-                                            absl::GetFlag(FLAGS_metrics_port_file));
+  auto exporter = ps::DaemonExporter::Start("scheduler", ps::MetricsFromFlags().listen,
+                                            ps::MetricsFromFlags().port_file);
   if (!exporter.ok()) return Fail(std::string(exporter.status().message()));
   std::unique_ptr<ps::SchedulerMetrics> metrics;
   if (prometheus::Registry* registry = (*exporter)->registry(); registry != nullptr) {

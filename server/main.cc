@@ -18,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/daemon_flags.h"
 #include "common/daemon_setup.h"
 #include "common/flags_usage.h"
 #include "common/health_server.h"
@@ -61,11 +62,6 @@ ABSL_FLAG(std::string, health_listen, "off",
           "host:port of a plaintext gRPC port serving only grpc.health.v1 (for probes that "
           "cannot speak TLS, e.g. Kubernetes' grpc probes; port 0: a free one); 'off': none. "
           "The main port serves health too");
-ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:0",
-          "host:port to serve Prometheus /metrics on (port 0: a free one, logged and written to "
-          "--metrics_port_file); 'off' disables metrics");
-ABSL_FLAG(std::string, metrics_port_file, "",
-          "if set, write the bound /metrics port here once serving");
 ABSL_FLAG(absl::Duration, checkpoint_write_delay, absl::ZeroDuration(),
           "fault-injection test hook: start each checkpoint write this long after its snapshot "
           "(tests kill a server mid-checkpoint); leave 0 in production");
@@ -245,8 +241,8 @@ int main(int argc, char** argv) {
   }
   const absl::Duration drain_grace = absl::GetFlag(FLAGS_drain_grace);
   // Declared before everything that registers in it: destroyed last.
-  auto exporter = ps::DaemonExporter::Start("server", absl::GetFlag(FLAGS_metrics_listen),
-                                            absl::GetFlag(FLAGS_metrics_port_file));
+  auto exporter = ps::DaemonExporter::Start("server", ps::MetricsFromFlags().listen,
+                                            ps::MetricsFromFlags().port_file);
   if (!exporter.ok()) {
     std::cerr << "ps_server: " << exporter.status().message() << "\n";
     return 1;

@@ -47,6 +47,7 @@ absl::StatusOr<RunStart> StartRun(const v1::WorkerAssignment& assignment,
   co.job_id = a.job_id();
   co.worker_id = a.worker_id();
   co.rpc_timeout = options.rpc_timeout;
+  co.reject_nonfinite = false;  // the servers' --nonfinite policy decides
   PS_ASSIGN_OR_RETURN(std::unique_ptr<RpcClient> client, RpcClient::Connect(co));
   // Tell the servers the job and its workers; a worker joining a running job learns its clock.
   // FAILED_PRECONDITION: the servers have a newer membership already (it changed while this

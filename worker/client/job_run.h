@@ -21,7 +21,7 @@ namespace ps {
 
 struct RunStartOptions {
   // Deadline of one data-plane request of the client made.
-  absl::Duration rpc_timeout = absl::Seconds(120);
+  absl::Duration rpc_timeout = kDefaultRpcTimeout;
   // This worker's clock before (a restart after a server loss; -1: none, the servers say).
   int64_t last_clock = -1;
   // The job's tables, created on every server (idempotent).

@@ -21,6 +21,7 @@
 #include "absl/types/span.h"
 #include "common/grpc_status.h"
 #include "common/shard_map.h"
+#include "ps/client.h"  // kDefaultRpcTimeout
 #include "ps/v1/parameter_server.grpc.pb.h"
 #include "worker/client/push_encoder.h"
 #include "worker/client/request_codec.h"
@@ -46,13 +47,14 @@ struct RpcClientOptions {
   // (PushPull sends all its parts at once: their pulls may wait for the whole push.)
   int max_parts_in_flight = 2;
   // Deadline of one RPC (a sync/ssp pull may wait this long for slow workers).
-  absl::Duration rpc_timeout = absl::Seconds(180);
+  absl::Duration rpc_timeout = kDefaultRpcTimeout;
   // Retries of an RPC that failed with UNAVAILABLE (pushes keep their request id: applied once).
   int max_retries = 3;
   // Refuse a push whose gradients hold a NaN or an Inf before any part is sent (servers refuse
-  // such parts too, but only their own: the others would be applied). Off for servers run with
-  // --nonfinite=skip_row.
-  bool reject_nonfinite = false;
+  // such parts too, but only their own: the others would be applied). The same default as
+  // ClientOptions; off for servers run with --nonfinite=skip_row, and in the worker daemon's
+  // clients, which cannot know the servers' policy and leave it to them.
+  bool reject_nonfinite = true;
 
   absl::Status Validate() const;
 };

@@ -23,6 +23,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "common/cpu_set.h"
+#include "common/daemon_flags.h"
 #include "common/daemon_setup.h"
 #include "common/flags_usage.h"
 #include "common/health_server.h"
@@ -72,12 +73,8 @@ ABSL_FLAG(int, log_every_steps, 100, "print a progress line every this many step
 ABSL_FLAG(absl::Duration, recovery_wait, absl::Seconds(90),
           "daemon: after a data-plane failure (a server died), how long to wait for the "
           "scheduler's new shard map before the job is given up");
-ABSL_FLAG(absl::Duration, rpc_timeout, absl::Seconds(120),
+ABSL_FLAG(absl::Duration, rpc_timeout, ps::kDefaultRpcTimeout,
           "deadline of one data-plane request (a sync pull waits this long for the slowest)");
-ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:0",
-          "host:port of the Prometheus /metrics endpoint (port 0: a free port; 'off': none)");
-ABSL_FLAG(std::string, metrics_port_file, "",
-          "if set, write the bound /metrics port here once serving");
 ABSL_FLAG(std::string, device, "auto",
           "where a job's training steps compute: cpu | cuda:N (CUDA device N; 'cuda' = "
           "cuda:0) | auto (cuda:0 if this binary has CUDA support and a device is present, else "
@@ -133,8 +130,8 @@ struct Metrics {
 // Starts /metrics per --metrics_listen; an error names the flag.
 absl::StatusOr<Metrics> StartMetrics() {
   Metrics m;
-  auto exporter = ps::DaemonExporter::Start("worker", absl::GetFlag(FLAGS_metrics_listen),
-                                            absl::GetFlag(FLAGS_metrics_port_file));
+  auto exporter = ps::DaemonExporter::Start("worker", ps::MetricsFromFlags().listen,
+                                            ps::MetricsFromFlags().port_file);
   if (!exporter.ok()) return exporter.status();
   m.exporter = std::move(*exporter);
   if (prometheus::Registry* registry = m.exporter->registry(); registry != nullptr) {
@@ -287,6 +284,7 @@ int RunStandalone(const ps::ComputeOptions& compute) {
   co.job_id = absl::GetFlag(FLAGS_job_id);
   co.worker_id = static_cast<uint32_t>(worker_id);
   co.rpc_timeout = absl::GetFlag(FLAGS_rpc_timeout);
+  co.reject_nonfinite = false;  // the servers' --nonfinite policy decides
   auto client = ps::RpcClient::Connect(co);
   if (!client.ok()) return UsageError(std::string(client.status().message()));
   auto metrics = StartMetrics();

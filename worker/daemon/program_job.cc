@@ -264,6 +264,7 @@ void WorkerDaemon::RefreshProgramClient(ProgramRun* run) {
   co.job_id = a.job_id();
   co.worker_id = a.worker_id();
   co.rpc_timeout = options_.rpc_timeout;
+  co.reject_nonfinite = false;  // the servers' --nonfinite policy decides
   auto client = RpcClient::Connect(co);
   if (!client.ok()) {
     LOG(WARNING) << run->key << ": no client for shard epoch " << a.shard_epoch() << ": "

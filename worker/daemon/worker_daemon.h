@@ -16,7 +16,7 @@
 #include "common/health_server.h"
 #include "common/scheduler_link.h"
 #include "ps/v1/scheduler.grpc.pb.h"
-#include "worker/client/rpc_client.h"
+#include "worker/client/rpc_client.h"  // RpcClient; kDefaultRpcTimeout (ps/client.h)
 #include "worker/compute/device.h"
 #include "worker/daemon/job_runner.h"
 #include "worker/daemon/worker_metrics.h"
@@ -36,7 +36,7 @@ struct WorkerDaemonOptions {
   // host:port of this worker's /metrics, told to the scheduler (empty: none).
   std::string metrics_address;
   // Deadline of one data-plane request (a sync pull waits on the slowest worker this long).
-  absl::Duration rpc_timeout = absl::Seconds(120);
+  absl::Duration rpc_timeout = kDefaultRpcTimeout;
   // Log a progress line every this many steps (0: epochs only).
   int log_every_steps = 100;
   // After a data-plane failure (a server died), how long to wait for the scheduler's new shard

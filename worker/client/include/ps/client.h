@@ -172,6 +172,11 @@ enum class Consistency {
   kAsync  // pushes apply on arrival; pulls never wait.
 };
 
+// The deadline of one data-plane request unless set otherwise, everywhere: ClientOptions,
+// SessionOptions and the worker daemon's --rpc_timeout (a sync pull may wait this long for the
+// slowest worker).
+inline constexpr absl::Duration kDefaultRpcTimeout = absl::Seconds(120);
+
 struct PS_EXPORT ClientOptions {
   // The parameter servers, "host:port" each, in shard-map order (slot s on servers[s % n]).
   std::vector<std::string> servers;
@@ -189,7 +194,7 @@ struct PS_EXPORT ClientOptions {
   // starting is waited for; one that is not there fails Connect with DEADLINE_EXCEEDED).
   absl::Duration connect_timeout = absl::Seconds(10);
   // Deadline of one request (a sync or ssp pull may wait this long for slow workers).
-  absl::Duration rpc_timeout = absl::Seconds(180);
+  absl::Duration rpc_timeout = kDefaultRpcTimeout;
   // Tries again a request that failed with UNAVAILABLE this many times (a push keeps its
   // request id: the servers apply it once).
   int max_retries = 3;

@@ -61,7 +61,7 @@ struct SessionOptions {
   // How long Next() waits for a new shard map after a server failed before it gives up.
   absl::Duration recovery_wait = absl::Seconds(90);
   // Deadline of one data-plane request.
-  absl::Duration rpc_timeout = absl::Seconds(120);
+  absl::Duration rpc_timeout = kDefaultRpcTimeout;
   // Lines about recoveries go to standard error; false: silent.
   bool log_to_stderr = true;
 };
