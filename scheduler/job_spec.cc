@@ -239,9 +239,13 @@ std::string NormalPath(absl::string_view path) {
   return normal;
 }
 
-absl::Status NormalizeJobSpec(v1::JobSpec* spec, const JobLimits& limits) {
+namespace {
+
+// NormalizeJobSpec's steps, in the order it takes them (the first error wins).
+
+// A zoo model or a program, and a program's tables.
+absl::Status CheckWhatRuns(v1::JobSpec* spec, const ZooModel* model) {
   const bool program = spec->has_program();
-  const ZooModel* model = program ? nullptr : FindZooModel(spec->model());
   if (program && !spec->model().empty()) {
     return Invalid(absl::StrCat("a job runs a model or a program, not both (model = \"",
                                 Printable(spec->model(), 64), "\")"));
@@ -254,14 +258,18 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec, const JobLimits& limits) {
   if (!program && spec->tables_size() > 0) {
     return Invalid("tables are declared by program jobs; a zoo model makes its own");
   }
-  if (program) {
-    PS_RETURN_IF_ERROR(CheckProgram(spec->mutable_program()));
-    PS_RETURN_IF_ERROR(CheckTables(spec));
-    if (spec->tables().empty()) {
-      return Invalid("a program job declares its tables (tables { name: ... kind: ... dim: ... })");
-    }
+  if (!program) return absl::OkStatus();
+  PS_RETURN_IF_ERROR(CheckProgram(spec->mutable_program()));
+  PS_RETURN_IF_ERROR(CheckTables(spec));
+  if (spec->tables().empty()) {
+    return Invalid("a program job declares its tables (tables { name: ... kind: ... dim: ... })");
   }
-  // Names are stored, listed and printed: printable ASCII, bounded.
+  return absl::OkStatus();
+}
+
+// Names (stored, listed and printed: printable ASCII, bounded), workers, servers, batch size
+// and epochs, with their defaults.
+absl::Status CheckScale(v1::JobSpec* spec) {
   PS_RETURN_IF_ERROR(CheckClientText("spec.name", spec->name(), kMaxNameBytes, true));
   PS_RETURN_IF_ERROR(CheckClientText("spec.from_checkpoint.job_id",
                                      spec->from_checkpoint().job_id(), kMaxNameBytes, true));
@@ -274,6 +282,11 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec, const JobLimits& limits) {
   PS_RETURN_IF_ERROR(
       CheckRange("epochs", spec->epochs(), 0, kMaxEpochs, absl::StrCat(kDefaultEpochs)));
   if (spec->epochs() == 0) spec->set_epochs(kDefaultEpochs);
+  return absl::OkStatus();
+}
+
+// The optimizer, consistency mode, learning-rate schedule and data assignment.
+absl::Status CheckTraining(v1::JobSpec* spec) {
   if (spec->has_optimizer() && !v1::OptimizerSpec::Kind_IsValid(spec->optimizer().kind())) {
     return Invalid(
         absl::StrCat("optimizer.kind = ", spec->optimizer().kind(), " is not an optimizer"));
@@ -305,7 +318,7 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec, const JobLimits& limits) {
   }
   const bool sync = consistency.mode() == v1::ConsistencySpec::SYNC;
   if (spec->data_assignment() == v1::DATA_ASSIGNMENT_DEFAULT) {
-    spec->set_data_assignment(sync || program ? v1::STATIC : v1::DYNAMIC);
+    spec->set_data_assignment(sync || spec->has_program() ? v1::STATIC : v1::DYNAMIC);
   }
   if (spec->data_assignment() == v1::DYNAMIC && sync) {
     return Invalid(
@@ -313,14 +326,23 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec, const JobLimits& limits) {
         "worker at every clock, so a faster worker has nothing more to take (use STATIC)");
   }
   spec->mutable_consistency()->set_data_clocks(spec->data_assignment() == v1::DYNAMIC);
-  if (program) {
+  return absl::OkStatus();
+}
+
+// A zoo model's own settings (its layers, hash_bits, ...), which a program job must not set.
+absl::Status NormalizeModel(v1::JobSpec* spec, const ZooModel* model) {
+  if (spec->has_program()) {
     if (spec->layers_size() > 0 || spec->hash_bits() != 0) {
       return Invalid("layers and hash_bits are zoo models' settings; a program job has tables");
     }
   } else {
-    PS_RETURN_IF_ERROR(model->normalize(spec));  // its layers, hash_bits, ...
+    PS_RETURN_IF_ERROR(model->normalize(spec));
   }
   if (!spec->has_evaluate()) spec->set_evaluate(true);
+  return absl::OkStatus();
+}
+
+absl::Status CheckCheckpointPolicy(v1::JobSpec* spec, const JobLimits& limits) {
   v1::CheckpointPolicy& checkpoint = *spec->mutable_checkpoint();
   if (checkpoint.every_steps() < 0) {
     return Invalid(absl::StrCat("checkpoint.every_steps = ", checkpoint.every_steps(),
@@ -333,14 +355,22 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec, const JobLimits& limits) {
   PS_RETURN_IF_ERROR(CheckRange("checkpoint.keep_last", checkpoint.keep_last(), 0,
                                 kMaxKeepCheckpoints, absl::StrCat(kDefaultKeepCheckpoints)));
   if (checkpoint.keep_last() == 0) checkpoint.set_keep_last(kDefaultKeepCheckpoints);
-  if (absl::Status s = CheckCheckpointRoot(&checkpoint, limits); !s.ok()) return s;
-  if (const uint64_t bytes = ModelBytes(*spec); bytes > limits.max_model_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "spec: the model needs ", bytes, " bytes (", GiB(bytes),
-        ", parameters and optimizer state), over the scheduler's cap of ", limits.max_model_bytes,
-        " bytes (", GiB(limits.max_model_bytes), ", ps_scheduler --max_model_bytes); use ",
-        program ? "smaller dense tables" : model->smaller, " or ask the operator"));
-  }
+  return CheckCheckpointRoot(&checkpoint, limits);
+}
+
+// RESOURCE_EXHAUSTED past the scheduler's --max_model_bytes.
+absl::Status CheckModelFits(const v1::JobSpec& spec, const JobLimits& limits,
+                            const ZooModel* model) {
+  const uint64_t bytes = ModelBytes(spec);
+  if (bytes <= limits.max_model_bytes) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "spec: the model needs ", bytes, " bytes (", GiB(bytes),
+      ", parameters and optimizer state), over the scheduler's cap of ", limits.max_model_bytes,
+      " bytes (", GiB(limits.max_model_bytes), ", ps_scheduler --max_model_bytes); use ",
+      spec.has_program() ? "smaller dense tables" : model->smaller, " or ask the operator"));
+}
+
+absl::Status NormalizeRecovery(v1::JobSpec* spec) {
   if (!v1::RecoveryMode_IsValid(spec->recovery())) {
     return Invalid(absl::StrCat("recovery = ", spec->recovery(), " is not a recovery mode"));
   }
@@ -352,9 +382,14 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec, const JobLimits& limits) {
   if (spec->has_from_checkpoint() && spec->from_checkpoint().job_id().empty()) {
     return Invalid("from_checkpoint.job_id is empty");
   }
-  if (program && spec->data_dir().empty()) return absl::OkStatus();  // a program's own business
+  return absl::OkStatus();
+}
+
+// Its form only: whether it exists is the workers' to say (see the header). A program's data
+// is its own business.
+absl::Status NormalizeDataDir(v1::JobSpec* spec, const ZooModel* model) {
+  if (spec->has_program() && spec->data_dir().empty()) return absl::OkStatus();
   if (spec->data_dir().empty()) spec->set_data_dir(model->default_data_dir);
-  // Its form only: whether it exists is the workers' to say (see the header).
   PS_RETURN_IF_ERROR(
       CheckClientText("spec.data_dir", spec->data_dir(), kMaxPathBytes, /*ascii_only=*/false));
   if (!std::filesystem::path(spec->data_dir()).is_absolute()) {
@@ -363,6 +398,20 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec, const JobLimits& limits) {
   }
   spec->set_data_dir(NormalPath(spec->data_dir()));
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status NormalizeJobSpec(v1::JobSpec* spec, const JobLimits& limits) {
+  const ZooModel* model = spec->has_program() ? nullptr : FindZooModel(spec->model());
+  PS_RETURN_IF_ERROR(CheckWhatRuns(spec, model));
+  PS_RETURN_IF_ERROR(CheckScale(spec));
+  PS_RETURN_IF_ERROR(CheckTraining(spec));
+  PS_RETURN_IF_ERROR(NormalizeModel(spec, model));
+  PS_RETURN_IF_ERROR(CheckCheckpointPolicy(spec, limits));
+  PS_RETURN_IF_ERROR(CheckModelFits(*spec, limits, model));
+  PS_RETURN_IF_ERROR(NormalizeRecovery(spec));
+  return NormalizeDataDir(spec, model);
 }
 
 }  // namespace ps

@@ -58,130 +58,96 @@ prometheus::Histogram::BucketBoundaries ServerMetrics::LatencyBuckets() {
           0.1,   0.25,   0.5,    1,      2.5,  5,      10,   25,    60};
 }
 
+namespace {
+
+// One metric family each; the help text is what Prometheus shows.
+prometheus::Family<prometheus::Counter>& Counters(prometheus::Registry& registry,
+                                                  const std::string& name,
+                                                  const std::string& help) {
+  return prometheus::BuildCounter().Name(name).Help(help).Register(registry);
+}
+prometheus::Family<prometheus::Gauge>& Gauges(prometheus::Registry& registry,
+                                              const std::string& name, const std::string& help) {
+  return prometheus::BuildGauge().Name(name).Help(help).Register(registry);
+}
+prometheus::Family<prometheus::Histogram>& Histograms(prometheus::Registry& registry,
+                                                      const std::string& name,
+                                                      const std::string& help) {
+  return prometheus::BuildHistogram().Name(name).Help(help).Register(registry);
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Create(
     prometheus::Registry& registry) {
   std::unique_ptr<ServerMetrics> m(new ServerMetrics);
   absl::Status s = CatchPrometheus("ps_server metrics", [&] {
-    m->requests_ = &prometheus::BuildCounter()
-                        .Name("ps_server_requests_total")
-                        .Help("RPCs served, by method")
-                        .Register(registry);
-    m->errors_ = &prometheus::BuildCounter()
-                      .Name("ps_server_request_errors_total")
-                      .Help("RPCs answered with an error, by method and gRPC code")
-                      .Register(registry);
-    m->rejected_ = &prometheus::BuildCounter()
-                        .Name("ps_server_rejected_requests_total")
-                        .Help("Requests refused before they touched state, by reason")
-                        .Register(registry);
-    m->bytes_ = &prometheus::BuildCounter()
-                     .Name("ps_server_request_bytes_total")
-                     .Help("Serialized request (in) and response (out) bytes, by method")
-                     .Register(registry);
-    m->duration_ = &prometheus::BuildHistogram()
-                        .Name("ps_server_request_duration_seconds")
-                        .Help("Time to serve an RPC, pull waits included, by method")
-                        .Register(registry);
-    m->pushed_keys_ = &prometheus::BuildCounter()
-                           .Name("ps_server_pushed_keys_total")
-                           .Help("Keys applied or accumulated by accepted, first-time pushes")
-                           .Register(registry);
-    m->pulled_keys_ = &prometheus::BuildCounter()
-                           .Name("ps_server_pulled_keys_total")
-                           .Help("Keys served by pulls")
-                           .Register(registry);
-    m->duplicate_pushes_ = &prometheus::BuildCounter()
-                                .Name("ps_server_duplicate_pushes_total")
-                                .Help("Retried pushes acknowledged without applying them again")
-                                .Register(registry);
-    m->rows_ = &prometheus::BuildGauge()
-                    .Name("ps_server_rows")
-                    .Help("Rows this server holds, by job and table")
-                    .Register(registry);
-    m->table_bytes_ = &prometheus::BuildGauge()
-                           .Name("ps_server_table_bytes")
-                           .Help("Bytes of the rows this server holds, optimizer state included")
-                           .Register(registry);
-    m->row_events_ = &prometheus::BuildCounter()
-                          .Name("ps_server_table_row_events_total")
-                          .Help(
-                              "What admission and eviction did to a sparse table's keys, by "
-                              "event: admitted, rejected (a push of a key not admitted yet, "
-                              "dropped), evicted (for the cap), expired (for the TTL)")
-                          .Register(registry);
-    m->codec_bytes_ = &prometheus::BuildCounter()
-                           .Name("ps_server_table_codec_bytes_total")
-                           .Help(
-                               "Values of a table with a push_codec or pull_codec, by direction "
-                               "(push, pull) and stage: raw (as float32) and wire (encoded); "
-                               "raw / wire is the compression ratio")
-                           .Register(registry);
-    m->owned_slots_ = &prometheus::BuildGauge()
-                           .Name("ps_server_owned_slots")
-                           .Help("Virtual slots this server owns for the job")
-                           .Register(registry);
-    m->pull_wait_ = &prometheus::BuildHistogram()
-                         .Name("ps_server_pull_wait_seconds")
-                         .Help("Time pulls waited on the consistency gate (sync / ssp)")
-                         .Register(registry);
-    m->waiting_pulls_ = &prometheus::BuildGauge()
-                             .Name("ps_server_waiting_pulls")
-                             .Help("Pulls blocked on the consistency gate right now")
-                             .Register(registry);
-    m->checkpoints_written_ = &prometheus::BuildCounter()
-                                   .Name("ps_server_checkpoints_written_total")
-                                   .Help("Checkpoint shards written and synced by this server")
-                                   .Register(registry)
+    // Requests, by method.
+    m->requests_ = &Counters(registry, "ps_server_requests_total", "RPCs served, by method");
+    m->errors_ = &Counters(registry, "ps_server_request_errors_total",
+                           "RPCs answered with an error, by method and gRPC code");
+    m->rejected_ = &Counters(registry, "ps_server_rejected_requests_total",
+                             "Requests refused before they touched state, by reason");
+    m->bytes_ = &Counters(registry, "ps_server_request_bytes_total",
+                          "Serialized request (in) and response (out) bytes, by method");
+    m->duration_ = &Histograms(registry, "ps_server_request_duration_seconds",
+                               "Time to serve an RPC, pull waits included, by method");
+    // Keys and tables.
+    m->pushed_keys_ = &Counters(registry, "ps_server_pushed_keys_total",
+                                "Keys applied or accumulated by accepted, first-time pushes");
+    m->pulled_keys_ = &Counters(registry, "ps_server_pulled_keys_total", "Keys served by pulls");
+    m->duplicate_pushes_ = &Counters(registry, "ps_server_duplicate_pushes_total",
+                                     "Retried pushes acknowledged without applying them again");
+    m->rows_ = &Gauges(registry, "ps_server_rows", "Rows this server holds, by job and table");
+    m->table_bytes_ = &Gauges(registry, "ps_server_table_bytes",
+                              "Bytes of the rows this server holds, optimizer state included");
+    m->row_events_ = &Counters(
+        registry, "ps_server_table_row_events_total",
+        "What admission and eviction did to a sparse table's keys, by event: admitted, rejected (a "
+        "push of a key not admitted yet, dropped), evicted (for the cap), expired (for the TTL)");
+    m->codec_bytes_ = &Counters(
+        registry, "ps_server_table_codec_bytes_total",
+        "Values of a table with a push_codec or pull_codec, by direction (push, pull) and stage: "
+        "raw (as float32) and wire (encoded); raw / wire is the compression ratio");
+    m->owned_slots_ =
+        &Gauges(registry, "ps_server_owned_slots", "Virtual slots this server owns for the job");
+    // The consistency gate.
+    m->pull_wait_ = &Histograms(registry, "ps_server_pull_wait_seconds",
+                                "Time pulls waited on the consistency gate (sync / ssp)");
+    m->waiting_pulls_ = &Gauges(registry, "ps_server_waiting_pulls",
+                                "Pulls blocked on the consistency gate right now");
+    // Checkpoints, restores and dropped jobs: one series each.
+    m->checkpoints_written_ = &Counters(registry, "ps_server_checkpoints_written_total",
+                                        "Checkpoint shards written and synced by this server")
                                    .Add({});
-    m->checkpoints_failed_ = &prometheus::BuildCounter()
-                                  .Name("ps_server_checkpoints_failed_total")
-                                  .Help("Checkpoint shard writes that failed or were abandoned")
-                                  .Register(registry)
+    m->checkpoints_failed_ = &Counters(registry, "ps_server_checkpoints_failed_total",
+                                       "Checkpoint shard writes that failed or were abandoned")
                                   .Add({});
     m->checkpoint_write_seconds_ =
-        &prometheus::BuildGauge()
-             .Name("ps_server_last_checkpoint_write_seconds")
-             .Help("Time the last successful checkpoint write took (after its snapshot)")
-             .Register(registry)
+        &Gauges(registry, "ps_server_last_checkpoint_write_seconds",
+                "Time the last successful checkpoint write took (after its snapshot)")
              .Add({});
-    m->checkpoint_bytes_ = &prometheus::BuildGauge()
-                                .Name("ps_server_last_checkpoint_bytes")
-                                .Help(
-                                    "Row bytes (values + optimizer state) of the last "
-                                    "successful checkpoint write")
-                                .Register(registry)
-                                .Add({});
-    m->restores_ = &prometheus::BuildCounter()
-                        .Name("ps_server_restores_total")
-                        .Help("Restore orders carried out (once per job and shard epoch)")
-                        .Register(registry)
+    m->checkpoint_bytes_ =
+        &Gauges(registry, "ps_server_last_checkpoint_bytes",
+                "Row bytes (values + optimizer state) of the last successful checkpoint write")
+             .Add({});
+    m->restores_ = &Counters(registry, "ps_server_restores_total",
+                             "Restore orders carried out (once per job and shard epoch)")
                         .Add({});
-    m->restores_failed_ = &prometheus::BuildCounter()
-                               .Name("ps_server_restores_failed_total")
-                               .Help("Restore orders that failed (nothing was loaded)")
-                               .Register(registry)
+    m->restores_failed_ = &Counters(registry, "ps_server_restores_failed_total",
+                                    "Restore orders that failed (nothing was loaded)")
                                .Add({});
-    m->restore_seconds_ = &prometheus::BuildGauge()
-                               .Name("ps_server_last_restore_seconds")
-                               .Help("Time the last restore took (read, verify and load)")
-                               .Register(registry)
+    m->restore_seconds_ = &Gauges(registry, "ps_server_last_restore_seconds",
+                                  "Time the last restore took (read, verify and load)")
                                .Add({});
-    m->dropped_jobs_ = &prometheus::BuildCounter()
-                            .Name("ps_server_dropped_jobs_total")
-                            .Help("Jobs dropped from this server (DropJob: the job ended)")
-                            .Register(registry)
+    m->dropped_jobs_ = &Counters(registry, "ps_server_dropped_jobs_total",
+                                 "Jobs dropped from this server (DropJob: the job ended)")
                             .Add({});
-    m->dropped_tables_ = &prometheus::BuildCounter()
-                              .Name("ps_server_dropped_tables_total")
-                              .Help("Tables freed by dropping their jobs")
-                              .Register(registry)
-                              .Add({});
-    m->dropped_bytes_ = &prometheus::BuildCounter()
-                             .Name("ps_server_dropped_bytes_total")
-                             .Help(
-                                 "Row bytes (values + optimizer state) freed by dropping "
-                                 "jobs")
-                             .Register(registry)
+    m->dropped_tables_ =
+        &Counters(registry, "ps_server_dropped_tables_total", "Tables freed by dropping their jobs")
+             .Add({});
+    m->dropped_bytes_ = &Counters(registry, "ps_server_dropped_bytes_total",
+                                  "Row bytes (values + optimizer state) freed by dropping jobs")
                              .Add({});
     for (int i = 0; i < kNumServerMethods; ++i) {
       const std::string method = ServerMethodName(static_cast<ServerMethod>(i));
