@@ -891,7 +891,8 @@ v1::WorkerAssignment Scheduler::Assignment(const Job& job, int index) const {
   a.set_shard_epoch(info.shard_epoch());
   *a.mutable_slot_owners() = info.slot_owners();
   if (info.has_restore() && info.restore().shard_epoch() == info.shard_epoch()) {
-    *a.mutable_restore() = info.restore();
+    *a.mutable_restore() =
+        SignedRestoreOrder(options_.authorizer.get(), a.job_id(), info.restore());
   }
   a.set_checkpoint_requests(info.checkpoint_requests());
   return a;

@@ -17,10 +17,13 @@
 #     ReportRestoreFailure, a registration flood: each refused (INVALID_ARGUMENT,
 #     PERMISSION_DENIED, RESOURCE_EXHAUSTED), and the job still SUCCEEDS
 #   - a program of another job, with the credential a worker hands it (not the cluster token):
-#     reading, pushing to, configuring or rolling back the job's tables, or registering a
-#     node: PERMISSION_DENIED; a forged credential: UNAUTHENTICATED; the job's own: served
+#     reading, pushing to, configuring or rolling back the job's tables, loading the job's
+#     checkpoint into its own tables with a restore order it wrote (nothing is loaded; the same
+#     order with the cluster token is carried out), or registering a node: PERMISSION_DENIED;
+#     a forged credential: UNAUTHENTICATED; the job's own: served
 #   - a job with a NaN learning rate: INVALID_ARGUMENT naming optimizer.learning_rate
-#   - a program job (tests/programs/probe.py) trains on its job credential and succeeds
+#   - a program job (tests/programs/probe.py) trains on its job credential and succeeds; a job
+#     started from its checkpoint (--from_checkpoint) carries out the signed restore order
 #   - ps_auth_refused_total counts the refusals by reason on the scheduler's /metrics
 # Usage: tests/security_test.sh BUILD_DIR
 set -euo pipefail
@@ -100,6 +103,12 @@ server=127.0.0.1:$(cat "$dir/server.port")
 admin() { "$psctl_bin" --scheduler="$sched" $(tls psctl) --token_file="$dir/admin.token" "$@"; }
 # shellcheck disable=SC2046
 node() { "$psctl_bin" --scheduler="$sched" $(tls psctl) --token_file="$dir/cluster.token" "$@"; }
+# daemons_alive: how many of the daemons started here (by pid) the scheduler lists ALIVE; the
+# nodes a hostile tenant registers (pid 0) do not count.
+daemons_alive() {
+  admin nodes | awk -v pids=" ${pids[*]} " \
+    '$3 == "ALIVE" { split($6, host_pid, "/"); if (index(pids, " " host_pid[2] " ")) n++ } END { print n + 0 }'
+}
 expect_refused() {  # expect_refused WHAT PATTERN CMD...: CMD fails and its output matches
   local what=$1 pattern=$2 out
   shift 2
@@ -114,7 +123,7 @@ for ((i = 0; i < 100; i++)); do
   sleep 0.2
 done
 admin nodes
-[ "$(admin nodes | grep -c ALIVE)" -eq 2 ] || fail "expected 2 nodes ALIVE"
+[ "$(daemons_alive)" -eq 2 ] || fail "expected 2 nodes ALIVE"
 admin nodes | grep -q "0\.1\.0 (git" || fail "psctl nodes shows no version"
 
 cat >"$dir/job.textproto" <<EOF
@@ -191,6 +200,47 @@ if [ -n "$stubs" ]; then
     fail "the plain client with the cluster's material was refused: $out"
   echo "served as expected: $out"
 
+  step "a program of another job (its job credential, as a worker hands it) against $job"
+  credential() {  # credential JOB: the token a worker daemon hands to JOB's programs
+    /usr/bin/python3 -c 'import hashlib, hmac, sys
+key, job = sys.argv[1].encode(), sys.argv[2]
+print("job:" + job + ":" + hmac.new(key, ("job-token\n" + job).encode(), hashlib.sha256).hexdigest())' \
+      "$(cat "$dir/cluster.token")" "$1"
+  }
+  other="job-99"
+  program() { client "$@" "${mtls[@]}" --token="$(credential "$other")"; }
+  expect_refused "job-99's program reads $job's table" "REFUSED PERMISSION_DENIED: .*credential" \
+    program 0 "$table" --call=describe
+  expect_refused "job-99's program pushes to $job" "REFUSED PERMISSION_DENIED: .*credential" \
+    program 0 "$table"
+  expect_refused "job-99's program configures $job (no slots, epoch 2^40)" \
+    "REFUSED PERMISSION_DENIED: .*credential" program 0 "$table" --call=configure
+  expect_refused "job-99's program rolls $job back" "REFUSED PERMISSION_DENIED: .*credential" \
+    program 0 "$table" --call=restore
+  # Its own job, restored from $job's checkpoint by an order it wrote: only the scheduler's
+  # orders, signed for job-99, are carried out. The table shapes and checkpoint files it needs
+  # are looked up with the cluster token (an attacker could guess them); its calls carry only
+  # job-99's credential. The same order with the cluster token (a daemon's) is carried out and
+  # loads the rows: without the signature check the program's would have too.
+  admin checkpoint "$job" --wait_timeout=60s || fail "the checkpoint of $job failed"
+  steal() {  # steal JOB TOKEN: JOB's program loads $job's latest checkpoint into JOB's tables
+    /usr/bin/python3 "$repo/tests/security_client.py" "$stubs" "$server" "$1" 0 "$table" \
+      --call=restore_from --source="$job" --scheduler="$sched" "${mtls[@]}" --token="$2" \
+      --lookup_token="$(cat "$dir/cluster.token")"
+  }
+  expect_refused "job-99's program restores job-99 from $job's checkpoint" \
+    "REFUSED PERMISSION_DENIED: restore order of job 'job-99' \(checkpoint [0-9]+ of job '$job'.* is not signed.*; job-99's rows unchanged" \
+    steal "$other" "$(credential "$other")"
+  out=$(steal job-98 "$(cat "$dir/cluster.token")") ||
+    fail "the same restore order with the cluster token was not carried out: $out"
+  grep -q "its rows changed" <<<"$out" || fail "the cluster token's restore loaded nothing: $out"
+  echo "served as expected: the cluster token's order: $out"
+  expect_refused "a forged job credential" "REFUSED UNAUTHENTICATED" \
+    client 0 "$table" --call=describe "${mtls[@]}" --token="job:$job:$(printf '0%.0s' {1..64})"
+  out=$(client 0 "$table" --call=describe "${mtls[@]}" --token="$(credential "$job")") ||
+    fail "$job's own credential was refused on its own table: $out"
+  echo "served as expected: $job's credential on its own table: $out"
+
   step "a hostile tenant with the cluster token (no node secret, no admin token) against $job"
   tenant() {
     /usr/bin/python3 "$repo/tests/security_client.py" "$stubs" "$sched" "$job" "$@" "${mtls[@]}" \
@@ -217,31 +267,9 @@ if [ -n "$stubs" ]; then
   expect_refused "60 registrations at once (cap: 40 a minute)" "REFUSED RESOURCE_EXHAUSTED" \
     tenant 0 0 --call=flood --count=60
 
-  step "a program of another job (its job credential, as a worker hands it) against $job"
-  credential() {  # credential JOB: the token a worker daemon hands to JOB's programs
-    /usr/bin/python3 -c 'import hashlib, hmac, sys
-key, job = sys.argv[1].encode(), sys.argv[2]
-print("job:" + job + ":" + hmac.new(key, ("job-token\n" + job).encode(), hashlib.sha256).hexdigest())' \
-      "$(cat "$dir/cluster.token")" "$1"
-  }
-  other=job-99
-  program() { client "$@" "${mtls[@]}" --token="$(credential "$other")"; }
-  expect_refused "job-99's program reads $job's table" "REFUSED PERMISSION_DENIED: .*credential" \
-    program 0 "$table" --call=describe
-  expect_refused "job-99's program pushes to $job" "REFUSED PERMISSION_DENIED: .*credential" \
-    program 0 "$table"
-  expect_refused "job-99's program configures $job (no slots, epoch 2^40)" \
-    "REFUSED PERMISSION_DENIED: .*credential" program 0 "$table" --call=configure
-  expect_refused "job-99's program rolls $job back" "REFUSED PERMISSION_DENIED: .*credential" \
-    program 0 "$table" --call=restore
   expect_refused "job-99's program registers a node" "REFUSED PERMISSION_DENIED: .*credential" \
     /usr/bin/python3 "$repo/tests/security_client.py" "$stubs" "$sched" "$job" 0 0 \
     --call=register_bad --target=127.0.0.1:1 "${mtls[@]}" --token="$(credential "$other")"
-  expect_refused "a forged job credential" "REFUSED UNAUTHENTICATED" \
-    client 0 "$table" --call=describe "${mtls[@]}" --token="job:$job:$(printf '0%.0s' {1..64})"
-  out=$(client 0 "$table" --call=describe "${mtls[@]}" --token="$(credential "$job")") ||
-    fail "$job's own credential was refused on its own table: $out"
-  echo "served as expected: $job's credential on its own table: $out"
 fi
 
 step "the job is unaffected"
@@ -258,7 +286,7 @@ wait_ended() {
 wait_ended "$job" 180
 admin status "$job"
 [ "$state" = SUCCEEDED ] || fail "$job ended '$state'"
-[ "$(admin nodes | grep -c ALIVE)" -eq 2 ] || fail "a daemon stopped serving"
+[ "$(daemons_alive)" -eq 2 ] || fail "a daemon stopped serving"
 # test_accuracy JOB: the job's last evaluation (JobInfo.progress.testAccuracy).
 test_accuracy() {
   admin status "$1" --output=json | /usr/bin/python3 -c \
@@ -280,7 +308,8 @@ if [ -d "$build/python/paramserver" ] && /usr/bin/python3 -c 'import numpy' 2>/d
   cat >"$dir/probe.textproto" <<SPEC
 name: "probe"
 program {
-  argv: ["/usr/bin/python3", "tests/programs/probe.py", "--mode=ok", "--steps=40"]
+  argv: ["/usr/bin/python3", "tests/programs/probe.py", "--mode=slow", "--sleep=0.05",
+         "--steps=60", "--checkpoint_at=3"]
   working_dir: "$repo"
   env { key: "PYTHONPATH" value: "$build/python" }
 }
@@ -293,6 +322,16 @@ SPEC
   admin status "$probe"
   [ "$state" = SUCCEEDED ] || fail "the program job $probe ended '$state'"
   echo "program job $probe SUCCEEDED on its job credential"
+  # A job started from the checkpoint it asked for: its program carries out the restore order
+  # the scheduler signed for the new job (an order the servers refused would fail the job).
+  restored=$(admin submit "$dir/probe.textproto" --from_checkpoint="$probe") ||
+    fail "a job from $probe's checkpoint was refused"
+  wait_ended "$restored" 120
+  admin status "$restored"
+  [ "$state" = SUCCEEDED ] || fail "$restored, restored from $probe's checkpoint, ended '$state'"
+  grep -q "restore of job $restored (shard epoch 1.*loaded" "$dir/server.log" ||
+    fail "the server log has no restore of $restored"
+  echo "program job $restored SUCCEEDED from $probe's checkpoint: a signed restore order"
 else
   echo "note: no paramserver Python package or numpy: the program job check skips"
 fi
