@@ -6,11 +6,19 @@ admin token) could try against a job that is not its own.
 
 Usage: security_client.py STUBS_DIR ADDRESS JOB WORKER_ID TABLE_ID [--ca F --cert F --key F]
                           [--token T] [--call CALL] [--target HOST:PORT] [--count N]
-                          [--source JOB --scheduler HOST:PORT --lookup_token T]
-ADDRESS is a ps_server's for push, describe, configure, restore and restore_from, the
-scheduler's for the others:
+                          [--dim N] [--source JOB --scheduler HOST:PORT --lookup_token T]
+ADDRESS is a ps_server's for the calls from push to restore_from below, the scheduler's for
+the others. Push and pushpull send rows of --dim floats; without it they describe the table
+first (with --token) to learn its dim.
   push               a zero gradient to the first row of dense TABLE_ID as WORKER_ID of JOB
   describe           only describes the table
+  pull               pulls the first row of TABLE_ID as WORKER_ID of JOB
+  pushpull           a zero gradient and a pull of the first row in one PushPull
+  clock              moves WORKER_ID of JOB to clock 2^40
+  create_table       CreateTable in JOB (a dense table of id 3999999)
+  checkpoint         Checkpoint of JOB (id 2^40, under the server's checkpoint root's name
+                     with a suffix)
+  await_checkpoint   AwaitCheckpoint of JOB's checkpoint 1
   configure          ConfigureJob of JOB: every slot unowned, shard epoch 2^40
   restore            Restore of JOB: a rollback to its initial values, shard epoch 2^40
   restore_from       as JOB's program: sets JOB up on the server (ConfigureJob, tables shaped and
@@ -54,10 +62,37 @@ def data_plane(a, channel, metadata):
     from ps.v1 import parameter_server_pb2_grpc as pbg
     from ps.v1 import types_pb2
     stub = pbg.ParameterServerStub(channel)
-    desc = stub.DescribeTable(pb.DescribeTableRequest(table_id=a.table_id), timeout=5,
-                              metadata=metadata)
-    if a.call == "describe":
-        return f"table {a.table_id}: {desc.spec.num_rows} rows of dim {desc.spec.dim}"
+    if a.call == "describe" or (a.call in ("push", "pushpull") and a.dim == 0):
+        desc = stub.DescribeTable(pb.DescribeTableRequest(table_id=a.table_id), timeout=5,
+                                  metadata=metadata)
+        if a.call == "describe":
+            return f"table {a.table_id}: {desc.spec.num_rows} rows of dim {desc.spec.dim}"
+        a.dim = desc.spec.dim
+    first_row = types_pb2.KeyBlock(table_id=a.table_id, keys=(0).to_bytes(8, "little"))
+    if a.call == "pull":
+        resp = stub.Pull(pb.PullRequest(job_id=a.job, worker_id=a.worker_id, blocks=[first_row]),
+                         timeout=5, metadata=metadata)
+        return f"pulled {len(resp.blocks[0].values)} bytes of table {a.table_id}"
+    if a.call == "clock":
+        stub.Clock(pb.ClockRequest(job_id=a.job, worker_id=a.worker_id, clock=2**40), timeout=5,
+                   metadata=metadata)
+        return f"worker {a.worker_id} of {a.job} moved to clock 2^40"
+    if a.call == "create_table":
+        spec = types_pb2.TableSpec(table_id=3999999, name="intruder", job_id=a.job,
+                                   kind=types_pb2.DENSE, dim=4, num_rows=8)
+        spec.optimizer.kind = types_pb2.OptimizerSpec.SGD
+        spec.optimizer.learning_rate = 0.1
+        stub.CreateTable(pb.CreateTableRequest(spec=spec), timeout=5, metadata=metadata)
+        return f"table 3999999 created in {a.job}"
+    if a.call == "checkpoint":
+        stub.Checkpoint(pb.CheckpointRequest(job_id=a.job, checkpoint_id=2**40, clock=0,
+                                             path=a.target, shard_epoch=1),
+                        timeout=5, metadata=metadata)
+        return f"checkpoint of {a.job} begun at {a.target}"
+    if a.call == "await_checkpoint":
+        resp = stub.AwaitCheckpoint(pb.AwaitCheckpointRequest(job_id=a.job, checkpoint_id=1),
+                                    timeout=5, metadata=metadata)
+        return f"checkpoint 1 of {a.job}: done {resp.done}, receipt {resp.receipt[:8]}..."
     if a.call == "configure":
         stub.ConfigureJob(pb.ConfigureJobRequest(job_id=a.job, owned_slots=bytes(128),
                                                  shard_epoch=2**40, worker_ids=[0]),
@@ -70,10 +105,14 @@ def data_plane(a, channel, metadata):
         stub.Restore(pb.RestoreRequest(job_id=a.job, order=order), timeout=5,
                      metadata=metadata)
         return f"job {a.job} rolled back"
-    dim = desc.spec.dim
+    dim = a.dim
     req = pb.PushRequest(job_id=a.job, worker_id=a.worker_id, request_id=987654321, clock=0)
     req.blocks.append(types_pb2.KeyBlock(table_id=a.table_id, keys=(0).to_bytes(8, "little"),
                                          values=bytes(4 * dim)))
+    if a.call == "pushpull":
+        stub.PushPull(pb.PushPullRequest(push=req, pull_blocks=[first_row]), timeout=5,
+                      metadata=metadata)
+        return f"push-pulled 1 row of table {a.table_id} as worker {a.worker_id}"
     stub.Push(req, timeout=5, metadata=metadata)
     return f"pushed 1 row of table {a.table_id} as worker {a.worker_id}"
 
@@ -204,11 +243,13 @@ def main():
     p.add_argument("--target", default="")
     p.add_argument("--count", type=int, default=1)
     p.add_argument("--nan", action="store_true")
+    p.add_argument("--dim", type=int, default=0)
     p.add_argument("--source", default="")
     p.add_argument("--scheduler", default="")
     p.add_argument("--lookup_token", default="")
     p.add_argument("--call", default="push",
-                   choices=["push", "describe", "configure", "restore", "restore_from",
+                   choices=["push", "describe", "pull", "pushpull", "clock", "create_table",
+                            "checkpoint", "await_checkpoint", "configure", "restore", "restore_from",
                             "register_bad", "register_taken", "heartbeat", "begin_checkpoint",
                             "finish_checkpoint", "restore_failure", "flood"])
     a = p.parse_args()
@@ -219,7 +260,8 @@ def main():
     if a.call == "restore_from":
         return restore_from(a, channel, metadata, grpc)
     try:
-        if a.call in ("push", "describe", "configure", "restore"):
+        if a.call in ("push", "describe", "pull", "pushpull", "clock", "create_table",
+                      "checkpoint", "await_checkpoint", "configure", "restore"):
             said = data_plane(a, channel, metadata)
         else:
             said = control_plane(a, channel, metadata, grpc)

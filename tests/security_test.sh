@@ -17,18 +17,20 @@
 #     ReportRestoreFailure, a registration flood: each refused (INVALID_ARGUMENT,
 #     PERMISSION_DENIED, RESOURCE_EXHAUSTED), and the job still SUCCEEDS
 #   - a program of another job, with the credential a worker hands it (not the cluster token):
-#     reading, pushing to, configuring or rolling back the job's tables, loading the job's
-#     checkpoint into its own tables with a restore order it wrote (nothing is loaded; the same
-#     order with the cluster token is carried out), or registering a node: PERMISSION_DENIED;
-#     a forged credential: UNAUTHENTICATED; the job's own: served
+#     every call to the servers about the job (describing, pulling, pushing, push-pulling,
+#     clocking, creating a table in it, checkpointing, awaiting a checkpoint, configuring with
+#     no slots at epoch 2^40, rolling back), loading the job's checkpoint into its own tables
+#     with a restore order it wrote (nothing is loaded; the same order with the cluster token is
+#     carried out), each row of the hostile tenant above, a submit with a NaN learning rate:
+#     PERMISSION_DENIED; a forged credential: UNAUTHENTICATED; the job's own: served
 #   - a job with a NaN learning rate: INVALID_ARGUMENT naming optimizer.learning_rate
 #   - a program job (tests/programs/probe.py) trains on its job credential and succeeds; a job
 #     started from its checkpoint (--from_checkpoint) carries out the signed restore order
 #   - ps_auth_refused_total counts the refusals by reason on the scheduler's /metrics
 # With --plaintext (ctest `security_plaintext`) the same cluster runs without TLS (plain TCP on
 # loopback, tokens only) and the same refusals are tried, except those about TLS itself; to
-# keep it short the job is then cancelled once they are done (it must still be running or have
-# SUCCEEDED, every node ALIVE): no undisturbed run to compare with, no program job.
+# keep it short the job (of 20 epochs here, so that it outlasts them) must then still be
+# RUNNING with every daemon ALIVE, and is cancelled: no undisturbed run, no program job.
 # Usage: tests/security_test.sh BUILD_DIR [--plaintext]
 set -euo pipefail
 build=$(cd "$1" && pwd)
@@ -155,6 +157,10 @@ batch_size: 64
 seed: 3
 consistency { mode: SYNC }
 EOF
+if [ "$plaintext" = 1 ]; then  # outlasts the refusals; cancelled after them
+  sed -i 's/^epochs: 2$/epochs: 20/' "$dir/job.textproto"
+  grep -q "^epochs: 20$" "$dir/job.textproto" || fail "could not write the job file"
+fi
 job=$(admin submit "$dir/job.textproto") || fail "admin submit refused"
 echo "submitted $job"
 
@@ -231,15 +237,17 @@ print("job:" + job + ":" + hmac.new(key, ("job-token\n" + job).encode(), hashlib
       "$(cat "$dir/cluster.token")" "$1"
   }
   other="job-99"
+  dim=$(sed -n 's/.* rows of dim \([0-9]*\)$/\1/p' <<<"$out")  # of $job's table, from above
+  [ -n "$dim" ] || fail "no dim in: $out"
   program() { client "$@" "${mtls[@]}" --token="$(credential "$other")"; }
-  expect_refused "job-99's program reads $job's table" "REFUSED PERMISSION_DENIED: .*credential" \
+  # First what needs $job running (its tables on the server, a checkpoint of it).
+  expect_refused "job-99's program describes $job's table" "REFUSED PERMISSION_DENIED: .*credential" \
     program 0 "$table" --call=describe
-  expect_refused "job-99's program pushes to $job" "REFUSED PERMISSION_DENIED: .*credential" \
-    program 0 "$table"
-  expect_refused "job-99's program configures $job (no slots, epoch 2^40)" \
-    "REFUSED PERMISSION_DENIED: .*credential" program 0 "$table" --call=configure
-  expect_refused "job-99's program rolls $job back" "REFUSED PERMISSION_DENIED: .*credential" \
-    program 0 "$table" --call=restore
+  expect_refused "a forged job credential" "REFUSED UNAUTHENTICATED" \
+    client 0 "$table" --call=describe "${mtls[@]}" --token="job:$job:$(printf '0%.0s' {1..64})"
+  out=$(client 0 "$table" --call=describe "${mtls[@]}" --token="$(credential "$job")") ||
+    fail "$job's own credential was refused on its own table: $out"
+  echo "served as expected: $job's credential on its own table: $out"
   # Its own job, restored from $job's checkpoint by an order it wrote: only the scheduler's
   # orders, signed for job-99, are carried out. The table shapes and checkpoint files it needs
   # are looked up with the cluster token (an attacker could guess them); its calls carry only
@@ -258,11 +266,26 @@ print("job:" + job + ":" + hmac.new(key, ("job-token\n" + job).encode(), hashlib
     fail "the same restore order with the cluster token was not carried out: $out"
   grep -q "its rows changed" <<<"$out" || fail "the cluster token's restore loaded nothing: $out"
   echo "served as expected: the cluster token's order: $out"
-  expect_refused "a forged job credential" "REFUSED UNAUTHENTICATED" \
-    client 0 "$table" --call=describe "${mtls[@]}" --token="job:$job:$(printf '0%.0s' {1..64})"
-  out=$(client 0 "$table" --call=describe "${mtls[@]}" --token="$(credential "$job")") ||
-    fail "$job's own credential was refused on its own table: $out"
-  echo "served as expected: $job's credential on its own table: $out"
+  # Then every other call about $job (refused on the credential, whether $job still runs).
+  expect_refused "job-99's program pulls from $job" "REFUSED PERMISSION_DENIED: .*credential" \
+    program 0 "$table" --call=pull
+  expect_refused "job-99's program pushes to $job" "REFUSED PERMISSION_DENIED: .*credential" \
+    program 0 "$table" --dim="$dim"
+  expect_refused "job-99's program push-pulls $job" "REFUSED PERMISSION_DENIED: .*credential" \
+    program 0 "$table" --call=pushpull --dim="$dim"
+  expect_refused "job-99's program moves $job's worker 0 to clock 2^40" \
+    "REFUSED PERMISSION_DENIED: .*credential" program 0 "$table" --call=clock
+  expect_refused "job-99's program creates a table in $job" \
+    "REFUSED PERMISSION_DENIED: .*credential" program 0 "$table" --call=create_table
+  expect_refused "job-99's program checkpoints $job on the server" \
+    "REFUSED PERMISSION_DENIED: .*credential" \
+    program 0 "$table" --call=checkpoint --target="$dir/checkpoints/stolen"
+  expect_refused "job-99's program awaits $job's checkpoint" \
+    "REFUSED PERMISSION_DENIED: .*credential" program 0 "$table" --call=await_checkpoint
+  expect_refused "job-99's program configures $job (no slots, epoch 2^40)" \
+    "REFUSED PERMISSION_DENIED: .*credential" program 0 "$table" --call=configure
+  expect_refused "job-99's program rolls $job back" "REFUSED PERMISSION_DENIED: .*credential" \
+    program 0 "$table" --call=restore
 
   step "a hostile tenant with the cluster token (no node secret, no admin token) against $job"
   tenant() {
@@ -290,9 +313,33 @@ print("job:" + job + ":" + hmac.new(key, ("job-token\n" + job).encode(), hashlib
   expect_refused "60 registrations at once (cap: 40 a minute)" "REFUSED RESOURCE_EXHAUSTED" \
     tenant 0 0 --call=flood --count=60
 
+
+  step "a program of another job (its job credential) against the scheduler, about $job"
+  sched_program() {  # sched_program ARGS...: job-99's program calls the scheduler about $job
+    /usr/bin/python3 "$repo/tests/security_client.py" "$stubs" "$sched" "$job" "$@" "${mtls[@]}" \
+      --token="$(credential "$other")"
+  }
   expect_refused "job-99's program registers a node" "REFUSED PERMISSION_DENIED: .*credential" \
-    /usr/bin/python3 "$repo/tests/security_client.py" "$stubs" "$sched" "$job" 0 0 \
-    --call=register_bad --target=127.0.0.1:1 "${mtls[@]}" --token="$(credential "$other")"
+    sched_program 0 0 --call=register_bad --target=127.0.0.1:1
+  expect_refused "job-99's program registers at the live server's address" \
+    "REFUSED PERMISSION_DENIED: .*credential" sched_program 0 0 --call=register_taken --target="$server"
+  expect_refused "job-99's program floods registrations" "REFUSED PERMISSION_DENIED: .*credential" \
+    sched_program 0 0 --call=flood --count=5
+  expect_refused "job-99's program heartbeats as node 1" "REFUSED PERMISSION_DENIED: .*credential" \
+    sched_program 1 0 --call=heartbeat
+  expect_refused "job-99's program begins a checkpoint of $job at clock 2^62" \
+    "REFUSED PERMISSION_DENIED: .*credential" sched_program 0 0 --call=begin_checkpoint
+  expect_refused "job-99's program marks a checkpoint of $job COMPLETE" \
+    "REFUSED PERMISSION_DENIED: .*credential" sched_program 0 1 --call=finish_checkpoint
+  expect_refused "job-99's program reports a restore failure of $job" \
+    "REFUSED PERMISSION_DENIED: .*credential" sched_program 0 0 --call=restore_failure
+  credential "$other" >"$dir/job-99.token"
+  chmod 600 "$dir/job-99.token"
+  # shellcheck disable=SC2046
+  expect_refused "job-99's program submits a job with a NaN learning rate" \
+    "PERMISSION_DENIED.*credential" \
+    "$psctl_bin" --scheduler="$sched" $(tls psctl) --token_file="$dir/job-99.token" \
+    submit "$dir/nan.textproto"
 fi
 
 step "the job is unaffected"
@@ -328,15 +375,15 @@ check_undisturbed() {
 sys.exit(not (u > 0.5 and abs(a - u) <= 0.005))" "$attacked" "$undisturbed" ||
     fail "$job's test accuracy $attacked is not within 0.005 of the undisturbed run's $undisturbed"
 }
-# The short check of --plaintext: the job is still running (or SUCCEEDED) after the refusals,
-# every node ALIVE; then it is cancelled.
+# The short check of --plaintext: the job is still RUNNING after the refusals, every daemon
+# ALIVE; then it is cancelled.
 check_still_running() {
   state=$(admin status "$job" --output=json | /usr/bin/python3 -c \
     'import json,sys; print(json.load(sys.stdin).get("state",""))')
-  case $state in RUNNING | SUCCEEDED) ;; *) fail "$job is '$state' after the refusals" ;; esac
+  [ "$state" = RUNNING ] || fail "$job is '$state' after the refusals"
   [ "$(daemons_alive)" -eq 2 ] || fail "a daemon stopped serving"
-  [ "$state" = SUCCEEDED ] || admin cancel "$job" >/dev/null || fail "cannot cancel $job"
-  echo "$job was $state after the refusals, every node ALIVE; no undisturbed run (--plaintext)"
+  admin cancel "$job" >/dev/null || fail "cannot cancel $job"
+  echo "$job was RUNNING after the refusals, every daemon ALIVE; cancelled (--plaintext)"
 }
 # A program job trains on the job credential its worker hands it.
 check_program_job() {
