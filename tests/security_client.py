@@ -249,7 +249,8 @@ def main():
     p.add_argument("--lookup_token", default="")
     p.add_argument("--call", default="push",
                    choices=["push", "describe", "pull", "pushpull", "clock", "create_table",
-                            "checkpoint", "await_checkpoint", "configure", "restore", "restore_from",
+                            "checkpoint", "await_checkpoint", "configure", "restore",
+                            "restore_from",
                             "register_bad", "register_taken", "heartbeat", "begin_checkpoint",
                             "finish_checkpoint", "restore_failure", "flood"])
     a = p.parse_args()

@@ -78,7 +78,8 @@ echo wrong-token-0123456789 >"$dir/wrong.token"
 chmod 600 "$dir"/*.token
 # The TLS flags of node $1 ("" in plaintext).
 tls() {
-  [ "$plaintext" = 1 ] || echo "--tls_ca=$dir/tls/ca.crt --tls_cert=$dir/tls/$1.crt --tls_key=$dir/tls/$1.key"
+  [ "$plaintext" = 1 ] ||
+    echo "--tls_ca=$dir/tls/ca.crt --tls_cert=$dir/tls/$1.crt --tls_key=$dir/tls/$1.key"
 }
 
 wait_file() {  # wait_file PATH SECONDS
@@ -124,7 +125,7 @@ node() { "$psctl_bin" --scheduler="$sched" $(tls psctl) --token_file="$dir/clust
 # nodes a hostile tenant registers (pid 0) do not count.
 daemons_alive() {
   admin nodes | awk -v pids=" ${pids[*]} " \
-    '$3 == "ALIVE" { split($6, host_pid, "/"); if (index(pids, " " host_pid[2] " ")) n++ } END { print n + 0 }'
+    '$3 == "ALIVE" { split($6, hp, "/"); if (index(pids, " " hp[2] " ")) n++ } END { print n + 0 }'
 }
 expect_refused() {  # expect_refused WHAT PATTERN CMD...: CMD fails and its output matches
   local what=$1 pattern=$2 out
@@ -209,7 +210,8 @@ if [ -n "$stubs" ]; then
   table=$((${job#job-} * 1000 + 1))
   client() { /usr/bin/python3 "$repo/tests/security_client.py" "$stubs" "$server" "$job" "$@"; }
   mtls=()  # a plain client's TLS material (none in plaintext)
-  [ "$plaintext" = 1 ] || mtls=(--ca="$dir/tls/ca.crt" --cert="$dir/tls/psctl.crt" --key="$dir/tls/psctl.key")
+  [ "$plaintext" = 1 ] ||
+    mtls=(--ca="$dir/tls/ca.crt" --cert="$dir/tls/psctl.crt" --key="$dir/tls/psctl.key")
   for ((i = 0; i < 100; i++)); do  # until the job's tables exist on the server
     client 0 "$table" --call=describe "${mtls[@]}" --token="$(cat "$dir/cluster.token")" \
       >/dev/null && break
@@ -241,8 +243,8 @@ print("job:" + job + ":" + hmac.new(key, ("job-token\n" + job).encode(), hashlib
   [ -n "$dim" ] || fail "no dim in: $out"
   program() { client "$@" "${mtls[@]}" --token="$(credential "$other")"; }
   # First what needs $job running (its tables on the server, a checkpoint of it).
-  expect_refused "job-99's program describes $job's table" "REFUSED PERMISSION_DENIED: .*credential" \
-    program 0 "$table" --call=describe
+  expect_refused "job-99's program describes $job's table" \
+    "REFUSED PERMISSION_DENIED: .*credential" program 0 "$table" --call=describe
   expect_refused "a forged job credential" "REFUSED UNAUTHENTICATED" \
     client 0 "$table" --call=describe "${mtls[@]}" --token="job:$job:$(printf '0%.0s' {1..64})"
   out=$(client 0 "$table" --call=describe "${mtls[@]}" --token="$(credential "$job")") ||
@@ -260,7 +262,8 @@ print("job:" + job + ":" + hmac.new(key, ("job-token\n" + job).encode(), hashlib
       --lookup_token="$(cat "$dir/cluster.token")"
   }
   expect_refused "job-99's program restores job-99 from $job's checkpoint" \
-    "REFUSED PERMISSION_DENIED: restore order of job 'job-99' \(checkpoint [0-9]+ of job '$job'.* is not signed.*; job-99's rows unchanged" \
+    "REFUSED PERMISSION_DENIED: restore order of job 'job-99' \(checkpoint [0-9]+ of job '$job'.*\
+ is not signed.*; job-99's rows unchanged" \
     steal "$other" "$(credential "$other")"
   out=$(steal job-98 "$(cat "$dir/cluster.token")") ||
     fail "the same restore order with the cluster token was not carried out: $out"
@@ -322,7 +325,8 @@ print("job:" + job + ":" + hmac.new(key, ("job-token\n" + job).encode(), hashlib
   expect_refused "job-99's program registers a node" "REFUSED PERMISSION_DENIED: .*credential" \
     sched_program 0 0 --call=register_bad --target=127.0.0.1:1
   expect_refused "job-99's program registers at the live server's address" \
-    "REFUSED PERMISSION_DENIED: .*credential" sched_program 0 0 --call=register_taken --target="$server"
+    "REFUSED PERMISSION_DENIED: .*credential" \
+    sched_program 0 0 --call=register_taken --target="$server"
   expect_refused "job-99's program floods registrations" "REFUSED PERMISSION_DENIED: .*credential" \
     sched_program 0 0 --call=flood --count=5
   expect_refused "job-99's program heartbeats as node 1" "REFUSED PERMISSION_DENIED: .*credential" \
