@@ -52,6 +52,34 @@ std::string CheckpointReceipt(absl::string_view node_secret, absl::string_view j
                                                  rows, "\n", bytes));
 }
 
+namespace {
+
+// Appends `text` with its length first, so that no two field lists give the same message.
+void AppendField(std::string* message, absl::string_view text) {
+  absl::StrAppend(message, "\n", text.size(), ":", text);
+}
+
+}  // namespace
+
+std::string RestoreOrderSignature(absl::string_view cluster_token, absl::string_view job_id,
+                                  const v1::RestoreOrder& order) {
+  if (cluster_token.empty()) return "";
+  std::string message = "restore-order";
+  AppendField(&message, job_id);
+  absl::StrAppend(&message, "\n", order.shard_epoch());
+  AppendField(&message, order.source_job_id());
+  absl::StrAppend(&message, "\n", order.checkpoint_id(), "\n", order.clock(), "\n",
+                  order.rollback() ? 1 : 0);
+  AppendField(&message, order.slots());
+  absl::StrAppend(&message, "\n", order.shards_size());
+  for (const v1::CheckpointShard& shard : order.shards()) {
+    absl::StrAppend(&message, "\n", shard.server_index(), "\n", shard.node_id());
+    AppendField(&message, shard.path());
+    AppendField(&message, shard.slots());
+  }
+  return HmacSha256Hex(cluster_token, message);
+}
+
 absl::Status ValidateHostPort(absl::string_view field, absl::string_view address) {
   auto refuse = [&](absl::string_view why) {
     return absl::InvalidArgumentError(

@@ -242,7 +242,9 @@ Authorizer::Authorizer(std::string cluster_token, std::string admin_token,
                     .Help(
                         "Calls refused for their token, by reason: missing_token, wrong_token "
                         "(UNAUTHENTICATED), not_admin (PERMISSION_DENIED: the cluster token on "
-                        "a changing command)")
+                        "a changing command), job_token and other_job (PERMISSION_DENIED: a "
+                        "job's credential beyond its job), restore_order (PERMISSION_DENIED: a "
+                        "restore order the scheduler did not sign for the job)")
                     .Register(*registry);
     for (const char* reason : {"missing_token", "wrong_token", "not_admin"}) {
       refused_->Add({{"reason", reason}});
@@ -282,6 +284,37 @@ grpc::Status Authorizer::CheckJob(const grpc::ServerContextBase& context,
       grpc::StatusCode::PERMISSION_DENIED,
       absl::StrCat("the call carries job ", scope, "'s credential; it cannot act on job '",
                    Printable(job_id, 64), "'"));
+}
+
+void Authorizer::SignRestoreOrder(const std::string& job_id, v1::RestoreOrder* order) const {
+  order->clear_signature();
+  order->set_signature(RestoreOrderSignature(cluster_token_, job_id, *order));
+}
+
+v1::RestoreOrder SignedRestoreOrder(const Authorizer* authorizer, const std::string& job_id,
+                                    v1::RestoreOrder order) {
+  if (authorizer != nullptr) authorizer->SignRestoreOrder(job_id, &order);
+  return order;
+}
+
+grpc::Status Authorizer::CheckRestoreOrder(const grpc::ServerContextBase& context,
+                                           const std::string& job_id,
+                                           const v1::RestoreOrder& order) const {
+  if (JobScope(context).empty()) return grpc::Status::OK;
+  if (!order.signature().empty() &&
+      ConstantTimeEquals(order.signature(), RestoreOrderSignature(cluster_token_, job_id, order))) {
+    return grpc::Status::OK;
+  }
+  Count("restore_order");
+  const std::string source = order.source_job_id().empty() ? job_id : order.source_job_id();
+  return grpc::Status(
+      grpc::StatusCode::PERMISSION_DENIED,
+      absl::StrCat("restore order of job '", Printable(job_id, 64), "' (checkpoint ",
+                   order.checkpoint_id(), " of job '", Printable(source, 64), "', shard epoch ",
+                   order.shard_epoch(), ") ",
+                   order.signature().empty() ? "is not signed" : "has a wrong signature",
+                   ": a job's credential carries out only the orders the scheduler signed for "
+                   "that job; nothing was restored"));
 }
 
 bool Authorizer::IsAdmin(const grpc::ServerContextBase& context) const {

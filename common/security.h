@@ -22,6 +22,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "ps/v1/checkpoint.pb.h"
 
 namespace prometheus {
 class Registry;
@@ -119,6 +120,16 @@ class Authorizer {
   // The job whose credential the call carries ("" for any other token, or none).
   std::string JobScope(const grpc::ServerContextBase& context) const;
 
+  // The scheduler's, as an order leaves it for a job's workers: sets `order`'s signature for job
+  // `job_id` (RestoreOrderSignature under the cluster token; none without one).
+  void SignRestoreOrder(const std::string& job_id, v1::RestoreOrder* order) const;
+  // A server's, on a Restore of job `job_id` that passed CheckJob: a call carrying a job's
+  // credential may only carry out an order the scheduler signed for that job, else
+  // PERMISSION_DENIED (so a program cannot name another job's checkpoint, or alter its own
+  // job's order). OK for every other caller: the cluster and admin tokens, or no tokens.
+  grpc::Status CheckRestoreOrder(const grpc::ServerContextBase& context, const std::string& job_id,
+                                 const v1::RestoreOrder& order) const;
+
   bool enabled() const { return !cluster_token_.empty() || !admin_token_.empty(); }
   // Whether the call would pass Check(context, Access::kAdmin), without counting a refusal:
   // true in a cluster without tokens, and for the cluster token where no admin token is set.
@@ -132,6 +143,11 @@ class Authorizer {
   const std::string admin_token_;
   prometheus::Family<prometheus::Counter>* refused_ = nullptr;
 };
+
+// `order` as the scheduler hands it to job `job_id`'s workers: signed by `authorizer`
+// (Authorizer::SignRestoreOrder); unsigned when `authorizer` is null (a cluster without tokens).
+v1::RestoreOrder SignedRestoreOrder(const Authorizer* authorizer, const std::string& job_id,
+                                    v1::RestoreOrder order);
 
 // Returns from the enclosing handler unless the call may act on job `job_id` (Access::kJob).
 #define PS_AUTHORIZE_JOB(authorizer, context, job_id)                                             \

@@ -8,6 +8,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/node_identity.h"
+#include "common/security.h"
 #include "common/shard_map.h"
 #include "gtest/gtest.h"
 #include "scheduler/internal/scheduler_fixture.h"
@@ -624,6 +626,40 @@ TEST_F(SchedulerCheckpointsTest, BadCheckpointReportsAreRefused) {
   EXPECT_EQ(Job(job_id).shard_epoch(), 1u);
   report.set_job_id("job-42");
   EXPECT_EQ(scheduler_->ReportRestoreFailure(report).status().code(), absl::StatusCode::kNotFound);
+}
+
+// Issue 36: the restore orders workers get are signed for their job under the cluster token
+// (RestoreOrderSignature), so that a server can tell them from one a job's program made up: a
+// rollback of a running job, and a job started from another job's checkpoint. Without tokens
+// they go unsigned, as before.
+TEST_F(SchedulerCheckpointsTest, RestoreOrdersAreSignedForTheJobTheyAreGivenTo) {
+  constexpr char kToken[] = "cluster-token";
+  auto unsigned_copy = [](v1::RestoreOrder order) {
+    order.clear_signature();
+    return order;
+  };
+  Register(v1::SERVER);
+  const uint64_t w0 = Register(v1::WORKER);
+  std::string job_id = Submit(1, 1, v1::ConsistencySpec::SYNC);
+  ASSERT_TRUE(scheduler_->RestoreJob(job_id, Checkpoint(job_id, 10)).ok());
+  EXPECT_TRUE(Heartbeat(w0).assignment().restore().signature().empty());  // no tokens
+
+  options_.authorizer = std::make_shared<Authorizer>(kToken, "admin-token");
+  Reopen();  // the same state, now with a cluster token
+  v1::RestoreOrder order = Heartbeat(w0).assignment().restore();
+  ASSERT_EQ(order.checkpoint_id(), 1u);
+  EXPECT_EQ(order.signature(), RestoreOrderSignature(kToken, job_id, unsigned_copy(order)));
+  EXPECT_TRUE(Job(job_id).restore().signature().empty());  // signed as it leaves, not stored
+
+  ASSERT_TRUE(scheduler_->CancelJob(job_id).ok());
+  auto again = scheduler_->RestoreJob(job_id, 1);  // a new job from the first one's checkpoint
+  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_EQ(Job(again->job_id()).state(), v1::RUNNING);
+  order = Heartbeat(w0).assignment().restore();
+  EXPECT_EQ(order.source_job_id(), job_id);
+  EXPECT_EQ(order.signature(),
+            RestoreOrderSignature(kToken, again->job_id(), unsigned_copy(order)));
+  EXPECT_NE(order.signature(), RestoreOrderSignature(kToken, job_id, unsigned_copy(order)));
 }
 
 }  // namespace

@@ -57,7 +57,8 @@ struct SchedulerOptions {
   // off and declare nobody dead until one is heard again (then all get a fresh grace period).
   // Off: each is declared dead after heartbeat_timeout, whatever the others do.
   bool suspect_own_partition = false;
-  // The tokens calls must carry (null: none). SchedulerServer only; kept alive by it.
+  // The tokens calls must carry (null: none); kept alive by SchedulerServer. The Scheduler signs
+  // the restore orders of its workers' assignments with it (Authorizer::SignRestoreOrder).
   std::shared_ptr<const Authorizer> authorizer;
 
   absl::Status Validate() const {

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/security.h"  // SignedRestoreOrder
 #include "common/shard_map.h"
 #include "scheduler/placement.h"
 #include "scheduler/scheduler.h"
@@ -208,7 +209,8 @@ v1::WorkerAssignment Scheduler::Assignment(const Job& job, int index) const {
   a.set_shard_epoch(info.shard_epoch());
   *a.mutable_slot_owners() = info.slot_owners();
   if (info.has_restore() && info.restore().shard_epoch() == info.shard_epoch()) {
-    *a.mutable_restore() = info.restore();
+    *a.mutable_restore() =
+        SignedRestoreOrder(options_.authorizer.get(), a.job_id(), info.restore());
   }
   a.set_checkpoint_requests(info.checkpoint_requests());
   return a;

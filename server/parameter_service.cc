@@ -654,6 +654,13 @@ absl::Status ParameterService::DoRestore(const v1::RestoreRequest& req, absl::Ti
 grpc::Status ParameterService::Restore(grpc::ServerContext* ctx, const v1::RestoreRequest* req,
                                        v1::RestoreResponse* resp) {
   PS_AUTHORIZE_JOB(authorizer_.get(), ctx, req->job_id());
+  if (authorizer_ != nullptr) {
+    // A job's program carries out its scheduler's orders only (never another job's rows).
+    if (grpc::Status s = authorizer_->CheckRestoreOrder(*ctx, req->job_id(), req->order());
+        !s.ok()) {
+      return s;
+    }
+  }
   const absl::Time start = absl::Now();
   return Finish(ServerMethod::kRestore, start, *req, *resp,
                 DoRestore(*req, absl::FromChrono(ctx->deadline()), resp));

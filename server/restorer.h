@@ -25,7 +25,8 @@ namespace ps {
 // calls with the same order wait for it and get its answer, error included (a failed restore is
 // not retried: the scheduler issues a new epoch). A different order for an epoch that already
 // had one is FAILED_PRECONDITION (it would be answered OK without being carried out); orders
-// are compared without their informational fields (reason, shard address / rows / bytes).
+// are compared without their informational fields (reason, shard address / rows / bytes) and
+// their signature (ParameterService checks it).
 // Requests refused before anything is read (unknown job, another epoch than this server's, a
 // malformed order, no tables yet) are not recorded.
 class Restorer {
