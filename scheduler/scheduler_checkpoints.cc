@@ -177,6 +177,12 @@ absl::StatusOr<v1::JobInfo> Scheduler::RestoreJob(const std::string& job_id,
       return JobWithEvents(*job);
     default: {
       v1::JobSpec spec = job->info.spec();
+      // A program job's tables carry the ids the scheduler gave them; the new job gets its own
+      // (the same ones: they are numbered in the spec's order).
+      for (v1::TableSpec& table : *spec.mutable_tables()) {
+        table.clear_table_id();
+        table.clear_job_id();
+      }
       spec.mutable_from_checkpoint()->set_job_id(job_id);
       spec.mutable_from_checkpoint()->set_checkpoint_id(checkpoint->checkpoint_id());
       PS_ASSIGN_OR_RETURN(std::string new_id, SubmitLocked(std::move(spec), now, &changes));

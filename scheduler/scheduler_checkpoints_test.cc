@@ -515,6 +515,45 @@ TEST_F(SchedulerCheckpointsTest, RestoreRollsARunningJobBackOrResubmitsAnEndedOn
   EXPECT_EQ(scheduler_->SubmitJob(spec).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// An ended program job is submitted again from its checkpoint like a zoo model's: its tables'
+// scheduler-given ids are not held against the new spec.
+TEST_F(SchedulerCheckpointsTest, RestoreResubmitsAnEndedProgramJob) {
+  Register(v1::SERVER);
+  const uint64_t w0 = Register(v1::WORKER);
+  v1::JobSpec spec;
+  spec.set_num_workers(1);
+  spec.mutable_program()->add_argv("/usr/bin/python3");
+  spec.mutable_program()->add_argv("train.py");
+  v1::TableSpec* w = spec.add_tables();
+  w->set_name("w");
+  w->set_kind(v1::DENSE);
+  w->set_dim(4);
+  w->set_num_rows(10);
+  v1::TableSpec* emb = spec.add_tables();
+  emb->set_name("emb");
+  emb->set_kind(v1::SPARSE);
+  emb->set_dim(8);
+  auto job_id = scheduler_->SubmitJob(spec);
+  ASSERT_TRUE(job_id.ok()) << job_id.status();
+  const v1::JobInfo first = Job(*job_id);
+  ASSERT_EQ(first.state(), v1::RUNNING) << first.reason();
+  ASSERT_NE(first.spec().tables(1).table_id(), 0u);
+  const uint64_t c1 = Checkpoint(*job_id, 10);
+  ASSERT_TRUE(scheduler_->CancelJob(*job_id).ok());
+
+  auto again = scheduler_->RestoreJob(*job_id, c1);
+  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_NE(again->job_id(), *job_id);
+  for (int i = 0; i < first.spec().tables_size(); ++i) {
+    EXPECT_EQ(again->spec().tables(i).table_id(), first.spec().tables(i).table_id());
+    EXPECT_EQ(again->spec().tables(i).job_id(), again->job_id());
+  }
+  const v1::JobInfo started = Job(again->job_id());
+  ASSERT_EQ(started.state(), v1::RUNNING) << started.reason();
+  EXPECT_EQ(started.restore().source_job_id(), *job_id);
+  EXPECT_EQ(Heartbeat(w0).assignment().restore().checkpoint_id(), c1);
+}
+
 // psctl restore of a running job while a checkpoint is written: that checkpoint belongs to the
 // replaced map and fails (completed, it would become the latest and undo the rollback). A
 // pending job cannot be restored, and says how to start it from a checkpoint.
