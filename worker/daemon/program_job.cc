@@ -54,12 +54,14 @@ struct WorkerDaemon::ProgramRun {
   std::vector<std::string> last_tail;  // of a program that ended
 
   // The daemon's own data-plane client for the latest shard map (membership orders, the
-  // checkpoints' snapshots) and the checkpointer over it. Replaced under checkpoint_mu and mu_.
+  // checkpoints' snapshots) and the checkpointer over it. `client` and `client_epoch` are
+  // replaced holding both checkpoint_mu and the daemon's mu_, so either lock reads them (which
+  // the annotations cannot say); the checkpointer is checkpoint_mu's alone.
   absl::Mutex checkpoint_mu;
   std::unique_ptr<RpcClient> client;
   uint64_t client_epoch = 0;
-  std::unique_ptr<JobCheckpointer> checkpointer;  // used under checkpoint_mu
-  uint64_t checkpoint_requests_done = 0;
+  std::unique_ptr<JobCheckpointer> checkpointer ABSL_GUARDED_BY(checkpoint_mu);
+  uint64_t checkpoint_requests_done ABSL_GUARDED_BY(checkpoint_mu) = 0;
   std::shared_ptr<WorkerMetrics::Job> metrics;  // null: no metrics
 };
 
