@@ -161,8 +161,8 @@ class ReplyLosingProxy {
       while (pending.size() - done >= 9) {
         const auto* h = reinterpret_cast<const uint8_t*>(pending.data() + done);
         const size_t length = (size_t{h[0]} << 16) | (size_t{h[1]} << 8) | h[2];
-        const uint32_t stream = ((uint32_t{h[5]} & 0x7f) << 24) | (uint32_t{h[6]} << 16) |
-                                (uint32_t{h[7]} << 8) | h[8];
+        const uint32_t stream =
+            ((uint32_t{h[5]} & 0x7f) << 24) | (uint32_t{h[6]} << 16) | (uint32_t{h[7]} << 8) | h[8];
         if (pending.size() - done < 9 + length) break;
         if (h[3] == kHeadersFrame && stream != 0 && TakeOneToLose()) {
           WriteAll(c.client_fd, pending.data(), done);  // the frames before it

@@ -64,8 +64,8 @@ std::string JsonLine(const std::string& server, const v1::TableSpec& table,
   (void)google::protobuf::util::MessageToJsonString(answer.stats(), &stats, opts);
   const v1::TableStats& st = answer.stats();
   return absl::StrCat(
-      R"({"server":")", server, R"(","table_id":)", table.table_id(), R"(,"name":")",
-      table.name(), R"(","storage":")", StorageName(answer.spec()), R"(")",
+      R"({"server":")", server, R"(","table_id":)", table.table_id(), R"(,"name":")", table.name(),
+      R"(","storage":")", StorageName(answer.spec()), R"(")",
       JsonCodec("push", answer.spec().push_codec(), st.push_raw_bytes(), st.push_wire_bytes()),
       JsonCodec("pull", answer.spec().pull_codec(), st.pull_raw_bytes(), st.pull_wire_bytes()),
       R"(,"stats":)", stats, "}");
@@ -116,14 +116,12 @@ int Commands::Tables(const std::string& job_id) {
         json.push_back(JsonLine(address, t, answer));
         continue;
       }
-      table.AddRow({t.name(), address, StorageName(answer.spec()), absl::StrCat(st.rows()),
-                    absl::StrCat(st.bytes()), BytesPerRow(st), absl::StrCat(st.admitted()),
-                    absl::StrCat(st.rejected()), absl::StrCat(st.evicted()),
-                    absl::StrCat(st.expired()),
-                    CodecColumn(answer.spec().push_codec(), st.push_raw_bytes(),
-                                st.push_wire_bytes()),
-                    CodecColumn(answer.spec().pull_codec(), st.pull_raw_bytes(),
-                                st.pull_wire_bytes())});
+      table.AddRow(
+          {t.name(), address, StorageName(answer.spec()), absl::StrCat(st.rows()),
+           absl::StrCat(st.bytes()), BytesPerRow(st), absl::StrCat(st.admitted()),
+           absl::StrCat(st.rejected()), absl::StrCat(st.evicted()), absl::StrCat(st.expired()),
+           CodecColumn(answer.spec().push_codec(), st.push_raw_bytes(), st.push_wire_bytes()),
+           CodecColumn(answer.spec().pull_codec(), st.pull_raw_bytes(), st.pull_wire_bytes())});
     }
   }
   if (options_.json) {
