@@ -47,10 +47,7 @@ absl::Status WriteAnswerValues(TableStore* store, const TableStore::BlockView& v
   encoded.reserve(AnswerValueBytes(view));
   EncodeValueBlock(codec, floats, &encoded);
   std::memcpy(p, encoded.data(), encoded.size());
-  if (ServerMetrics::Table* m = view.table->metrics.get(); m != nullptr && m->pull_raw != nullptr) {
-    m->pull_raw->Increment(static_cast<double>(floats.size() * sizeof(float)));
-    m->pull_wire->Increment(static_cast<double>(encoded.size()));
-  }
+  view.table->CountCodecBytes(/*push=*/false, floats.size() * sizeof(float), encoded.size());
   return absl::OkStatus();
 }
 
@@ -170,10 +167,7 @@ absl::Status DecodePushBlocks(const TableStore& store, const v1::PushRequest& re
     }
     out->values[i] = ScatteredValues();
     if (n > 0) out->values[i].Add(reinterpret_cast<const char*>(floats.data()), n * sizeof(float));
-    if (ServerMetrics::Table* m = table.table->metrics.get(); m != nullptr && m->push_raw) {
-      m->push_raw->Increment(static_cast<double>(n * sizeof(float)));
-      m->push_wire->Increment(static_cast<double>(bytes.size()));
-    }
+    table.table->CountCodecBytes(/*push=*/true, n * sizeof(float), bytes.size());
   }
   return absl::OkStatus();
 }

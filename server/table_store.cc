@@ -1016,7 +1016,19 @@ v1::TableStats TableStore::StatsOf(const Table& t) const {
   stats.set_rejected(t.rejected.load());
   stats.set_evicted(t.evicted.load());
   stats.set_expired(t.expired.load());
+  stats.set_push_raw_bytes(t.push_raw.load());
+  stats.set_push_wire_bytes(t.push_wire.load());
+  stats.set_pull_raw_bytes(t.pull_raw.load());
+  stats.set_pull_wire_bytes(t.pull_wire.load());
   return stats;
+}
+
+void TableStore::Table::CountCodecBytes(bool push, uint64_t raw_bytes, uint64_t wire_bytes) const {
+  (push ? push_raw : pull_raw).fetch_add(raw_bytes, std::memory_order_relaxed);
+  (push ? push_wire : pull_wire).fetch_add(wire_bytes, std::memory_order_relaxed);
+  if (metrics == nullptr || metrics->push_raw == nullptr) return;
+  (push ? metrics->push_raw : metrics->pull_raw)->Increment(static_cast<double>(raw_bytes));
+  (push ? metrics->push_wire : metrics->pull_wire)->Increment(static_cast<double>(wire_bytes));
 }
 
 uint64_t TableStore::Tick(absl::Time now) {

@@ -110,6 +110,12 @@ class TableStore {
     mutable std::atomic<uint64_t> index_bytes{0};
     // What admission and eviction did (TableStats).
     mutable std::atomic<uint64_t> admitted{0}, rejected{0}, evicted{0}, expired{0};
+    // Bytes of the values its codecs carried, as float32 (raw) and as encoded (wire), by
+    // direction (TableStats push_raw_bytes ...).
+    mutable std::atomic<uint64_t> push_raw{0}, push_wire{0}, pull_raw{0}, pull_wire{0};
+    // A block of this table decoded from a push (`push`) or encoded for a pull answer: counts
+    // its bytes here and in ps_server_table_codec_bytes_total.
+    void CountCodecBytes(bool push, uint64_t raw_bytes, uint64_t wire_bytes) const;
     // When the admission counts last halved (TableStore::Now; tables with decay_seconds).
     mutable std::atomic<uint32_t> last_decay{0};
 

@@ -8,6 +8,9 @@
 #     its job did not declare, or asks for batches in a job of STATIC data assignment; one that
 #     floods stderr succeeds with its log capped;
 #  3. psctl cancel stops a job's programs (SIGTERM, then SIGKILL after the grace);
+#  3a. psctl tables of a job with a compressed table (topk pushes, fp16 pulls) and a plain one
+#     shows each server's achieved ratio per direction (> 2 for topk, 2.00 for fp16) and
+#     "none" for the plain table;
 #  3b. a job of dynamic data assignment: its programs (one slowed, one crashing once) read
 #     every example once per epoch through session.batches, the fast one more;
 #  4. a worker daemon SIGKILLed takes its program with it; the job goes on on the spare worker
@@ -161,6 +164,58 @@ p0=$(pid_of "$job" 0) p1=$(pid_of "$job" 1)
 psctl cancel "$job" >/dev/null
 gone "$p0" 5 && gone "$p1" 5 || fail "programs $p0 $p1 still run after cancel"
 echo "ok: cancel stopped programs $p0 and $p1 ($(wait_done "$job"))"
+
+echo "== 3a. psctl tables shows each direction's codec and the ratio it achieved"
+# "c" sends topk (10%) pushes and fp16 pulls, "u" plain float32; the probe steps on both.
+cat >"$dir/codecs.textproto" <<SPEC
+name: "codecs"
+program {
+  argv: $(probe_argv --mode=slow --steps=100000 --sleep=0.05 --tables=c,u)
+  working_dir: "$repo"
+  env { key: "PYTHONPATH" value: "$build/python" }
+  stop_grace_seconds: 2
+}
+tables { name: "c" kind: DENSE num_rows: 64 dim: 4 optimizer { kind: SGD learning_rate: 0.1 }
+         push_codec { codec: CODEC_TOPK ratio: 0.1 } pull_codec { codec: CODEC_FP16 } }
+tables { name: "u" kind: DENSE num_rows: 64 dim: 4 optimizer { kind: SGD learning_rate: 0.1 } }
+num_workers: 1
+num_servers: 2
+consistency { mode: ASYNC }
+SPEC
+job=$(psctl submit "$dir/codecs.textproto") || fail "codecs job: not submitted"
+wait_clock "$job" 5
+psctl tables "$job" >"$dir/codecs.text" || fail "psctl tables $job: $(cat "$dir/codecs.text")"
+cat "$dir/codecs.text"
+psctl --output=json tables "$job" >"$dir/codecs.json" || fail "psctl --output=json tables $job"
+/usr/bin/python3 - "$dir/codecs.json" "$dir/codecs.text" <<'PY' || fail "psctl tables: no ratios"
+import json, re, sys
+rows = json.load(open(sys.argv[1]))
+c = [r for r in rows if r["name"] == "c"]
+u = [r for r in rows if r["name"] == "u"]
+assert len(c) == 2 and len(u) == 2, f"not one line per table and server: {rows}"
+for r in c:  # each server holds some of c's 64 rows
+    assert r["push_codec"] == "topk" and r["pull_codec"] == "fp16", r
+    s = r["stats"]
+    raw, wire = int(s["pushRawBytes"]), int(s["pushWireBytes"])
+    assert wire > 0 and r["push_ratio"] > 2 and abs(r["push_ratio"] - raw / wire) < 0.01, r
+    raw, wire = int(s["pullRawBytes"]), int(s["pullWireBytes"])
+    assert raw == 2 * wire > 0 and r["pull_ratio"] == 2, r
+for r in u:
+    assert (r["push_codec"], r["push_ratio"], r["pull_codec"], r["pull_ratio"]) == \
+        ("none", 1, "none", 1), r
+    assert all(int(r["stats"][f]) == 0 for f in
+               ("pushRawBytes", "pushWireBytes", "pullRawBytes", "pullWireBytes")), r
+text = open(sys.argv[2]).read().splitlines()
+assert re.search(r"\bPUSH\s+PULL$", text[0]), text[0]
+for line in text[1:]:
+    name = line.split()[0]
+    want = r"topk [0-9.]+x\s+fp16 2\.00x$" if name == "c" else r"none\s+none$"
+    assert re.search(want, line), f"{line!r} does not end in {want}"
+print("ratios: " + ", ".join(f"c push {r['push_ratio']:.2f}x pull {r['pull_ratio']:.2f}x"
+                             for r in c))
+PY
+psctl cancel "$job" >/dev/null
+echo "ok: psctl tables showed c's topk and fp16 ratios and u uncompressed ($(wait_done "$job"))"
 
 echo "== 3b. dynamic data: the scheduler hands a program its batches (session.batches)"
 # 2 workers, worker 1 slowed; worker 0 SIGKILLs its program once when handed its 20th batch

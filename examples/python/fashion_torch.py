@@ -16,7 +16,11 @@ it instead, for the job file's epochs (--epochs is then unused). After the last 
 worker evaluates on the 10,000 test images and reports the test accuracy (the job's result).
 
     fashion_torch.py [--epochs=5] [--batch=64] [--data_dir=/usr/share/datasets/fashion-mnist]
-                     [--hidden=128] [--seed=1]
+                     [--hidden=128 | --layers=784,4096,4096,10] [--steps=0] [--seed=1]
+
+--layers gives every layer's width (the tables are then fc1 .. fcN, N = layers - 1, with
+fcK.weight of layers[K] x layers[K-1]); --steps=N stops after N steps (0: the epochs' steps). At
+the end each worker prints the median time of its steps ("median step ...").
 """
 
 import argparse
@@ -49,13 +53,18 @@ def load(data_dir, split):
 
 
 class Mlp(torch.nn.Module):
-    def __init__(self, hidden):
+    """Layers fc1 .. fcN of the given widths, ReLU between them."""
+
+    def __init__(self, widths):
         super().__init__()
-        self.fc1 = torch.nn.Linear(784, hidden)
-        self.fc2 = torch.nn.Linear(hidden, 10)
+        self.num_layers = len(widths) - 1
+        for k in range(self.num_layers):
+            setattr(self, f"fc{k + 1}", torch.nn.Linear(widths[k], widths[k + 1]))
 
     def forward(self, x):
-        return self.fc2(torch.relu(self.fc1(x)))
+        for k in range(1, self.num_layers):
+            x = torch.relu(getattr(self, f"fc{k}")(x))
+        return getattr(self, f"fc{self.num_layers}")(x)
 
 
 def main():
@@ -63,6 +72,9 @@ def main():
     p.add_argument("--epochs", type=int, default=5)
     p.add_argument("--batch", type=int, default=64, help="examples per step and worker")
     p.add_argument("--hidden", type=int, default=128)
+    p.add_argument("--layers", default="",
+                   help="every layer's width, e.g. 784,4096,4096,10 (instead of --hidden)")
+    p.add_argument("--steps", type=int, default=0, help="stop after this many steps (0: epochs)")
     p.add_argument("--data_dir", default="/usr/share/datasets/fashion-mnist")
     p.add_argument("--seed", type=int, default=1)
     a = p.parse_args()
@@ -77,8 +89,11 @@ def main():
     workers = session.num_workers
     steps_per_epoch = len(train_x) // (a.batch * workers)
     total = steps_per_epoch * a.epochs
+    if a.steps > 0:
+        total = min(total, a.steps)
 
-    model = Mlp(a.hidden)
+    widths = [int(w) for w in a.layers.split(",")] if a.layers else [784, a.hidden, 10]
+    model = Mlp(widths)
     # The job file's tables, one per parameter; the servers hold the initial values.
     params = pst.DenseParameters(session.client, model)
     loss_fn = torch.nn.CrossEntropyLoss()
@@ -106,7 +121,9 @@ def main():
         print(f"this worker read {seen} batches", flush=True)
         return evaluate(session, model, params, loss_fn, test_x, test_y)
     order, order_epoch, resync = None, -1, False
+    step_seconds = []
     for step in session.steps(total, steps_per_epoch):
+        step_start = time.monotonic()
         epoch, in_epoch = divmod(step, steps_per_epoch)
         if epoch != order_epoch:
             order = torch.from_numpy(np.random.default_rng(a.seed + epoch).permutation(len(train_x)))
@@ -126,10 +143,14 @@ def main():
             resync = True  # a server died: steps() recovers and says which step to run
             continue
         session.report(loss=loss, accuracy=accuracy, samples=len(idx))
+        step_seconds.append(time.monotonic() - step_start)
         if (step + 1) % 200 == 0:
             print(f"step {step + 1}/{total} epoch {epoch + 1} loss {loss:.4f} "
                   f"{(step + 1) * a.batch / (time.monotonic() - start):.0f} samples/s",
                   flush=True)
+    if step_seconds:
+        print(f"median step {np.median(step_seconds):.3f} s over {len(step_seconds)} steps "
+              f"({a.batch} examples each)", flush=True)
     return evaluate(session, model, params, loss_fn, test_x, test_y)
 
 

@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """A small program job for the tests of program jobs (tests/program_jobs_test.sh).
 
-It trains nothing useful: each step pulls and pushes rows of the job's declared table "w"
-(dense, dim 4) through paramserver.Session, and reports a loss. --mode picks how it behaves:
+It trains nothing useful: each step pulls and pushes every row of the job's declared table "w"
+(dense, dim 4; --tables names others to step on too) through paramserver.Session, and reports a
+loss. --mode picks how it behaves:
   ok          runs --steps steps, reports an evaluation, exits 0
   crash       after --at steps kills itself with SIGSEGV
   exit3       after --at steps exits with status 3 (after a line on stderr)
@@ -49,6 +50,9 @@ def main():
     p.add_argument("--crash_at", type=int, default=-1)
     p.add_argument("--checkpoint_at", type=int, default=-1,
                    help="at this step, ask for a checkpoint (session.request_checkpoint)")
+    p.add_argument("--tables", default="w",
+                   help="comma-separated declared tables each step pulls and pushes (modes ok, "
+                        "slow; the others use the first only); the first reports the loss")
     a = p.parse_args()
     print(f"probe pid {os.getpid()} mode {a.mode}", flush=True)
     if a.mode == "flood":
@@ -57,12 +61,15 @@ def main():
             sys.stderr.buffer.write(chunk)
         sys.stderr.flush()
     session = ps.Session.from_env()
-    w = session.table("w")
+    names = a.tables.split(",")
+    w = session.table(names[0])
     keys = np.arange(w.rows, dtype=np.uint64)
     if a.mode == "data":
         return read_batches(session, w, keys, a)
     if a.mode == "guard":
         return guard_steps(session, w, keys, a)
+    stepped = [(w, keys)] + [(t, np.arange(t.rows, dtype=np.uint64))
+                             for t in (session.table(name) for name in names[1:])]
     for step in session.steps(a.steps):
         if step == a.checkpoint_at and session.rank == 0:
             session.request_checkpoint()
@@ -78,9 +85,12 @@ def main():
                 session.report(loss=float("nan"))
             if a.mode == "undeclared":
                 session.client.create_table("not_declared", kind="sparse", dim=4)
-        values = w.pull(keys)
-        w.push(keys, np.full_like(values, 0.01))
-        session.report(loss=float(np.abs(values).mean()), samples=len(keys), probe=step)
+        losses = []
+        for t, t_keys in stepped:
+            values = t.pull(t_keys)
+            t.push(t_keys, np.full_like(values, 0.01))
+            losses.append(float(np.abs(values).mean()))
+        session.report(loss=losses[0], samples=len(keys), probe=step)
         if a.sleep > 0:
             time.sleep(a.sleep)
     session.report_evaluation(accuracy=0.5, probe_done=1)

@@ -143,7 +143,10 @@ Commands:
                          as the server counts it: storage, rows, bytes (values, optimizer
                          state, row header and index), bytes per row, and the rows admitted,
                          rejected (pushes of keys not admitted yet), evicted (eviction.max_rows)
-                         and expired (eviction.ttl_seconds); asks the servers directly
+                         and expired (eviction.ttl_seconds), and per direction (PUSH, PULL) the
+                         table's codec and the compression it achieved on that server (float32
+                         bytes / bytes on the wire: "topk 24.60x"; "none": no codec); asks the
+                         servers directly
   help                   this text
 
 The scheduler is --scheduler, else $PS_SCHEDULER, else localhost:7000.

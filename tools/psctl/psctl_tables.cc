@@ -1,5 +1,6 @@
 // psctl tables JOB: each of the job's tables on each of its servers (DescribeTable), as the
-// servers count them: rows, memory, bytes per row and what admission and eviction did.
+// servers count them: rows, memory, bytes per row, what admission and eviction did, and the
+// compression its codecs achieved in each direction.
 #include <iostream>
 #include <memory>
 #include <string>
@@ -9,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/security.h"
+#include "common/value_codec.h"
 #include "ps/v1/parameter_server.grpc.pb.h"
 #include "tools/psctl/psctl_commands.h"
 
@@ -25,6 +27,34 @@ std::string StorageName(const v1::TableSpec& spec) {
   return v1::TableSpec::Storage_Name(spec.storage());
 }
 
+// raw / wire, or a negative number where nothing was encoded yet.
+double Ratio(uint64_t raw_bytes, uint64_t wire_bytes) {
+  if (wire_bytes == 0) return -1;
+  return static_cast<double>(raw_bytes) / static_cast<double>(wire_bytes);
+}
+
+// One direction's codec and the ratio its bytes achieved on this server: "none" (no codec),
+// "topk 24.6x", or "fp16 -" (a codec, nothing encoded yet).
+std::string CodecColumn(const v1::CodecSpec& codec, uint64_t raw_bytes, uint64_t wire_bytes) {
+  if (codec.codec() == v1::CODEC_NONE) return "none";
+  const double ratio = Ratio(raw_bytes, wire_bytes);
+  if (ratio < 0) return absl::StrCat(CodecName(codec.codec()), " -");
+  return absl::StrFormat("%s %.2fx", CodecName(codec.codec()), ratio);
+}
+
+// A direction's codec and ratio as JSON fields: "push_codec":"topk","push_ratio":24.6 (null
+// where nothing was encoded yet; 1 without a codec, which sends float32).
+std::string JsonCodec(const char* direction, const v1::CodecSpec& codec, uint64_t raw_bytes,
+                      uint64_t wire_bytes) {
+  std::string ratio = "1";
+  if (codec.codec() != v1::CODEC_NONE) {
+    const double r = Ratio(raw_bytes, wire_bytes);
+    ratio = r < 0 ? "null" : absl::StrFormat("%.4g", r);
+  }
+  return absl::StrCat(R"(,")", direction, R"(_codec":")", CodecName(codec.codec()), R"(",")",
+                      direction, R"(_ratio":)", ratio);
+}
+
 // One JSON object: a table on a server, its stats as protobuf JSON.
 std::string JsonLine(const std::string& server, const v1::TableSpec& table,
                      const v1::DescribeTableResponse& answer) {
@@ -32,9 +62,13 @@ std::string JsonLine(const std::string& server, const v1::TableSpec& table,
   opts.always_print_primitive_fields = true;
   std::string stats;
   (void)google::protobuf::util::MessageToJsonString(answer.stats(), &stats, opts);
-  return absl::StrCat(R"({"server":")", server, R"(","table_id":)", table.table_id(),
-                      R"(,"name":")", table.name(), R"(","storage":")", StorageName(answer.spec()),
-                      R"(","stats":)", stats, "}");
+  const v1::TableStats& st = answer.stats();
+  return absl::StrCat(
+      R"({"server":")", server, R"(","table_id":)", table.table_id(), R"(,"name":")", table.name(),
+      R"(","storage":")", StorageName(answer.spec()), R"(")",
+      JsonCodec("push", answer.spec().push_codec(), st.push_raw_bytes(), st.push_wire_bytes()),
+      JsonCodec("pull", answer.spec().pull_codec(), st.pull_raw_bytes(), st.pull_wire_bytes()),
+      R"(,"stats":)", stats, "}");
 }
 
 }  // namespace
@@ -55,7 +89,7 @@ int Commands::Tables(const std::string& job_id) {
   }
   Table table;
   table.AddRow({"TABLE", "SERVER", "STORAGE", "ROWS", "BYTES", "BYTES/ROW", "ADMITTED", "REJECTED",
-                "EVICTED", "EXPIRED"});
+                "EVICTED", "EXPIRED", "PUSH", "PULL"});
   std::vector<std::string> json;
   int exit_code = kOk;
   std::vector<std::unique_ptr<v1::ParameterServer::Stub>> stubs;
@@ -82,10 +116,12 @@ int Commands::Tables(const std::string& job_id) {
         json.push_back(JsonLine(address, t, answer));
         continue;
       }
-      table.AddRow({t.name(), address, StorageName(answer.spec()), absl::StrCat(st.rows()),
-                    absl::StrCat(st.bytes()), BytesPerRow(st), absl::StrCat(st.admitted()),
-                    absl::StrCat(st.rejected()), absl::StrCat(st.evicted()),
-                    absl::StrCat(st.expired())});
+      table.AddRow(
+          {t.name(), address, StorageName(answer.spec()), absl::StrCat(st.rows()),
+           absl::StrCat(st.bytes()), BytesPerRow(st), absl::StrCat(st.admitted()),
+           absl::StrCat(st.rejected()), absl::StrCat(st.evicted()), absl::StrCat(st.expired()),
+           CodecColumn(answer.spec().push_codec(), st.push_raw_bytes(), st.push_wire_bytes()),
+           CodecColumn(answer.spec().pull_codec(), st.pull_raw_bytes(), st.pull_wire_bytes())});
     }
   }
   if (options_.json) {
