@@ -10,7 +10,7 @@
 #  3. psctl cancel stops a job's programs (SIGTERM, then SIGKILL after the grace);
 #  3a. psctl tables of a job with a compressed table (topk pushes, fp16 pulls) and a plain one
 #     shows each server's achieved ratio per direction (> 2 for topk, 2.00 for fp16) and
-#     "none" for the plain table;
+#     "none" for the plain table; psctl status one line for the compressed table, summed;
 #  3b. a job of dynamic data assignment: its programs (one slowed, one crashing once) read
 #     every example once per epoch through session.batches, the fast one more;
 #  4. a worker daemon SIGKILLed takes its program with it; the job goes on on the spare worker
@@ -214,8 +214,14 @@ for line in text[1:]:
 print("ratios: " + ", ".join(f"c push {r['push_ratio']:.2f}x pull {r['pull_ratio']:.2f}x"
                              for r in c))
 PY
+# psctl status sums each compressed table's bytes over its servers; "u" has no line.
+psctl status "$job" >"$dir/codecs.status" || fail "psctl status $job"
+grep -Eq '^compression c: push topk [0-9.]+x, pull fp16 2\.00x \(2 of 2 servers\)$' \
+  "$dir/codecs.status" || fail "psctl status: no compression line for c: $(cat "$dir/codecs.status")"
+! grep -q '^compression u' "$dir/codecs.status" || fail "psctl status: a compression line for u"
+grep '^compression' "$dir/codecs.status"
 psctl cancel "$job" >/dev/null
-echo "ok: psctl tables showed c's topk and fp16 ratios and u uncompressed ($(wait_done "$job"))"
+echo "ok: psctl tables and status showed c's topk and fp16 ratios and u uncompressed ($(wait_done "$job"))"
 
 echo "== 3b. dynamic data: the scheduler hands a program its batches (session.batches)"
 # 2 workers, worker 1 slowed; worker 0 SIGKILLs its program once when handed its 20th batch

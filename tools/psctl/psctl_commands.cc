@@ -155,6 +155,7 @@ int Commands::Status(const std::string& job_id) {
     PrintJson(job);
   } else {
     PrintJob(job);
+    PrintCompression(job);
   }
   return kOk;
 }

@@ -6,6 +6,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -17,6 +18,7 @@
 #include "common/printable.h"
 #include "google/protobuf/message.h"
 #include "google/protobuf/util/json_util.h"
+#include "ps/v1/parameter_server.pb.h"  // DescribeTableResponse
 #include "ps/v1/scheduler.grpc.pb.h"
 #include "tools/psctl/job_format.h"
 
@@ -66,10 +68,22 @@ class Commands {
   int Checkpoints(const std::string& job_id);
   int Restore(const std::string& job_id);
   // Each of the job's tables (its spec's) on each of its servers: storage, rows, bytes, bytes
-  // per row, admitted, rejected, evicted, expired, from the servers' DescribeTable.
+  // per row, admitted, rejected, evicted, expired, and each direction's codec and achieved
+  // compression, from the servers' DescribeTable.
   int Tables(const std::string& job_id);
 
  private:
+  // `status`: for each table of the job with a codec, the compression its servers achieved so
+  // far (raw / wire bytes summed over the servers), one line each. Nothing for a job without
+  // codecs or servers; a server that does not answer is said, and the rest still counted.
+  void PrintCompression(const JobInfo& job) const;
+  // DescribeTable of each of the job's spec tables on each of its servers, in that order;
+  // `answer` is called with each (an error status where the server refused or did not answer).
+  void DescribeTables(
+      const JobInfo& job,
+      const std::function<void(const v1::TableSpec& table, const std::string& server,
+                               const grpc::Status& s, const v1::DescribeTableResponse& answer)>&
+          answer) const;
   void Prepare(grpc::ClientContext& context) const {
     context.set_deadline(absl::ToChronoTime(absl::Now() + options_.timeout));
   }

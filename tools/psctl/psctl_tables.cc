@@ -1,7 +1,9 @@
 // psctl tables JOB: each of the job's tables on each of its servers (DescribeTable), as the
 // servers count them: rows, memory, bytes per row, what admission and eviction did, and the
 // compression its codecs achieved in each direction.
+#include <functional>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -73,6 +75,69 @@ std::string JsonLine(const std::string& server, const v1::TableSpec& table,
 
 }  // namespace
 
+void Commands::DescribeTables(
+    const JobInfo& job,
+    const std::function<void(const v1::TableSpec& table, const std::string& server,
+                             const grpc::Status& s, const v1::DescribeTableResponse& answer)>&
+        answer) const {
+  std::vector<std::unique_ptr<v1::ParameterServer::Stub>> stubs;
+  for (const std::string& address : job.server_addresses()) {
+    stubs.push_back(v1::ParameterServer::NewStub(DialChannel(address, grpc::ChannelArguments())));
+  }
+  for (const v1::TableSpec& t : job.spec().tables()) {
+    for (int i = 0; i < job.server_addresses_size(); ++i) {
+      grpc::ClientContext context;
+      Prepare(context);
+      v1::DescribeTableRequest request;
+      request.set_table_id(t.table_id());
+      v1::DescribeTableResponse response;
+      const grpc::Status s = stubs[i]->DescribeTable(&context, request, &response);
+      answer(t, job.server_addresses(i), s, response);
+    }
+  }
+}
+
+void Commands::PrintCompression(const JobInfo& job) const {
+  bool any = false;
+  for (const v1::TableSpec& t : job.spec().tables()) {
+    any =
+        any || t.push_codec().codec() != v1::CODEC_NONE || t.pull_codec().codec() != v1::CODEC_NONE;
+  }
+  if (!any || job.server_addresses_size() == 0) return;
+  struct Sums {
+    uint64_t push_raw = 0, push_wire = 0, pull_raw = 0, pull_wire = 0;
+    int answered = 0;
+  };
+  std::map<uint32_t, Sums> sums;
+  std::vector<std::string> unanswered;
+  DescribeTables(job, [&](const v1::TableSpec& t, const std::string& server, const grpc::Status& s,
+                          const v1::DescribeTableResponse& answer) {
+    if (!s.ok()) {
+      unanswered.push_back(absl::StrCat(t.name(), " on ", server, ": ", Describe(s)));
+      return;
+    }
+    Sums& sum = sums[t.table_id()];
+    sum.push_raw += answer.stats().push_raw_bytes();
+    sum.push_wire += answer.stats().push_wire_bytes();
+    sum.pull_raw += answer.stats().pull_raw_bytes();
+    sum.pull_wire += answer.stats().pull_wire_bytes();
+    ++sum.answered;
+  });
+  for (const v1::TableSpec& t : job.spec().tables()) {
+    if (t.push_codec().codec() == v1::CODEC_NONE && t.pull_codec().codec() == v1::CODEC_NONE) {
+      continue;
+    }
+    const Sums& sum = sums[t.table_id()];
+    std::cout << "compression " << t.name() << ": push "
+              << CodecColumn(t.push_codec(), sum.push_raw, sum.push_wire) << ", pull "
+              << CodecColumn(t.pull_codec(), sum.pull_raw, sum.pull_wire) << " (" << sum.answered
+              << " of " << job.server_addresses_size() << " servers)\n";
+  }
+  for (const std::string& line : unanswered) {
+    std::cerr << "psctl: status: compression of " << line << "\n";
+  }
+}
+
 int Commands::Tables(const std::string& job_id) {
   JobInfo job;
   grpc::Status s = GetJob(job_id, job);
@@ -92,38 +157,26 @@ int Commands::Tables(const std::string& job_id) {
                 "EVICTED", "EXPIRED", "PUSH", "PULL"});
   std::vector<std::string> json;
   int exit_code = kOk;
-  std::vector<std::unique_ptr<v1::ParameterServer::Stub>> stubs;
-  for (const std::string& address : job.server_addresses()) {
-    stubs.push_back(v1::ParameterServer::NewStub(DialChannel(address, grpc::ChannelArguments())));
-  }
-  for (const v1::TableSpec& t : job.spec().tables()) {
-    for (int i = 0; i < job.server_addresses_size(); ++i) {
-      const std::string& address = job.server_addresses(i);
-      grpc::ClientContext context;
-      Prepare(context);
-      v1::DescribeTableRequest request;
-      request.set_table_id(t.table_id());
-      v1::DescribeTableResponse answer;
-      grpc::Status ds = stubs[i]->DescribeTable(&context, request, &answer);
-      if (!ds.ok()) {
-        std::cerr << "psctl: tables: " << t.name() << " on " << address << ": " << Describe(ds)
-                  << "\n";
-        exit_code = kRefused;  // the others are still printed
-        continue;
-      }
-      const v1::TableStats& st = answer.stats();
-      if (options_.json) {
-        json.push_back(JsonLine(address, t, answer));
-        continue;
-      }
-      table.AddRow(
-          {t.name(), address, StorageName(answer.spec()), absl::StrCat(st.rows()),
-           absl::StrCat(st.bytes()), BytesPerRow(st), absl::StrCat(st.admitted()),
-           absl::StrCat(st.rejected()), absl::StrCat(st.evicted()), absl::StrCat(st.expired()),
-           CodecColumn(answer.spec().push_codec(), st.push_raw_bytes(), st.push_wire_bytes()),
-           CodecColumn(answer.spec().pull_codec(), st.pull_raw_bytes(), st.pull_wire_bytes())});
+  DescribeTables(job, [&](const v1::TableSpec& t, const std::string& address,
+                          const grpc::Status& ds, const v1::DescribeTableResponse& answer) {
+    if (!ds.ok()) {
+      std::cerr << "psctl: tables: " << t.name() << " on " << address << ": " << Describe(ds)
+                << "\n";
+      exit_code = kRefused;  // the others are still printed
+      return;
     }
-  }
+    const v1::TableStats& st = answer.stats();
+    if (options_.json) {
+      json.push_back(JsonLine(address, t, answer));
+      return;
+    }
+    table.AddRow(
+        {t.name(), address, StorageName(answer.spec()), absl::StrCat(st.rows()),
+         absl::StrCat(st.bytes()), BytesPerRow(st), absl::StrCat(st.admitted()),
+         absl::StrCat(st.rejected()), absl::StrCat(st.evicted()), absl::StrCat(st.expired()),
+         CodecColumn(answer.spec().push_codec(), st.push_raw_bytes(), st.push_wire_bytes()),
+         CodecColumn(answer.spec().pull_codec(), st.pull_raw_bytes(), st.pull_wire_bytes())});
+  });
   if (options_.json) {
     std::cout << "[" << absl::StrJoin(json, ",\n ") << "]\n";
   } else {
