@@ -115,8 +115,10 @@ Commands:
                            JOB=$(psctl submit deploy/jobs/fashion_mlp.textproto)
                          A program job's relative program.working_dir is made absolute
                          against the directory psctl runs in
-  status JOB [--watch]   state, reason, placement, progress and ETA of a job; --watch follows
-                         it with a live progress line until it ends, then prints the final line
+  status JOB [--watch]   state, reason, placement, progress and ETA of a job, and for each
+                         table with a codec the compression its servers achieved; --watch
+                         follows it with a live progress line until it ends, then prints the
+                         final line
   list                   one line per job
   cancel JOB             cancel a job
   events JOB             the job's event history
