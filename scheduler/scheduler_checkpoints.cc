@@ -177,8 +177,8 @@ absl::StatusOr<v1::JobInfo> Scheduler::RestoreJob(const std::string& job_id,
       return JobWithEvents(*job);
     default: {
       v1::JobSpec spec = job->info.spec();
-      // A program job's tables carry the ids the scheduler gave them; the new job gets its own
-      // (the same ones: they are numbered in the spec's order).
+      // A program job's tables carry the ids the scheduler gave them; the new job gets ids of
+      // its own, as a submit with --from_checkpoint does.
       for (v1::TableSpec& table : *spec.mutable_tables()) {
         table.clear_table_id();
         table.clear_job_id();

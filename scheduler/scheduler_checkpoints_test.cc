@@ -516,7 +516,7 @@ TEST_F(SchedulerCheckpointsTest, RestoreRollsARunningJobBackOrResubmitsAnEndedOn
 }
 
 // An ended program job is submitted again from its checkpoint like a zoo model's: its tables'
-// scheduler-given ids are not held against the new spec.
+// scheduler-given ids are not held against the new spec, which gets ids of its own.
 TEST_F(SchedulerCheckpointsTest, RestoreResubmitsAnEndedProgramJob) {
   Register(v1::SERVER);
   const uint64_t w0 = Register(v1::WORKER);
@@ -544,8 +544,11 @@ TEST_F(SchedulerCheckpointsTest, RestoreResubmitsAnEndedProgramJob) {
   auto again = scheduler_->RestoreJob(*job_id, c1);
   ASSERT_TRUE(again.ok()) << again.status();
   ASSERT_NE(again->job_id(), *job_id);
+  ASSERT_EQ(again->spec().tables_size(), first.spec().tables_size());
   for (int i = 0; i < first.spec().tables_size(); ++i) {
-    EXPECT_EQ(again->spec().tables(i).table_id(), first.spec().tables(i).table_id());
+    EXPECT_EQ(again->spec().tables(i).name(), first.spec().tables(i).name());
+    EXPECT_NE(again->spec().tables(i).table_id(), 0u);
+    EXPECT_NE(again->spec().tables(i).table_id(), first.spec().tables(i).table_id());
     EXPECT_EQ(again->spec().tables(i).job_id(), again->job_id());
   }
   const v1::JobInfo started = Job(again->job_id());
