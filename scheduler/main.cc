@@ -119,8 +119,9 @@ int main(int argc, char** argv) {
 
   // /metrics first: the scheduler reports its address (ListNodes) and exports from the start.
   // Declared before everything that registers in it: destroyed last.
-  auto exporter = ps::DaemonExporter::Start("scheduler", ps::MetricsFromFlags().listen,
-                                            ps::MetricsFromFlags().port_file);
+  const ps::MetricsFlags metrics_flags = ps::MetricsFromFlags();
+  auto exporter =
+      ps::DaemonExporter::Start("scheduler", metrics_flags.listen, metrics_flags.port_file);
   if (!exporter.ok()) return Fail(std::string(exporter.status().message()));
   std::unique_ptr<ps::SchedulerMetrics> metrics;
   if (prometheus::Registry* registry = (*exporter)->registry(); registry != nullptr) {

@@ -241,8 +241,9 @@ int main(int argc, char** argv) {
   }
   const absl::Duration drain_grace = absl::GetFlag(FLAGS_drain_grace);
   // Declared before everything that registers in it: destroyed last.
-  auto exporter = ps::DaemonExporter::Start("server", ps::MetricsFromFlags().listen,
-                                            ps::MetricsFromFlags().port_file);
+  const ps::MetricsFlags metrics_flags = ps::MetricsFromFlags();
+  auto exporter =
+      ps::DaemonExporter::Start("server", metrics_flags.listen, metrics_flags.port_file);
   if (!exporter.ok()) {
     std::cerr << "ps_server: " << exporter.status().message() << "\n";
     return 1;

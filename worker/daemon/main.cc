@@ -130,8 +130,9 @@ struct Metrics {
 // Starts /metrics per --metrics_listen; an error names the flag.
 absl::StatusOr<Metrics> StartMetrics() {
   Metrics m;
-  auto exporter = ps::DaemonExporter::Start("worker", ps::MetricsFromFlags().listen,
-                                            ps::MetricsFromFlags().port_file);
+  const ps::MetricsFlags metrics_flags = ps::MetricsFromFlags();
+  auto exporter =
+      ps::DaemonExporter::Start("worker", metrics_flags.listen, metrics_flags.port_file);
   if (!exporter.ok()) return exporter.status();
   m.exporter = std::move(*exporter);
   if (prometheus::Registry* registry = m.exporter->registry(); registry != nullptr) {
