@@ -25,7 +25,7 @@ case "$mode" in
   address)
     build=${BUILD_DIR:-build-asan}
     # bench: not built here. client_install builds examples/cpp outside against the installed
-    # library, without the sanitizer's flags. chaos, recovery_e2e: 21 instrumented trainings
+    # library, without the sanitizer's flags. chaos, recovery_e2e: 19 instrumented trainings
     # between them, too slow for CI (docs/testing.md). netns_*: timed partitions of several
     # trainings (the uninstrumented build runs them). deploy_checks: it matches the
     # uninstrumented binaries' libraries against the container's packages.
