@@ -137,35 +137,37 @@ int Fail(const char* what, const absl::Status& s) {
 
 float Sigmoid(float z) { return 1.0f / (1.0f + std::exp(-z)); }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  Flags flags;
-  if (!ParseFlags(argc, argv, &flags)) return 2;
-
-  // A program job: the session knows the job, this worker and the servers, and the job file
-  // declares the tables (CreateTable returns them). Otherwise: the servers named.
-  std::unique_ptr<ps::Session> session;
-  std::unique_ptr<ps::Client> own_client;
+// The client to train with: a program job's (the session knows the job, this worker and the
+// servers) or one connected to the servers named in the flags.
+absl::StatusOr<ps::Client*> Connect(Flags& flags, std::unique_ptr<ps::Session>& session,
+                                    std::unique_ptr<ps::Client>& own_client) {
   if (flags.session) {
     auto made = ps::Session::FromEnv();
-    if (!made.ok()) return Fail("session", made.status());
+    if (!made.ok()) return made.status();
     session = std::move(*made);
     flags.worker = session->worker_id();
-  } else {
-    ps::ClientOptions options;
-    options.servers = flags.servers;
-    options.job_id = flags.job;
-    options.worker_id = flags.worker;
-    options.num_workers = flags.workers;
-    options.consistency = flags.consistency;
-    options.staleness = 2;
-    auto connected = ps::Client::Connect(options);
-    if (!connected.ok()) return Fail("connect", connected.status());
-    own_client = std::move(*connected);
+    return &session->client();
   }
-  ps::Client& client = session != nullptr ? session->client() : *own_client;
+  ps::ClientOptions options;
+  options.servers = flags.servers;
+  options.job_id = flags.job;
+  options.worker_id = flags.worker;
+  options.num_workers = flags.workers;
+  options.consistency = flags.consistency;
+  options.staleness = 2;
+  auto connected = ps::Client::Connect(options);
+  if (!connected.ok()) return connected.status();
+  own_client = std::move(*connected);
+  return own_client.get();
+}
 
+struct Tables {
+  ps::Table weights;  // sparse, one value per feature id
+  ps::Table bias;     // dense, one row
+};
+
+// In a program job the job file declares the tables and CreateTable returns them.
+absl::StatusOr<Tables> CreateTables(ps::Client& client) {
   ps::TableConfig weights_config;
   weights_config.name = "weights";
   weights_config.kind = ps::TableKind::kSparse;
@@ -176,9 +178,75 @@ int main(int argc, char** argv) {
   bias_config.kind = ps::TableKind::kDense;
   bias_config.num_rows = 1;
   auto weights = client.CreateTable(weights_config);
-  if (!weights.ok()) return Fail("create table 'weights'", weights.status());
+  if (!weights.ok()) return weights.status();
   auto bias = client.CreateTable(bias_config);
-  if (!bias.ok()) return Fail("create table 'bias'", bias.status());
+  if (!bias.ok()) return bias.status();
+  return Tables{*weights, *bias};
+}
+
+// One batch's gradients from the weights `w` (per feature of each example) and bias `b`:
+// the logistic loss's p - y for every feature of an example, and its sum for the bias. Adds
+// the batch's loss to `loss_sum`.
+void ComputeGradients(const std::vector<Example>& batch, const std::vector<float>& w, float b,
+                      std::vector<float>& grads, float& bias_grad, double& loss_sum) {
+  bias_grad = 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    float z = b;
+    for (int f = 0; f < kFeaturesPerExample; ++f) z += w[i * kFeaturesPerExample + f];
+    const float p = Sigmoid(z);
+    const float y = batch[i].label;
+    loss_sum += -(y * std::log(p + 1e-7f) + (1 - y) * std::log(1 - p + 1e-7f));
+    const float g = p - y;  // Adagrad scales each row's step by its own history
+    for (int f = 0; f < kFeaturesPerExample; ++f) grads[i * kFeaturesPerExample + f] = g;
+    bias_grad += g;
+  }
+}
+
+struct Evaluation {
+  double accuracy = 0;  // the model's, on the held-out examples
+  double teacher = 0;   // the teacher's, on the same
+};
+
+// Held-out accuracy: pulls the rows the test set touches.
+absl::StatusOr<Evaluation> Evaluate(ps::Client& client, const Tables& tables,
+                                    const Teacher& teacher, const std::vector<Example>& test) {
+  std::vector<uint64_t> keys(test.size() * kFeaturesPerExample);
+  for (size_t i = 0; i < test.size(); ++i) {
+    std::memcpy(&keys[i * kFeaturesPerExample], test[i].features, sizeof(test[i].features));
+  }
+  std::vector<float> w(keys.size());
+  float b = 0;
+  const std::vector<uint64_t> bias_key = {0};
+  absl::Status pulled = client
+                            .PullAsync({ps::PullOp{tables.weights, keys, absl::MakeSpan(w)},
+                                        ps::PullOp{tables.bias, bias_key, absl::MakeSpan(&b, 1)}})
+                            .Wait();
+  if (!pulled.ok()) return pulled;
+  int right = 0, teacher_right = 0;
+  for (size_t i = 0; i < test.size(); ++i) {
+    float z = b;
+    for (int f = 0; f < kFeaturesPerExample; ++f) z += w[i * kFeaturesPerExample + f];
+    right += (z > 0) == (test[i].label > 0.5f);
+    teacher_right += (teacher.Logit(test[i]) > 0) == (test[i].label > 0.5f);
+  }
+  return Evaluation{static_cast<double>(right) / test.size(),
+                    static_cast<double>(teacher_right) / test.size()};
+}
+
+}  // namespace
+
+// The training loop stays in main, in one piece (about 120 lines): it is the part of this example
+// that a program of its own copies, so it reads from top to bottom.
+int main(int argc, char** argv) {
+  Flags flags;
+  if (!ParseFlags(argc, argv, &flags)) return 2;
+  std::unique_ptr<ps::Session> session;  // a program job's, or null
+  std::unique_ptr<ps::Client> own_client;
+  auto connected = Connect(flags, session, own_client);
+  if (!connected.ok()) return Fail(flags.session ? "session" : "connect", connected.status());
+  ps::Client& client = **connected;
+  auto tables = CreateTables(client);
+  if (!tables.ok()) return Fail("create tables", tables.status());
 
   // Held-out examples first (the same for every worker), then this worker's own stream.
   const Teacher teacher(7);
@@ -201,8 +269,8 @@ int main(int argc, char** argv) {
     }
   };
   auto pull = [&](std::vector<uint64_t>& keys, std::vector<float>& w, float* b) {
-    return client.PullAsync({ps::PullOp{*weights, keys, absl::MakeSpan(w)},
-                             ps::PullOp{*bias, bias_key, absl::MakeSpan(b, 1)}});
+    return client.PullAsync({ps::PullOp{tables->weights, keys, absl::MakeSpan(w)},
+                             ps::PullOp{tables->bias, bias_key, absl::MakeSpan(b, 1)}});
   };
 
   fill(cur, cur_keys);
@@ -236,22 +304,13 @@ int main(int argc, char** argv) {
     // Start the next batch's pull now: it travels while this batch's gradients are computed.
     fill(next, next_keys);
     in_flight = pull(next_keys, next_w, &next_b);
-
-    bias_grad = 0;
-    for (int i = 0; i < batch; ++i) {
-      float z = cur_b;
-      for (int f = 0; f < kFeaturesPerExample; ++f) z += cur_w[i * kFeaturesPerExample + f];
-      const float p = Sigmoid(z);
-      const float y = cur[i].label;
-      loss_sum += -(y * std::log(p + 1e-7f) + (1 - y) * std::log(1 - p + 1e-7f));
-      ++loss_count;
-      const float g = p - y;  // Adagrad scales each row's step by its own history
-      for (int f = 0; f < kFeaturesPerExample; ++f) grads[i * kFeaturesPerExample + f] = g;
-      bias_grad += g;
-    }
+    ComputeGradients(cur, cur_w, cur_b, grads, bias_grad, loss_sum);
+    loss_count += batch;
     // Repeated feature ids in the batch: the library sums their gradients.
-    absl::Status pushed = client.Push(*weights, cur_keys, grads);
-    if (pushed.ok()) pushed = client.Push(*bias, bias_key, absl::MakeConstSpan(&bias_grad, 1));
+    absl::Status pushed = client.Push(tables->weights, cur_keys, grads);
+    if (pushed.ok()) {
+      pushed = client.Push(tables->bias, bias_key, absl::MakeConstSpan(&bias_grad, 1));
+    }
     if (ps::IsStepInterrupted(pushed)) {
       if (absl::Status r = interrupted(); !r.ok()) return Fail("next step", r);
       continue;
@@ -287,28 +346,14 @@ int main(int argc, char** argv) {
   }
   if (absl::Status s = in_flight.Wait(); !s.ok()) return Fail("pull", s);
 
-  // Held-out accuracy: pull the rows the test set touches.
-  std::vector<uint64_t> keys(test.size() * kFeaturesPerExample);
-  for (size_t i = 0; i < test.size(); ++i) {
-    std::memcpy(&keys[i * kFeaturesPerExample], test[i].features, sizeof(test[i].features));
-  }
-  std::vector<float> w(keys.size());
-  float b = 0;
-  if (absl::Status s = pull(keys, w, &b).Wait(); !s.ok()) return Fail("pull", s);
-  int right = 0, teacher_right = 0;
-  for (size_t i = 0; i < test.size(); ++i) {
-    float z = b;
-    for (int f = 0; f < kFeaturesPerExample; ++f) z += w[i * kFeaturesPerExample + f];
-    right += (z > 0) == (test[i].label > 0.5f);
-    teacher_right += (teacher.Logit(test[i]) > 0) == (test[i].label > 0.5f);
-  }
-  const double accuracy = static_cast<double>(right) / test.size();
-  const double best = static_cast<double>(teacher_right) / test.size();
-  std::printf("held-out accuracy %.4f (the teacher's: %.4f)\n", accuracy, best);
+  auto evaluation = Evaluate(client, *tables, teacher, test);
+  if (!evaluation.ok()) return Fail("pull", evaluation.status());
+  std::printf("held-out accuracy %.4f (the teacher's: %.4f)\n", evaluation->accuracy,
+              evaluation->teacher);
   if (session != nullptr) {
-    absl::Status s =
-        session->ReportEvaluation(std::nullopt, accuracy, {{"teacher_accuracy", best}});
+    absl::Status s = session->ReportEvaluation(std::nullopt, evaluation->accuracy,
+                                               {{"teacher_accuracy", evaluation->teacher}});
     if (!s.ok()) return Fail("report", s);
   }
-  return accuracy >= best - 0.05 ? 0 : 1;
+  return evaluation->accuracy >= evaluation->teacher - 0.05 ? 0 : 1;
 }

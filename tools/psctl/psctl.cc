@@ -423,6 +423,39 @@ int UsageError(absl::string_view message) {
   return kUsage;
 }
 
+// submit's job: the file named (if any), a relative program.working_dir made absolute (from
+// where psctl runs), then the flags given. A usage error's message otherwise.
+absl::StatusOr<JobSpec> SubmitSpec(const CommandLine& cl, const std::vector<std::string>& args) {
+  JobSpec spec;
+  if (!args.empty()) {
+    auto file = ReadJobFile(args[0]);
+    if (!file.ok())
+      return absl::InvalidArgumentError(absl::StrCat("submit: ", file.status().message()));
+    spec = *std::move(file);
+  } else if (std::none_of(cl.given.begin(), cl.given.end(), IsSubmitFlag)) {
+    return absl::InvalidArgumentError(
+        "submit needs a job file or flags (e.g. --model=fashion_mlp --num_workers=2)");
+  }
+  if (spec.has_program() && !spec.program().working_dir().empty() &&
+      spec.program().working_dir()[0] != '/') {
+    // Relative to where psctl runs (e.g. the repository root on a one-machine cluster).
+    std::error_code ec;
+    const std::filesystem::path dir =
+        std::filesystem::absolute(spec.program().working_dir(), ec).lexically_normal();
+    if (ec) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("submit: program.working_dir: ", ec.message()));
+    }
+    std::string normal = dir.string();
+    while (normal.size() > 1 && normal.back() == '/') normal.pop_back();
+    spec.mutable_program()->set_working_dir(normal);
+  }
+  absl::Status st = ApplySubmitFlags(cl.given, spec);
+  if (st.ok()) st = ApplyCheckpointFlags(cl.given, spec);
+  if (!st.ok()) return absl::InvalidArgumentError(absl::StrCat("submit: ", st.message()));
+  return spec;
+}
+
 // Checks the command's arguments and flags, then runs it.
 int Run(const CommandLine& cl, ps::psctl::Options options) {
   const std::string& command = cl.args[0];
@@ -459,28 +492,9 @@ int Run(const CommandLine& cl, ps::psctl::Options options) {
   }
   JobSpec spec;
   if (command == "submit") {
-    if (!args.empty()) {
-      auto file = ReadJobFile(args[0]);
-      if (!file.ok()) return UsageError(absl::StrCat("submit: ", file.status().message()));
-      spec = *std::move(file);
-    } else if (std::none_of(cl.given.begin(), cl.given.end(), IsSubmitFlag)) {
-      return UsageError(
-          "submit needs a job file or flags (e.g. --model=fashion_mlp --num_workers=2)");
-    }
-    if (spec.has_program() && !spec.program().working_dir().empty() &&
-        spec.program().working_dir()[0] != '/') {
-      // Relative to where psctl runs (e.g. the repository root on a one-machine cluster).
-      std::error_code ec;
-      const std::filesystem::path dir =
-          std::filesystem::absolute(spec.program().working_dir(), ec).lexically_normal();
-      if (ec) return UsageError(absl::StrCat("submit: program.working_dir: ", ec.message()));
-      std::string normal = dir.string();
-      while (normal.size() > 1 && normal.back() == '/') normal.pop_back();
-      spec.mutable_program()->set_working_dir(normal);
-    }
-    absl::Status st = ApplySubmitFlags(cl.given, spec);
-    if (st.ok()) st = ApplyCheckpointFlags(cl.given, spec);
-    if (!st.ok()) return UsageError(absl::StrCat("submit: ", st.message()));
+    auto made = SubmitSpec(cl, args);
+    if (!made.ok()) return UsageError(made.status().message());
+    spec = *std::move(made);
   }
   Commands psctl(std::move(options));
   if (command == "nodes") return psctl.Nodes();

@@ -281,6 +281,9 @@ absl::Status JobRunner::RunSteps(const std::function<void(const JobProgress&)>& 
   return absl::OkStatus();
 }
 
+// One loop over the leases, kept whole (about 100 lines): the ranges in flight, those to report,
+// the next lease being asked for and the epoch's totals are shared by every branch of it, and
+// split into functions they would travel together as one more struct through each.
 absl::Status JobRunner::RunLeasedSteps(const std::function<void(const JobProgress&)>& on_epoch,
                                        const std::function<void(const JobProgress&)>& on_step,
                                        int report_every) {

@@ -302,7 +302,6 @@ absl::Status WorkerDaemon::RunOnce(const v1::WorkerAssignment& assignment, Model
   ro.slow_factor = options_.slow_factor;
   *last_clock = client->clock();
   MembershipOrder membership;
-  bool apply_now = false;
   JobRunner runner(model, client.get(), ro, metrics_);
   runner.SetShard(a.rank(), static_cast<uint32_t>(a.worker_ids_size()));
   std::unique_ptr<JobCheckpointer> checkpointer;
@@ -325,27 +324,7 @@ absl::Status WorkerDaemon::RunOnce(const v1::WorkerAssignment& assignment, Model
         options_.recovery_wait, [&runner]() { return runner.cancelled(); });
     runner.set_data_leaser(leaser.get());
   }
-  {
-    absl::MutexLock l(&mu_);
-    client_ = client.get();
-    runner_ = &runner;
-    running_key_ = KeyOf(a);
-    running_epoch_ = a.membership_epoch();
-    running_shard_epoch_ = a.shard_epoch();
-    restart_ = false;
-    consistency_ = a.spec().consistency();
-    if (stopping_) runner.Cancel();
-    // An order that came while this worker was starting.
-    if (!assignment_.has_value() || KeyOf(*assignment_) != running_key_) {
-      runner.Cancel();
-    } else if (assignment_->shard_epoch() > a.shard_epoch()) {
-      restart_ = true;
-      runner.Cancel();
-    } else {
-      apply_now = TakeMembershipOrder(&membership);
-    }
-  }
-  if (apply_now) {
+  if (PublishRun(a, client.get(), &runner, &membership)) {
     ApplyMembership(membership.client, membership.consistency, membership.assignment);
   }
   const std::string who = absl::StrCat(a.job_id(), " worker ", a.worker_id());
@@ -361,6 +340,34 @@ absl::Status WorkerDaemon::RunOnce(const v1::WorkerAssignment& assignment, Model
     *requests_done = checkpointer->requests_done();
     checkpointer.reset();  // reports a write in flight; it uses the client
   }
+  return EndRun(a, runner, std::move(s), restart);
+}
+
+bool WorkerDaemon::PublishRun(const v1::WorkerAssignment& a, RpcClient* client, JobRunner* runner,
+                              MembershipOrder* membership) {
+  absl::MutexLock l(&mu_);
+  client_ = client;
+  runner_ = runner;
+  running_key_ = KeyOf(a);
+  running_epoch_ = a.membership_epoch();
+  running_shard_epoch_ = a.shard_epoch();
+  restart_ = false;
+  consistency_ = a.spec().consistency();
+  if (stopping_) runner->Cancel();
+  // An order that came while this worker was starting.
+  if (!assignment_.has_value() || KeyOf(*assignment_) != running_key_) {
+    runner->Cancel();
+  } else if (assignment_->shard_epoch() > a.shard_epoch()) {
+    restart_ = true;
+    runner->Cancel();
+  } else {
+    return TakeMembershipOrder(membership);
+  }
+  return false;
+}
+
+absl::Status WorkerDaemon::EndRun(const v1::WorkerAssignment& a, const JobRunner& runner,
+                                  absl::Status s, bool* restart) {
   absl::MutexLock l(&mu_);
   mu_.Await(absl::Condition(
       +[](bool* applying) { return !*applying; }, &applying_));  // ApplyMembership uses client

@@ -97,11 +97,26 @@ class WorkerDaemon {
   // latest shard map.
   void RefreshProgramClient(ProgramRun* run) ABSL_LOCKS_EXCLUDED(mu_);
   void OnHeartbeat(const v1::HeartbeatResponse& resp, bool reregistered);
+  // A membership change to tell the servers, taken under mu_ and applied without it.
+  struct MembershipOrder {
+    RpcClient* client = nullptr;
+    v1::ConsistencySpec consistency;
+    v1::WorkerAssignment assignment;
+  };
   // Runs one job to its end (or cancellation), restarting on every new shard map.
   absl::Status RunJob(v1::WorkerAssignment assignment);
   // One run under one shard map. Sets *restart (and *next) when a newer map must be used.
   absl::Status RunOnce(const v1::WorkerAssignment& a, Model* model, int64_t* last_clock,
                        uint64_t* requests_done, bool* restart);
+  // RunOnce's steps. PublishRun makes `runner` (on `client`, for `a`) the running job that
+  // heartbeats' orders reach, cancelling it if an order came while it started; true if a
+  // membership order taken then must be applied (without mu_). EndRun waits for an
+  // ApplyMembership in flight, says whether a newer shard map stopped the run (*restart),
+  // records the run's progress for the next heartbeat and unpublishes it: the run's status.
+  bool PublishRun(const v1::WorkerAssignment& a, RpcClient* client, JobRunner* runner,
+                  MembershipOrder* membership) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status EndRun(const v1::WorkerAssignment& a, const JobRunner& runner, absl::Status s,
+                      bool* restart) ABSL_LOCKS_EXCLUDED(mu_);
   // The latest order if it is still for `a`'s job and worker; CANCELLED otherwise.
   absl::StatusOr<v1::WorkerAssignment> LatestOrder(const v1::WorkerAssignment& a)
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -116,12 +131,6 @@ class WorkerDaemon {
     SchedulerLink* link = link_.load();
     return link == nullptr ? NodeIdentity() : link->identity();
   }
-  // A membership change to tell the servers, taken under mu_ and applied without it.
-  struct MembershipOrder {
-    RpcClient* client = nullptr;
-    v1::ConsistencySpec consistency;
-    v1::WorkerAssignment assignment;
-  };
   // Follows a heartbeat's orders; true if `membership` must then be applied (without mu_).
   bool HandleOrders(const v1::HeartbeatResponse& resp, bool reregistered,
                     MembershipOrder* membership) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

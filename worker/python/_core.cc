@@ -594,7 +594,8 @@ void BindRequestAndTable(py::module_& m) {
       });
 }
 
-// Client(...): the constructor and its options (one binding: its keyword arguments are long).
+// Client(...): the constructor and its options (one binding of about 90 lines: its keyword
+// arguments and their docstring are long, and split they would no longer read as one signature).
 void BindClientConnect(py::class_<PyClient>& cls) {
   cls.def(
       py::init([](py::object servers, const std::string& job_id, long long worker_id,
@@ -685,7 +686,8 @@ void BindClientConnect(py::class_<PyClient>& cls) {
       py::arg("reject_nonfinite") = true);
 }
 
-// Client.create_table and the table lookups.
+// Client.create_table and the table lookups (about 90 lines: create_table's keyword arguments
+// and docstring are one binding).
 void BindClientTables(py::class_<PyClient>& cls) {
   cls.def(
          "create_table",

@@ -208,8 +208,9 @@ std::string OptionalRepr(const char* name, const std::optional<float>& v) {
   return v.has_value() ? std::string(", ") + name + "=" + FloatString(*v) : "";
 }
 
-void RegisterConfigs(py::module_& m) {
-  // --- Initializer ---
+namespace {
+
+void RegisterInitializer(py::module_& m) {
   py::class_<ps::Initializer>(m, "Initializer", kInitializerDoc)
       .def(py::init([](const std::string& kind, float value, float low, float high, float stddev,
                        uint64_t seed) {
@@ -281,46 +282,21 @@ void RegisterConfigs(py::module_& m) {
         }
         return std::string("Initializer(?)");
       });
+}
 
-  // --- Optimizer ---
-  py::class_<ps::Optimizer>(m, "Optimizer", kOptimizerDoc)
-      .def(py::init([](const std::string& kind, std::optional<float> learning_rate,
-                       std::optional<float> momentum, std::optional<float> beta1,
-                       std::optional<float> beta2, std::optional<float> epsilon,
-                       std::optional<float> initial_accumulator, std::optional<float> l1,
-                       std::optional<float> l2, std::optional<float> ftrl_beta,
-                       std::optional<float> weight_decay) {
-             ps::Optimizer o;
-             o.kind = ParseOptimizerKind(kind);
-             o.learning_rate = learning_rate;
-             o.momentum = momentum;
-             o.beta1 = beta1;
-             o.beta2 = beta2;
-             o.epsilon = epsilon;
-             o.initial_accumulator = initial_accumulator;
-             o.l1 = l1;
-             o.l2 = l2;
-             o.ftrl_beta = ftrl_beta;
-             o.weight_decay = weight_decay;
-             return o;
-           }),
-           py::arg("kind") = "sgd", py::arg("learning_rate") = py::none(),
-           py::arg("momentum") = py::none(), py::arg("beta1") = py::none(),
-           py::arg("beta2") = py::none(), py::arg("epsilon") = py::none(),
-           py::arg("initial_accumulator") = py::none(), py::arg("l1") = py::none(),
-           py::arg("l2") = py::none(), py::arg("ftrl_beta") = py::none(),
-           py::arg("weight_decay") = py::none())
-      .def_static(
-          "sgd",
-          [](float lr, std::optional<float> weight_decay) {
-            ps::Optimizer o;
-            o.kind = ps::Optimizer::Kind::kSgd;
-            o.learning_rate = lr;
-            o.weight_decay = weight_decay;
-            return o;
-          },
-          py::arg("learning_rate"), py::arg("weight_decay") = py::none(),
-          "Plain SGD: value -= learning_rate * grad.")
+// Optimizer's factories, one per kind: Optimizer.sgd(...), .momentum(...), ...
+void AddOptimizerFactories(py::class_<ps::Optimizer>& cls) {
+  cls.def_static(
+         "sgd",
+         [](float lr, std::optional<float> weight_decay) {
+           ps::Optimizer o;
+           o.kind = ps::Optimizer::Kind::kSgd;
+           o.learning_rate = lr;
+           o.weight_decay = weight_decay;
+           return o;
+         },
+         py::arg("learning_rate"), py::arg("weight_decay") = py::none(),
+         "Plain SGD: value -= learning_rate * grad.")
       .def_static(
           "momentum",
           [](float lr, float momentum, std::optional<float> weight_decay) {
@@ -373,10 +349,41 @@ void RegisterConfigs(py::module_& m) {
             return o;
           },
           py::arg("alpha"), py::arg("l1") = 0.0f, py::arg("l2") = 0.0f,
-          py::arg("beta") = py::none(), "FTRL-Proximal.")
-      .def_property_readonly(
-          "kind", [](const ps::Optimizer& o) { return OptimizerKindName(o.kind); },
-          "'sgd', 'momentum', 'adagrad', 'adam' or 'ftrl'.")
+          py::arg("beta") = py::none(), "FTRL-Proximal.");
+}
+
+void RegisterOptimizer(py::module_& m) {
+  py::class_<ps::Optimizer> cls(m, "Optimizer", kOptimizerDoc);
+  cls.def(py::init([](const std::string& kind, std::optional<float> learning_rate,
+                      std::optional<float> momentum, std::optional<float> beta1,
+                      std::optional<float> beta2, std::optional<float> epsilon,
+                      std::optional<float> initial_accumulator, std::optional<float> l1,
+                      std::optional<float> l2, std::optional<float> ftrl_beta,
+                      std::optional<float> weight_decay) {
+            ps::Optimizer o;
+            o.kind = ParseOptimizerKind(kind);
+            o.learning_rate = learning_rate;
+            o.momentum = momentum;
+            o.beta1 = beta1;
+            o.beta2 = beta2;
+            o.epsilon = epsilon;
+            o.initial_accumulator = initial_accumulator;
+            o.l1 = l1;
+            o.l2 = l2;
+            o.ftrl_beta = ftrl_beta;
+            o.weight_decay = weight_decay;
+            return o;
+          }),
+          py::arg("kind") = "sgd", py::arg("learning_rate") = py::none(),
+          py::arg("momentum") = py::none(), py::arg("beta1") = py::none(),
+          py::arg("beta2") = py::none(), py::arg("epsilon") = py::none(),
+          py::arg("initial_accumulator") = py::none(), py::arg("l1") = py::none(),
+          py::arg("l2") = py::none(), py::arg("ftrl_beta") = py::none(),
+          py::arg("weight_decay") = py::none());
+  AddOptimizerFactories(cls);
+  cls.def_property_readonly(
+         "kind", [](const ps::Optimizer& o) { return OptimizerKindName(o.kind); },
+         "'sgd', 'momentum', 'adagrad', 'adam' or 'ftrl'.")
       .def_readonly("learning_rate", &ps::Optimizer::learning_rate,
                     "The learning rate (FTRL: alpha); None: the server's default.")
       .def_readonly("momentum", &ps::Optimizer::momentum)
@@ -402,6 +409,13 @@ void RegisterConfigs(py::module_& m) {
         s += OptionalRepr("weight_decay", o.weight_decay);
         return s + ")";
       });
+}
+
+}  // namespace
+
+void RegisterConfigs(py::module_& m) {
+  RegisterInitializer(m);
+  RegisterOptimizer(m);
 }
 
 }  // namespace paramserver_py
