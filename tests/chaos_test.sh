@@ -117,7 +117,7 @@ for mode in "${mode_list[@]}"; do
     [ "$(wait_done "$job")" = SUCCEEDED ] || fail "undisturbed $mode run $job did not succeed"
     accs+=("$(accuracy_of "$job")")
   done
-  baseline[$mode]=$(python3 -c "print(min($(IFS=,; echo "${accs[*]}")))")
+  baseline[$mode]=$(python3 -c "print(min([$(IFS=,; echo "${accs[*]}")]))")
   echo "$mode: test accuracy ${accs[*]} (lowest ${baseline[$mode]}%)"
 done
 
