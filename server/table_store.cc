@@ -22,7 +22,6 @@
 
 namespace ps {
 
-using store_internal::DroppedError;
 using store_internal::ErasePendingIf;
 using store_internal::NoMemoryError;
 using store_internal::TableDroppedError;
@@ -31,59 +30,32 @@ using v1::TableSpec;
 TableStore::TableStore(TableStoreOptions options, ServerMetrics* metrics)
     : options_(std::move(options)),
       metrics_(metrics),
-      default_shards_(std::make_shared<Shards>(Shards{options_.owned_slots, options_.shard_epoch})),
-      fenced_default_(std::make_shared<Shards>(
-          Shards{std::vector<bool>(kNumSlots, false), options_.shard_epoch, true})),
+      shards_(options_.owned_slots, options_.shard_epoch),
       slots_(new Slot[kNumSlots]) {}
-
-std::shared_ptr<const TableStore::Shards> TableStore::ShardsOf(const std::string& job_id) const {
-  absl::ReaderMutexLock l(&shards_mu_);
-  auto it = job_shards_.find(job_id);
-  if (it != job_shards_.end()) return it->second;
-  return fenced_ ? fenced_default_ : default_shards_;
-}
-
-void TableStore::FenceAllJobs() {
-  absl::MutexLock l(&shards_mu_);
-  fenced_ = true;
-  for (auto& [job_id, shards] : job_shards_) {
-    shards = std::make_shared<Shards>(Shards{std::vector<bool>(kNumSlots, false), shards->epoch,
-                                             /*fenced=*/true});
-  }
-}
-
-absl::Status TableStore::SetJobShards(const std::string& job_id, std::vector<bool> owned,
-                                      uint64_t epoch) {
-  if (owned.size() != kNumSlots) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("owned slots: ", owned.size(), " entries, want ", kNumSlots));
-  }
-  absl::MutexLock l(&shards_mu_);
-  if (IsDropped(job_id)) return DroppedError(job_id);
-  auto& current = job_shards_[job_id];
-  if (current != nullptr) {
-    if (epoch < current->epoch) {
-      return absl::FailedPreconditionError(absl::StrCat("shard epoch ", epoch, " of job ", job_id,
-                                                        " is older than the current ",
-                                                        current->epoch));
-    }
-    if (epoch == current->epoch && owned != current->owned && !current->fenced) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("shard epoch ", epoch, " of job ", job_id, " was set with other slots"));
-    }
-  }
-  current = std::make_shared<Shards>(Shards{std::move(owned), epoch});
-  return absl::OkStatus();
-}
 
 TableStore::~TableStore() = default;
 
+void TableStore::FenceAllJobs() { shards_.FenceAll(); }
+
+absl::Status TableStore::SetJobShards(const std::string& job_id, std::vector<bool> owned,
+                                      uint64_t epoch) {
+  return shards_.Set(job_id, std::move(owned), epoch);
+}
+
 uint32_t TableStore::NumOwnedSlots(const std::string& job_id) const {
-  const std::shared_ptr<const Shards> shards = ShardsOf(job_id);
-  if (shards->owned.empty()) return kNumSlots;
-  uint32_t n = 0;
-  for (bool owned : shards->owned) n += owned;
-  return n;
+  return shards_.Of(job_id)->NumOwned();
+}
+
+uint64_t TableStore::ShardEpoch(const std::string& job_id) const {
+  return shards_.Of(job_id)->epoch;
+}
+
+std::vector<bool> TableStore::OwnedSlots(const std::string& job_id) const {
+  return shards_.Of(job_id)->OwnedSlots();
+}
+
+absl::Status TableStore::CheckShardEpoch(const std::string& job_id, uint64_t epoch) const {
+  return shards_.CheckEpoch(job_id, epoch);
 }
 
 TableStore::TableRef TableStore::FindTable(uint32_t table_id) const {
@@ -92,13 +64,8 @@ TableStore::TableRef TableStore::FindTable(uint32_t table_id) const {
   return it == tables_.end() ? nullptr : it->second;
 }
 
-bool TableStore::IsDropped(const std::string& job_id) const {
-  return dropped_jobs_.contains(job_id);
-}
-
 absl::Status TableStore::CheckNotDropped(const std::string& job_id) const {
-  absl::ReaderMutexLock l(&shards_mu_);
-  return IsDropped(job_id) ? DroppedError(job_id) : absl::OkStatus();
+  return shards_.IsDropped(job_id) ? JobDroppedError(job_id) : absl::OkStatus();
 }
 
 TableStore::DroppedJob TableStore::DropJob(const std::string& job_id) {
@@ -106,18 +73,7 @@ TableStore::DroppedJob TableStore::DropJob(const std::string& job_id) {
   std::vector<std::shared_ptr<Table>> tables;
   {
     absl::MutexLock l(&tables_mu_);
-    {
-      absl::MutexLock sl(&shards_mu_);
-      dropped.first = dropped_jobs_.insert(job_id).second;
-      if (dropped.first) {
-        dropped_order_.push_back(job_id);
-        if (dropped_order_.size() > kMaxDroppedJobs) {
-          dropped_jobs_.erase(dropped_order_.front());
-          dropped_order_.pop_front();
-        }
-      }
-      job_shards_.erase(job_id);
-    }
+    dropped.first = shards_.Drop(job_id);
     // From here on no table of the job can be created (CreateTable checks under tables_mu_).
     for (const auto& [id, table] : tables_) {
       if (table->spec.job_id() == job_id && !table->dropped.load()) {
@@ -221,10 +177,8 @@ absl::Status TableStore::CreateTable(const TableSpec& spec) {
   }
   {
     absl::MutexLock l(&tables_mu_);
-    {
-      absl::ReaderMutexLock sl(&shards_mu_);  // DropJob marks the job under both locks
-      if (IsDropped(spec.job_id())) return DroppedError(spec.job_id());
-    }
+    // DropJob marks the job under tables_mu_ too.
+    if (shards_.IsDropped(spec.job_id())) return JobDroppedError(spec.job_id());
     auto it = tables_.find(spec.table_id());
     if (it != tables_.end()) {
       if (google::protobuf::util::MessageDifferencer::Equals(it->second->spec, spec)) {
@@ -252,7 +206,7 @@ absl::Status TableStore::CreateTable(const TableSpec& spec) {
   // (the lock order is slot.mu -> tables_mu_); a request that touches the table meanwhile
   // creates missing rows the same way (RowFor). A DropJob meanwhile stops it.
   if (spec.kind() == v1::DENSE) {
-    const std::shared_ptr<const Shards> shards = ShardsOf(spec.job_id());
+    const std::shared_ptr<const Shards> shards = shards_.Of(spec.job_id());
     for (uint64_t key = 0; key < spec.num_rows(); ++key) {
       const uint32_t s = SlotOf(spec.table_id(), key);
       if (!shards->Owns(s)) continue;
@@ -307,7 +261,7 @@ absl::Status TableStore::CheckKeys(const Table& t, const std::string& job_id,
     }
   }
   if (keys.empty()) return absl::OkStatus();
-  const std::shared_ptr<const Shards> shards = ShardsOf(job_id);
+  const std::shared_ptr<const Shards> shards = shards_.Of(job_id);
   if (shards->fenced) {
     return Rejected(RejectReason::kWrongShard,
                     absl::FailedPreconditionError(absl::StrCat(
@@ -892,24 +846,6 @@ void TableStore::ApplyAccumulated(const std::string& job_id, int64_t from, int64
   }
   std::sort(clocks.begin(), clocks.end());
   for (int64_t clock : clocks) ApplyAccumulated(job_id, clock);
-}
-
-uint64_t TableStore::ShardEpoch(const std::string& job_id) const { return ShardsOf(job_id)->epoch; }
-
-std::vector<bool> TableStore::OwnedSlots(const std::string& job_id) const {
-  const std::shared_ptr<const Shards> shards = ShardsOf(job_id);
-  std::vector<bool> owned(kNumSlots);
-  for (uint32_t s = 0; s < kNumSlots; ++s) owned[s] = shards->Owns(s);
-  return owned;
-}
-
-absl::Status TableStore::CheckShardEpoch(const std::string& job_id, uint64_t epoch) const {
-  if (epoch == 0) return absl::OkStatus();
-  const uint64_t current = ShardsOf(job_id)->epoch;
-  if (epoch >= current) return absl::OkStatus();
-  return Rejected(RejectReason::kWrongShard, absl::FailedPreconditionError(absl::StrCat(
-                                                 "stale shard map epoch ", epoch, " of job ",
-                                                 job_id, "; this server is at ", current)));
 }
 
 std::vector<TableStore::TableRef> TableStore::TablesOf(const std::string& job_id) const {

@@ -12,13 +12,6 @@
 namespace ps {
 namespace store_internal {
 
-inline absl::Status DroppedError(const std::string& job_id) {
-  return Rejected(RejectReason::kDroppedJob,
-                  absl::FailedPreconditionError(absl::StrCat(
-                      "job '", job_id,
-                      "' was dropped from this server (it ended): its tables and state are gone")));
-}
-
 inline absl::Status TableDroppedError(const TableStore::Table& t) {
   return Rejected(RejectReason::kDroppedJob,
                   absl::FailedPreconditionError(absl::StrCat(
