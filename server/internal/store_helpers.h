@@ -1,4 +1,4 @@
-// Errors and helpers shared by TableStore's source files (table_store.cc, table_store_slots.cc).
+// Errors and helpers shared by TableStore's source files (table_store*.cc).
 #ifndef PS_SERVER_INTERNAL_STORE_HELPERS_H_
 #define PS_SERVER_INTERNAL_STORE_HELPERS_H_
 
