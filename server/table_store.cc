@@ -108,6 +108,15 @@ TableStore::DroppedJob TableStore::DropJob(const std::string& job_id) {
 }
 
 absl::Status TableStore::CreateTable(const TableSpec& spec) {
+  PS_ASSIGN_OR_RETURN(const std::shared_ptr<Table> table, NewTable(spec));
+  if (spec.kind() == v1::DENSE) PS_RETURN_IF_ERROR(CheckDenseTable(*table));
+  PS_ASSIGN_OR_RETURN(const bool added, AddTable(table));
+  if (!added || spec.kind() != v1::DENSE) return absl::OkStatus();  // not added: held already
+  return MaterializeDenseRows(*table);
+}
+
+absl::StatusOr<std::shared_ptr<TableStore::Table>> TableStore::NewTable(
+    const TableSpec& spec) const {
   if (absl::Status s = CheckJobId(spec.job_id()); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("table ", spec.table_id(), ": ", s.message()));
   }
@@ -144,71 +153,77 @@ absl::Status TableStore::CreateTable(const TableSpec& spec) {
   table->optimizer = std::move(*optimizer);
   table->init_stream = InitializerStream(spec);
   SetLayout(spec, options_.huge_pages, table.get());
-  const uint64_t row_bytes = static_cast<uint64_t>(table->row_floats) * sizeof(float);
-  if (spec.kind() == v1::DENSE) {
-    // Divided, not multiplied: num_rows x row bytes could wrap around.
-    if (spec.num_rows() == 0 || spec.num_rows() > (uint64_t{1} << 40) ||
-        spec.num_rows() > options_.max_dense_table_bytes / row_bytes) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("table ", spec.table_id(), ": dense num_rows ", spec.num_rows(),
-                       " must be in 1.. and the table at most ", options_.max_dense_table_bytes,
-                       " bytes with optimizer state"));
-    }
-    // This server's expected share (keys hash uniformly over slots).
-    const uint64_t share = spec.num_rows() * row_bytes / kNumSlots * NumOwnedSlots(spec.job_id());
-    const uint64_t held = JobBytes(spec.job_id());
-    const bool known = FindTable(spec.table_id()) != nullptr;
-    if (!known && held + share > options_.max_job_bytes) {
-      return Rejected(RejectReason::kOther,
-                      absl::ResourceExhaustedError(
-                          absl::StrCat("job '", spec.job_id(), "': dense table ", spec.table_id(),
-                                       " ('", spec.name(), "') would take ", share,
-                                       " bytes on this server, where the "
-                                       "job holds ",
-                                       held, "; the cap per job is ", options_.max_job_bytes,
-                                       " bytes (ps_server --max_job_bytes)")));
-    }
+  return table;
+}
+
+absl::Status TableStore::CheckDenseTable(const Table& table) const {
+  const TableSpec& spec = table.spec;
+  const uint64_t row_bytes = static_cast<uint64_t>(table.row_floats) * sizeof(float);
+  // Divided, not multiplied: num_rows x row bytes could wrap around.
+  if (spec.num_rows() == 0 || spec.num_rows() > (uint64_t{1} << 40) ||
+      spec.num_rows() > options_.max_dense_table_bytes / row_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("table ", spec.table_id(), ": dense num_rows ", spec.num_rows(),
+                     " must be in 1.. and the table at most ", options_.max_dense_table_bytes,
+                     " bytes with optimizer state"));
   }
-  {
-    absl::MutexLock l(&tables_mu_);
-    // DropJob marks the job under tables_mu_ too.
-    if (shards_.IsDropped(spec.job_id())) return JobDroppedError(spec.job_id());
-    auto it = tables_.find(spec.table_id());
-    if (it != tables_.end()) {
-      if (google::protobuf::util::MessageDifferencer::Equals(it->second->spec, spec)) {
-        return absl::OkStatus();
-      }
-      if (it->second->spec.job_id() != spec.job_id()) {
-        return absl::AlreadyExistsError(
-            absl::StrCat("table id ", spec.table_id(), " is already used by job '",
-                         it->second->spec.job_id(), "' (table '", it->second->spec.name(), "'",
-                         it->second->dropped.load() ? ", being dropped" : "", "); job '",
-                         spec.job_id(), "' must choose another table id"));
-      }
+  // This server's expected share (keys hash uniformly over slots).
+  const uint64_t share = spec.num_rows() * row_bytes / kNumSlots * NumOwnedSlots(spec.job_id());
+  const uint64_t held = JobBytes(spec.job_id());
+  const bool known = FindTable(spec.table_id()) != nullptr;
+  if (!known && held + share > options_.max_job_bytes) {
+    return Rejected(RejectReason::kOther,
+                    absl::ResourceExhaustedError(
+                        absl::StrCat("job '", spec.job_id(), "': dense table ", spec.table_id(),
+                                     " ('", spec.name(), "') would take ", share,
+                                     " bytes on this server, where the "
+                                     "job holds ",
+                                     held, "; the cap per job is ", options_.max_job_bytes,
+                                     " bytes (ps_server --max_job_bytes)")));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> TableStore::AddTable(const std::shared_ptr<Table>& table) {
+  const TableSpec& spec = table->spec;
+  absl::MutexLock l(&tables_mu_);
+  // DropJob marks the job under tables_mu_ too.
+  if (shards_.IsDropped(spec.job_id())) return JobDroppedError(spec.job_id());
+  auto it = tables_.find(spec.table_id());
+  if (it != tables_.end()) {
+    if (google::protobuf::util::MessageDifferencer::Equals(it->second->spec, spec)) {
+      return false;
+    }
+    if (it->second->spec.job_id() != spec.job_id()) {
       return absl::AlreadyExistsError(
-          absl::StrCat("table ", spec.table_id(), " already exists with another spec (name '",
-                       it->second->spec.name(), "', job '", it->second->spec.job_id(), "')"));
+          absl::StrCat("table id ", spec.table_id(), " is already used by job '",
+                       it->second->spec.job_id(), "' (table '", it->second->spec.name(), "'",
+                       it->second->dropped.load() ? ", being dropped" : "", "); job '",
+                       spec.job_id(), "' must choose another table id"));
     }
-    if (metrics_ != nullptr) {
-      const std::string name =
-          spec.name().empty() ? absl::StrCat("table_", spec.table_id()) : spec.name();
-      table->metrics = metrics_->AddTable(spec.job_id(), name);
-    }
-    tables_.emplace(spec.table_id(), table);
+    return absl::AlreadyExistsError(
+        absl::StrCat("table ", spec.table_id(), " already exists with another spec (name '",
+                     it->second->spec.name(), "', job '", it->second->spec.job_id(), "')"));
   }
-  // Materialize owned dense rows now, so pulls never allocate. Done after tables_mu_ is released
-  // (the lock order is slot.mu -> tables_mu_); a request that touches the table meanwhile
-  // creates missing rows the same way (RowFor). A DropJob meanwhile stops it.
-  if (spec.kind() == v1::DENSE) {
-    const std::shared_ptr<const Shards> shards = shards_.Of(spec.job_id());
-    for (uint64_t key = 0; key < spec.num_rows(); ++key) {
-      const uint32_t s = SlotOf(spec.table_id(), key);
-      if (!shards->Owns(s)) continue;
-      absl::MutexLock sl(&slots_[s].mu);
-      if (RowFor(slots_[s], *table, key) == nullptr) {
-        if (table->dropped.load()) return TableDroppedError(*table);
-        return NoMemoryError(*table);
-      }
+  if (metrics_ != nullptr) {
+    const std::string name =
+        spec.name().empty() ? absl::StrCat("table_", spec.table_id()) : spec.name();
+    table->metrics = metrics_->AddTable(spec.job_id(), name);
+  }
+  tables_.emplace(spec.table_id(), table);
+  return true;
+}
+
+absl::Status TableStore::MaterializeDenseRows(const Table& table) {
+  const TableSpec& spec = table.spec;
+  const std::shared_ptr<const Shards> shards = shards_.Of(spec.job_id());
+  for (uint64_t key = 0; key < spec.num_rows(); ++key) {
+    const uint32_t s = SlotOf(spec.table_id(), key);
+    if (!shards->Owns(s)) continue;
+    absl::MutexLock sl(&slots_[s].mu);
+    if (RowFor(slots_[s], table, key) == nullptr) {
+      if (table.dropped.load()) return TableDroppedError(table);
+      return NoMemoryError(table);
     }
   }
   return absl::OkStatus();

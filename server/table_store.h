@@ -299,6 +299,19 @@ class TableStore {
   TableRef FindTable(uint32_t table_id) const;
   // The tables of `job_id` not dropped, by id.
   std::vector<TableRef> TablesOf(const std::string& job_id) const;
+  // CreateTable's steps. A new table for `spec` (not added yet), or INVALID_ARGUMENT for a bad
+  // spec, FAILED_PRECONDITION for a dropped job.
+  absl::StatusOr<std::shared_ptr<Table>> NewTable(const v1::TableSpec& spec) const;
+  // A new dense table's size: within max_dense_table_bytes, and this server's share within the
+  // job's max_job_bytes (RESOURCE_EXHAUSTED) unless the table id is held already.
+  absl::Status CheckDenseTable(const Table& table) const;
+  // Adds `table` to tables_: true if added, false if a table of the same spec is held already;
+  // ALREADY_EXISTS for another table of that id, FAILED_PRECONDITION for a dropped job.
+  absl::StatusOr<bool> AddTable(const std::shared_ptr<Table>& table);
+  // Creates a dense table's rows in the slots owned, so that pulls never allocate. Called after
+  // tables_mu_ is released (the lock order is slot.mu -> tables_mu_): a request that touches the
+  // table meanwhile creates missing rows the same way (RowFor). A DropJob meanwhile stops it.
+  absl::Status MaterializeDenseRows(const Table& table);
   // Checks LoadSlots' arguments.
   absl::Status CheckLoad(const std::string& job_id, const std::vector<bool>& slots,
                          const std::vector<SlotRows>& rows,

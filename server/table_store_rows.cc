@@ -175,6 +175,9 @@ void TableStore::CountEvicted(const Table& table, uint64_t evicted, uint64_t exp
   if (expired != 0) table.metrics->expired->Increment(static_cast<double>(expired));
 }
 
+// One function of about 100 lines, on purpose: the fetching pipeline's state (the stream of keys,
+// the ring of rows found, the stages' positions) lives in locals of one loop, on the hot path of
+// every pull and push; split up, it would be handed from function to function per key.
 template <typename Fn>
 absl::Status TableStore::ForEachRow(const Table& t, absl::Span<const uint64_t> keys,
                                     const SlotGroups* groups, size_t prefetch_bytes, bool for_write,
