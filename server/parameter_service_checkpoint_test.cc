@@ -2,7 +2,6 @@
 // called through a real stub, writing real RocksDB checkpoints under a temporary directory.
 #include <grpcpp/grpcpp.h>
 
-#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -21,12 +20,14 @@
 #include "ps/v1/parameter_server.grpc.pb.h"
 #include "server/checkpoint_io.h"
 #include "server/parameter_server.h"
+#include "server/testing/service_fixture.h"
 
 namespace ps {
 namespace {
 
 namespace fs = std::filesystem;
 using testing::Block;
+using testing::CallContext;
 using testing::Floats;
 using v1::KeyBlock;
 
@@ -53,39 +54,28 @@ v1::TableSpec Spec(uint32_t id, v1::TableKind kind, const std::string& job) {
 
 using RawRows = std::map<std::pair<uint32_t, uint64_t>, std::pair<int64_t, std::string>>;
 
-class CheckpointServiceTest : public ::testing::Test {
+class CheckpointServiceTest : public testing::ServiceFixture {
  protected:
   void SetUp() override {
     root_ = fs::path(::testing::TempDir()) /
             absl::StrCat("checkpoint_service_test_", getpid(), "_",
                          ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(root_);
-    StartServer(absl::ZeroDuration());
+    StartWithWriteDelay(absl::ZeroDuration());
   }
   void TearDown() override {
-    if (server_ != nullptr) server_->Shutdown();
+    ServiceFixture::TearDown();
     fs::remove_all(root_);
   }
 
-  void StartServer(absl::Duration write_delay) {
+  // Starts server_ (checkpoints under root_) with checkpoint writes delayed by `write_delay`.
+  void StartWithWriteDelay(absl::Duration write_delay) {
     ParameterServerOptions options;
-    options.listen = "127.0.0.1:0";
     options.max_pull_wait = absl::Seconds(10);
     options.checkpoint_write_delay = write_delay;
     options.checkpoint_roots = {root_.string()};
-    auto server = ParameterServer::Start(options);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(*server);
-    stub_ = v1::ParameterServer::NewStub(grpc::CreateChannel(
-        absl::StrCat("127.0.0.1:", server_->port()), grpc::InsecureChannelCredentials()));
+    ASSERT_NO_FATAL_FAILURE(StartServer(options));
   }
-
-  struct Context {
-    grpc::ClientContext ctx;
-    explicit Context(int seconds = 20) {
-      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(seconds));
-    }
-  };
 
   // Configures the job with workers 1 and 2; with a shard epoch, as owner of every slot.
   grpc::Status Configure(const std::string& job, v1::ConsistencySpec::Mode mode,
@@ -104,7 +94,7 @@ class CheckpointServiceTest : public ::testing::Test {
     req.set_caller_worker_id(2);
     req.set_caller_clock(caller_clock);
     v1::ConfigureJobResponse ignored;
-    Context c;
+    CallContext c;
     return stub_->ConfigureJob(&c.ctx, req, resp == nullptr ? &ignored : resp);
   }
   void CreateTables(const std::string& job) {
@@ -112,7 +102,7 @@ class CheckpointServiceTest : public ::testing::Test {
       v1::CreateTableRequest req;
       *req.mutable_spec() = Spec(id, id == kDense ? v1::DENSE : v1::SPARSE, job);
       v1::CreateTableResponse resp;
-      Context c;
+      CallContext c;
       ASSERT_TRUE(stub_->CreateTable(&c.ctx, req, &resp).ok());
     }
   }
@@ -131,17 +121,8 @@ class CheckpointServiceTest : public ::testing::Test {
     *req.add_blocks() = Block(kDense, {0, 1, 2, 3, 4, 5, 6, 7}, dense);
     *req.add_blocks() = Block(kSparse, {10, 11, 12, 13, 14}, sparse);
     v1::PushResponse resp;
-    Context c;
+    CallContext c;
     return stub_->Push(&c.ctx, req, &resp);
-  }
-  grpc::Status Clock(const std::string& job, uint32_t worker, int64_t clock) {
-    v1::ClockRequest req;
-    req.set_job_id(job);
-    req.set_worker_id(worker);
-    req.set_clock(clock);
-    v1::ClockResponse resp;
-    Context c;
-    return stub_->Clock(&c.ctx, req, &resp);
   }
   // One sync step of both workers at `clock`.
   void Step(const std::string& job, int64_t clock, float seed) {
@@ -159,7 +140,7 @@ class CheckpointServiceTest : public ::testing::Test {
     req.set_shard_epoch(shard_epoch);
     *req.add_blocks() = Block(kDense, {0, 1, 2, 3, 4, 5, 6, 7});
     v1::PullResponse resp;
-    Context c;
+    CallContext c;
     grpc::Status s = stub_->Pull(&c.ctx, req, &resp);
     if (s.ok() && values != nullptr) *values = Floats(resp.blocks(0).values());
     return s;
@@ -193,15 +174,15 @@ class CheckpointServiceTest : public ::testing::Test {
     req.set_clock(clock);
     req.set_path(path.empty() ? PathOf(id) : path);
     req.set_shard_epoch(shard_epoch);
-    Context c;
+    CallContext c;
     return stub_->Checkpoint(&c.ctx, req, resp);
   }
   grpc::Status Await(const std::string& job, uint64_t id, v1::CheckpointResponse* resp,
-                     int seconds = 20) {
+                     absl::Duration deadline = testing::kCallDeadline) {
     v1::AwaitCheckpointRequest req;
     req.set_job_id(job);
     req.set_checkpoint_id(id);
-    Context c(seconds);
+    CallContext c(deadline);
     return stub_->AwaitCheckpoint(&c.ctx, req, resp);
   }
   // Checkpoint `id` taken and written.
@@ -234,14 +215,12 @@ class CheckpointServiceTest : public ::testing::Test {
     v1::RestoreRequest req;
     req.set_job_id(job);
     *req.mutable_order() = order;
-    Context c;
+    CallContext c;
     return stub_->Restore(&c.ctx, req, resp);
   }
 
   fs::path root_;
   uint64_t request_id_ = 0;
-  std::unique_ptr<ParameterServer> server_;
-  std::unique_ptr<v1::ParameterServer::Stub> stub_;
 };
 
 bool Contains(const grpc::Status& s, const std::string& text) {
@@ -342,7 +321,7 @@ TEST_F(CheckpointServiceTest, BadCheckpointRequestsAreRefusedAndTheServerKeepsSe
     req.set_shard_epoch(c.epoch);
     req.set_path(c.path == "-" ? "" : PathOf(c.id));
     v1::CheckpointResponse resp;
-    Context ctx;
+    CallContext ctx;
     const grpc::Status s = stub_->Checkpoint(&ctx.ctx, req, &resp);
     EXPECT_EQ(s.error_code(), c.code) << s.error_message();
     EXPECT_TRUE(Contains(s, c.want)) << s.error_message();
@@ -535,7 +514,7 @@ TEST_F(CheckpointServiceTest, ACheckpointWithoutOneOfTheTablesIsRefused) {
   extra.mutable_optimizer()->set_kind(v1::OptimizerSpec::SGD);
   extra.mutable_optimizer()->set_learning_rate(0.1f);
   {
-    Context c;
+    CallContext c;
     v1::CreateTableRequest req;
     *req.mutable_spec() = extra;
     v1::CreateTableResponse resp;
@@ -568,7 +547,7 @@ TEST_F(CheckpointServiceTest, RequestsRoutedWithAStaleShardEpochAreRefused) {
     req.mutable_push()->set_shard_epoch(1);
     *req.add_pull_blocks() = Block(kDense, {0});
     v1::PullResponse resp;
-    Context c;
+    CallContext c;
     s = stub_->PushPull(&c.ctx, req, &resp);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
     EXPECT_TRUE(Contains(s, "stale shard map epoch 1")) << s.error_message();
@@ -597,18 +576,18 @@ TEST_F(CheckpointServiceTest, CallerClockRaisesTheWorkersClockNeverLowersIt) {
 
 TEST_F(CheckpointServiceTest, ShutdownWithADelayedWriteInFlightIsPromptAndLeavesNothing) {
   server_->Shutdown();
-  StartServer(absl::Minutes(10));
+  StartWithWriteDelay(absl::Minutes(10));
   ASSERT_TRUE(Configure(kJob, v1::ConsistencySpec::ASYNC).ok());
   CreateTables(kJob);
   v1::CheckpointResponse resp;
   ASSERT_TRUE(Checkpoint(kJob, 1, 0, &resp).ok());
   // The write waits: AwaitCheckpoint runs into its deadline.
-  grpc::Status s = Await(kJob, 1, &resp, /*seconds=*/1);
+  grpc::Status s = Await(kJob, 1, &resp, absl::Seconds(1));
   EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << s.error_message();
   grpc::Status waiting;
   std::thread awaiter([&] {
     v1::CheckpointResponse r;
-    waiting = Await(kJob, 1, &r, 60);
+    waiting = Await(kJob, 1, &r, absl::Seconds(60));
   });
   absl::SleepFor(absl::Milliseconds(200));
   const absl::Time start = absl::Now();
@@ -624,7 +603,7 @@ TEST_F(CheckpointServiceTest, ShutdownWithADelayedWriteInFlightIsPromptAndLeaves
 // awaited.
 TEST_F(CheckpointServiceTest, ADroppedJobsCheckpointsCompleteAndRestoreIntoANewJob) {
   server_->Shutdown();
-  StartServer(absl::Milliseconds(300));
+  StartWithWriteDelay(absl::Milliseconds(300));
   ASSERT_TRUE(Configure(kJob, v1::ConsistencySpec::SYNC, /*shard_epoch=*/1).ok());
   CreateTables(kJob);
   Step(kJob, 0, 1.0f);
@@ -635,7 +614,7 @@ TEST_F(CheckpointServiceTest, ADroppedJobsCheckpointsCompleteAndRestoreIntoANewJ
   drop.set_job_id(kJob);
   v1::DropJobResponse dropped;
   {
-    Context c;
+    CallContext c;
     ASSERT_TRUE(stub_->DropJob(&c.ctx, drop, &dropped).ok());
   }
   EXPECT_EQ(dropped.tables_dropped(), 2u);
@@ -671,7 +650,7 @@ TEST_F(CheckpointServiceTest, RestoreOrdersAndShardEpochsOfOneJobLeaveAnotherJob
     v1::CreateTableRequest req;
     *req.mutable_spec() = spec;
     v1::CreateTableResponse resp;
-    Context c;
+    CallContext c;
     ASSERT_TRUE(stub_->CreateTable(&c.ctx, req, &resp).ok());
   }
   auto push_other = [&](float g, uint64_t epoch) {
@@ -683,7 +662,7 @@ TEST_F(CheckpointServiceTest, RestoreOrdersAndShardEpochsOfOneJobLeaveAnotherJob
     *req.add_blocks() = Block(21, {0, 1}, std::vector<float>(8, g));
     *req.add_blocks() = Block(22, {7, 8}, std::vector<float>(4, g));
     v1::PushResponse resp;
-    Context c;
+    CallContext c;
     return stub_->Push(&c.ctx, req, &resp);
   };
   auto other_rows = [&] {
@@ -707,7 +686,7 @@ TEST_F(CheckpointServiceTest, RestoreOrdersAndShardEpochsOfOneJobLeaveAnotherJob
     req.set_path((root_ / "other-1").string());
     req.set_shard_epoch(1);
     v1::CheckpointResponse resp;
-    Context c;
+    CallContext c;
     ASSERT_TRUE(stub_->Checkpoint(&c.ctx, req, &resp).ok());
     ASSERT_TRUE(Await(kOther, 1, &resp).ok());
   }
@@ -789,12 +768,8 @@ TEST_F(CheckpointServiceTest, CheckpointAndRestorePathsOutsideTheRootsAreRefused
 TEST_F(CheckpointServiceTest, WithoutCheckpointRootsEveryCheckpointIsRefused) {
   server_->Shutdown();
   ParameterServerOptions options;
-  options.listen = "127.0.0.1:0";
-  auto server = ParameterServer::Start(options);
-  ASSERT_TRUE(server.ok()) << server.status();
-  server_ = std::move(*server);
-  stub_ = v1::ParameterServer::NewStub(grpc::CreateChannel(
-      absl::StrCat("127.0.0.1:", server_->port()), grpc::InsecureChannelCredentials()));
+  options.listen = "127.0.0.1:0";  // for the second start too
+  ASSERT_NO_FATAL_FAILURE(StartServer(options));
   ASSERT_TRUE(Configure(kJob, v1::ConsistencySpec::ASYNC).ok());
   CreateTables(kJob);
   v1::CheckpointResponse resp;

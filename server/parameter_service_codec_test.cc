@@ -3,25 +3,25 @@
 // in the wrong encoding or a corrupted one is refused with nothing applied.
 #include <grpcpp/grpcpp.h>
 
-#include <chrono>
 #include <cstring>
 #include <limits>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "common/half.h"
 #include "common/testing/key_blocks.h"
 #include "common/value_codec.h"
 #include "gtest/gtest.h"
 #include "ps/v1/parameter_server.grpc.pb.h"
 #include "server/parameter_server.h"
+#include "server/testing/service_fixture.h"
 
 namespace ps {
 namespace {
 
 using testing::Block;
+using testing::CallContext;
 using testing::Floats;
 using v1::KeyBlock;
 
@@ -64,46 +64,25 @@ KeyBlock Encoded(uint32_t table, const std::vector<uint64_t>& keys, const v1::Co
   return b;
 }
 
-class ParameterServiceCodecTest : public ::testing::Test {
+class ParameterServiceCodecTest : public testing::ServiceFixture {
  protected:
   void SetUp() override {
     ParameterServerOptions options;
-    options.listen = "127.0.0.1:0";
     options.max_pull_wait = absl::Seconds(10);
-    auto server = ParameterServer::Start(options);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(*server);
-    stub_ = v1::ParameterServer::NewStub(grpc::CreateChannel(
-        absl::StrCat("127.0.0.1:", server_->port()), grpc::InsecureChannelCredentials()));
+    ASSERT_NO_FATAL_FAILURE(StartServer(options));
     v1::ConfigureJobRequest req;
     req.set_job_id(kJob);
     req.mutable_consistency()->set_mode(v1::ConsistencySpec::ASYNC);
     req.add_worker_ids(1);
     req.set_membership_epoch(1);
     v1::ConfigureJobResponse resp;
-    Context c;
+    CallContext c;
     ASSERT_TRUE(stub_->ConfigureJob(&c.ctx, req, &resp).ok());
     const v1::CodecSpec fp16 = Codec(v1::CODEC_FP16), bf16 = Codec(v1::CODEC_BF16);
     ASSERT_TRUE(CreateTable(Spec(kFp16, v1::DENSE, fp16, fp16)).ok());
     ASSERT_TRUE(CreateTable(Spec(kTopk, v1::DENSE, Codec(v1::CODEC_TOPK, 0.25f), {})).ok());
     ASSERT_TRUE(CreateTable(Spec(kSign, v1::DENSE, Codec(v1::CODEC_SIGN), {})).ok());
     ASSERT_TRUE(CreateTable(Spec(kSparse, v1::SPARSE, bf16, bf16)).ok());
-  }
-  void TearDown() override {
-    if (server_ != nullptr) server_->Shutdown();
-  }
-
-  struct Context {
-    grpc::ClientContext ctx;
-    Context() { ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20)); }
-  };
-
-  grpc::Status CreateTable(const v1::TableSpec& spec) {
-    v1::CreateTableRequest req;
-    *req.mutable_spec() = spec;
-    v1::CreateTableResponse resp;
-    Context c;
-    return stub_->CreateTable(&c.ctx, req, &resp);
   }
   grpc::Status Push(const KeyBlock& block) {
     v1::PushRequest req;
@@ -112,7 +91,7 @@ class ParameterServiceCodecTest : public ::testing::Test {
     req.set_request_id(++request_id_);
     *req.add_blocks() = block;
     v1::PushResponse resp;
-    Context c;
+    CallContext c;
     return stub_->Push(&c.ctx, req, &resp);
   }
   grpc::Status Pull(const KeyBlock& block, v1::PullResponse* resp) {
@@ -120,7 +99,7 @@ class ParameterServiceCodecTest : public ::testing::Test {
     req.set_job_id(kJob);
     req.set_worker_id(1);
     *req.add_blocks() = block;
-    Context c;
+    CallContext c;
     return stub_->Pull(&c.ctx, req, resp);
   }
   // The table's values, pulled in the table's pull codec and decoded.
@@ -147,8 +126,6 @@ class ParameterServiceCodecTest : public ::testing::Test {
     return all;
   }
 
-  std::unique_ptr<ParameterServer> server_;
-  std::unique_ptr<v1::ParameterServer::Stub> stub_;
   uint64_t request_id_ = 0;
 };
 

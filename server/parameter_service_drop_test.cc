@@ -10,16 +10,17 @@
 #include <thread>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "common/testing/key_blocks.h"
 #include "gtest/gtest.h"
 #include "ps/v1/parameter_server.grpc.pb.h"
 #include "server/parameter_server.h"
+#include "server/testing/service_fixture.h"
 
 namespace ps {
 namespace {
 
 using testing::Block;
+using testing::CallContext;
 using testing::Floats;
 using v1::KeyBlock;
 
@@ -51,18 +52,13 @@ bool Mentions(const grpc::Status& s, const std::string& text) {
   return s.error_message().find(text) != std::string::npos;
 }
 
-class DropJobTest : public ::testing::Test {
+class DropJobTest : public testing::ServiceFixture {
  protected:
   void SetUp() override {
     ParameterServerOptions options;
-    options.listen = "127.0.0.1:0";
     options.max_pull_wait = absl::Seconds(30);
     options.checkpoint_roots = {::testing::TempDir()};
-    auto server = ParameterServer::Start(options);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(*server);
-    stub_ = v1::ParameterServer::NewStub(grpc::CreateChannel(
-        absl::StrCat("127.0.0.1:", server_->port()), grpc::InsecureChannelCredentials()));
+    ASSERT_NO_FATAL_FAILURE(StartServer(options));
     ASSERT_TRUE(Configure(kJob, v1::ConsistencySpec::ASYNC, {1}).ok());
     ASSERT_TRUE(Configure(kOther, v1::ConsistencySpec::ASYNC, {1}).ok());
     for (const auto& [id, job] : {std::pair<uint32_t, const char*>{kDense, kJob},
@@ -73,14 +69,6 @@ class DropJobTest : public ::testing::Test {
     ASSERT_TRUE(Push(kJob, {Block(kSparse, {1, 2, 3}, std::vector<float>(6, 1.0f))}).ok());
     ASSERT_TRUE(Push(kOther, {Block(kOtherSparse, {1, 2}, std::vector<float>(4, 1.0f))}).ok());
   }
-  void TearDown() override {
-    if (server_ != nullptr) server_->Shutdown();
-  }
-
-  struct Context {
-    grpc::ClientContext ctx;
-    Context() { ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30)); }
-  };
   grpc::Status Configure(const std::string& job, v1::ConsistencySpec::Mode mode,
                          const std::vector<uint32_t>& workers) {
     v1::ConfigureJobRequest req;
@@ -90,15 +78,8 @@ class DropJobTest : public ::testing::Test {
     req.set_membership_epoch(1);
     req.set_caller_clock(-1);
     v1::ConfigureJobResponse resp;
-    Context c;
+    CallContext c;
     return stub_->ConfigureJob(&c.ctx, req, &resp);
-  }
-  grpc::Status CreateTable(const v1::TableSpec& spec) {
-    v1::CreateTableRequest req;
-    *req.mutable_spec() = spec;
-    v1::CreateTableResponse resp;
-    Context c;
-    return stub_->CreateTable(&c.ctx, req, &resp);
   }
   grpc::Status Push(const std::string& job, const std::vector<KeyBlock>& blocks,
                     uint32_t worker = 1, int64_t clock = 0) {
@@ -109,7 +90,7 @@ class DropJobTest : public ::testing::Test {
     req.set_clock(clock);
     for (const KeyBlock& b : blocks) *req.add_blocks() = b;
     v1::PushResponse resp;
-    Context c;
+    CallContext c;
     return stub_->Push(&c.ctx, req, &resp);
   }
   grpc::Status Pull(const std::string& job, const std::vector<KeyBlock>& blocks,
@@ -120,7 +101,7 @@ class DropJobTest : public ::testing::Test {
     req.set_clock(clock);
     for (const KeyBlock& b : blocks) *req.add_blocks() = b;
     v1::PullResponse resp;
-    Context c;
+    CallContext c;
     grpc::Status s = stub_->Pull(&c.ctx, req, &resp);
     if (s.ok() && values != nullptr) {
       values->clear();
@@ -133,7 +114,7 @@ class DropJobTest : public ::testing::Test {
   grpc::Status Drop(const std::string& job, v1::DropJobResponse* resp) {
     v1::DropJobRequest req;
     req.set_job_id(job);
-    Context c;
+    CallContext c;
     return stub_->DropJob(&c.ctx, req, resp);
   }
   std::vector<float> OtherValues() {
@@ -143,8 +124,6 @@ class DropJobTest : public ::testing::Test {
   }
 
   std::atomic<uint64_t> request_id_{0};  // pushes come from several threads
-  std::unique_ptr<ParameterServer> server_;
-  std::unique_ptr<v1::ParameterServer::Stub> stub_;
 };
 
 TEST_F(DropJobTest, FreesTheJobAndAnswersItsRequestsWithAClearError) {
@@ -167,7 +146,7 @@ TEST_F(DropJobTest, FreesTheJobAndAnswersItsRequestsWithAClearError) {
     req.mutable_push()->set_request_id(++request_id_);
     *req.add_pull_blocks() = Block(kDense, {0});
     v1::PullResponse resp;
-    Context c;
+    CallContext c;
     answers.emplace_back("push_pull", stub_->PushPull(&c.ctx, req, &resp));
   }
   {
@@ -176,7 +155,7 @@ TEST_F(DropJobTest, FreesTheJobAndAnswersItsRequestsWithAClearError) {
     req.set_worker_id(1);
     req.set_clock(1);
     v1::ClockResponse resp;
-    Context c;
+    CallContext c;
     answers.emplace_back("clock", stub_->Clock(&c.ctx, req, &resp));
   }
   answers.emplace_back("configure", Configure(kJob, v1::ConsistencySpec::ASYNC, {1}));
@@ -188,7 +167,7 @@ TEST_F(DropJobTest, FreesTheJobAndAnswersItsRequestsWithAClearError) {
     req.set_path(::testing::TempDir() + "/drop_test_ckpt");
     req.set_shard_epoch(1);
     v1::CheckpointResponse resp;
-    Context c;
+    CallContext c;
     answers.emplace_back("checkpoint", stub_->Checkpoint(&c.ctx, req, &resp));
   }
   {
@@ -196,7 +175,7 @@ TEST_F(DropJobTest, FreesTheJobAndAnswersItsRequestsWithAClearError) {
     req.set_job_id(kJob);
     req.mutable_order()->set_shard_epoch(1);
     v1::RestoreResponse resp;
-    Context c;
+    CallContext c;
     answers.emplace_back("restore", stub_->Restore(&c.ctx, req, &resp));
   }
   for (const auto& [what, s] : answers) {

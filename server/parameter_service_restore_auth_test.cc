@@ -4,7 +4,6 @@
 // orders the scheduler signed for that job; the cluster token is trusted as before.
 #include <grpcpp/grpcpp.h>
 
-#include <chrono>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -20,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "ps/v1/parameter_server.grpc.pb.h"
 #include "server/parameter_server.h"
+#include "server/testing/service_fixture.h"
 
 namespace ps {
 namespace {
@@ -35,7 +35,7 @@ constexpr uint32_t kThiefDense = 21, kThiefSparse = 22;  // the same names and s
 
 using RawRows = std::map<std::pair<uint32_t, uint64_t>, std::pair<int64_t, std::string>>;
 
-class RestoreAuthTest : public ::testing::Test {
+class RestoreAuthTest : public testing::ServiceFixture {
  protected:
   void SetUp() override {
     root_ = fs::path(::testing::TempDir()) /
@@ -43,25 +43,18 @@ class RestoreAuthTest : public ::testing::Test {
                          ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(root_);
     ParameterServerOptions options;
-    options.listen = "127.0.0.1:0";
     options.checkpoint_roots = {root_.string()};
     options.authorizer = std::make_shared<Authorizer>(kClusterToken, "");
-    auto server = ParameterServer::Start(options);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(*server);
-    stub_ = v1::ParameterServer::NewStub(grpc::CreateChannel(
-        absl::StrCat("127.0.0.1:", server_->port()), grpc::InsecureChannelCredentials()));
+    ASSERT_NO_FATAL_FAILURE(StartServer(options));
   }
   void TearDown() override {
-    if (server_ != nullptr) server_->Shutdown();
+    ServiceFixture::TearDown();
     fs::remove_all(root_);
   }
 
   // A call's context presenting `token`.
-  struct Context {
-    grpc::ClientContext ctx;
+  struct Context : testing::CallContext {
     explicit Context(const std::string& token) {
-      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
       ctx.AddMetadata("authorization", "Bearer " + token);
     }
   };
@@ -168,8 +161,6 @@ class RestoreAuthTest : public ::testing::Test {
   }
 
   fs::path root_;
-  std::unique_ptr<ParameterServer> server_;
-  std::unique_ptr<v1::ParameterServer::Stub> stub_;
 };
 
 bool Contains(const grpc::Status& s, const std::string& text) {

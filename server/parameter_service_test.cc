@@ -4,7 +4,6 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include <chrono>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -12,17 +11,18 @@
 #include <thread>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "common/codec.h"
 #include "common/testing/key_blocks.h"
 #include "gtest/gtest.h"
 #include "ps/v1/parameter_server.grpc.pb.h"
 #include "server/parameter_server.h"
+#include "server/testing/service_fixture.h"
 
 namespace ps {
 namespace {
 
 using testing::Block;
+using testing::CallContext;
 using testing::Floats;
 using v1::KeyBlock;
 
@@ -53,16 +53,13 @@ v1::TableSpec Spec(uint32_t id, v1::TableKind kind, uint32_t dim, const std::str
   return spec;
 }
 
-class ParameterServiceTest : public ::testing::Test {
+class ParameterServiceTest : public testing::ServiceFixture {
  protected:
-  // Starts server_ with `options`, its stub, the job kJob (async, worker 1) and its dense and
-  // sparse tables.
-  void StartWith(const ParameterServerOptions& options) {
-    auto server = ParameterServer::Start(options);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(*server);
-    stub_ = v1::ParameterServer::NewStub(grpc::CreateChannel(
-        absl::StrCat("127.0.0.1:", server_->port()), grpc::InsecureChannelCredentials()));
+  // Starts server_ with `options`, its stub (over a channel made with `args`), the job kJob
+  // (async, worker 1) and its dense and sparse tables.
+  void StartWith(const ParameterServerOptions& options,
+                 const grpc::ChannelArguments& args = grpc::ChannelArguments()) {
+    ASSERT_NO_FATAL_FAILURE(StartServer(options, /*registry=*/nullptr, args));
     ASSERT_TRUE(Configure(kJob, v1::ConsistencySpec::ASYNC, {1}).ok());
     ASSERT_TRUE(CreateTable(Spec(kDense, v1::DENSE, 4, kJob)).ok());
     ASSERT_TRUE(CreateTable(Spec(kSparse, v1::SPARSE, 2, kJob)).ok());
@@ -70,7 +67,6 @@ class ParameterServiceTest : public ::testing::Test {
 
   void SetUp() override {
     ParameterServerOptions options;
-    options.listen = "127.0.0.1:0";
     options.max_message_bytes = kMaxMessageBytes;
     options.max_pull_wait = absl::Seconds(10);
     StartWith(options);
@@ -78,15 +74,6 @@ class ParameterServiceTest : public ::testing::Test {
     v1::PullResponse created;
     ASSERT_TRUE(Pull({Block(kSparse, {5, 6})}, &created).ok());  // creates two sparse rows
   }
-  void TearDown() override {
-    if (server_ != nullptr) server_->Shutdown();
-  }
-
-  // Every call carries a deadline so that no test can hang.
-  struct Context {
-    grpc::ClientContext ctx;
-    Context() { ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20)); }
-  };
 
   grpc::Status Configure(const std::string& job, v1::ConsistencySpec::Mode mode,
                          const std::vector<uint32_t>& workers) {
@@ -96,15 +83,8 @@ class ParameterServiceTest : public ::testing::Test {
     for (uint32_t w : workers) req.add_worker_ids(w);
     req.set_membership_epoch(1);
     v1::ConfigureJobResponse resp;
-    Context c;
+    CallContext c;
     return stub_->ConfigureJob(&c.ctx, req, &resp);
-  }
-  grpc::Status CreateTable(const v1::TableSpec& spec) {
-    v1::CreateTableRequest req;
-    *req.mutable_spec() = spec;
-    v1::CreateTableResponse resp;
-    Context c;
-    return stub_->CreateTable(&c.ctx, req, &resp);
   }
   grpc::Status Pull(const std::vector<KeyBlock>& blocks, v1::PullResponse* resp,
                     const std::string& job = kJob, int64_t clock = 0) {
@@ -113,7 +93,7 @@ class ParameterServiceTest : public ::testing::Test {
     req.set_worker_id(1);
     req.set_clock(clock);
     for (const KeyBlock& b : blocks) *req.add_blocks() = b;
-    Context c;
+    CallContext c;
     return stub_->Pull(&c.ctx, req, resp);
   }
   v1::PushRequest PushRequest(const std::vector<KeyBlock>& blocks, uint64_t request_id,
@@ -128,17 +108,8 @@ class ParameterServiceTest : public ::testing::Test {
     return req;
   }
   grpc::Status Push(const v1::PushRequest& req, v1::PushResponse* resp) {
-    Context c;
+    CallContext c;
     return stub_->Push(&c.ctx, req, resp);
-  }
-  grpc::Status Clock(const std::string& job, uint32_t worker, int64_t clock) {
-    v1::ClockRequest req;
-    req.set_job_id(job);
-    req.set_worker_id(worker);
-    req.set_clock(clock);
-    v1::ClockResponse resp;
-    Context c;
-    return stub_->Clock(&c.ctx, req, &resp);
   }
   std::vector<float> Values(uint32_t table, const std::vector<uint64_t>& keys,
                             const std::string& job = kJob, int64_t clock = 0) {
@@ -152,7 +123,7 @@ class ParameterServiceTest : public ::testing::Test {
     v1::DescribeTableRequest req;
     req.set_table_id(kSparse);
     v1::DescribeTableResponse resp;
-    Context c;
+    CallContext c;
     EXPECT_TRUE(stub_->DescribeTable(&c.ctx, req, &resp).ok());
     return resp.rows_on_server();
   }
@@ -163,9 +134,6 @@ class ParameterServiceTest : public ::testing::Test {
     all.push_back(static_cast<float>(SparseRows()));
     return all;
   }
-
-  std::unique_ptr<ParameterServer> server_;
-  std::unique_ptr<v1::ParameterServer::Stub> stub_;
 };
 
 // Byte-wise comparison: NaN-safe, and exact.
@@ -387,7 +355,7 @@ TEST_F(ParameterServiceTest, HugeClocksAreRefusedAndALegalJumpAnswersAtOnce) {
     req.set_caller_worker_id(1);
     req.set_caller_clock(caller_clock);
     v1::ConfigureJobResponse resp;
-    Context c;
+    CallContext c;
     return stub_->ConfigureJob(&c.ctx, req, &resp);
   };
   const int64_t kMax = ConsistencyGate::kMaxClock;
@@ -404,7 +372,7 @@ TEST_F(ParameterServiceTest, HugeClocksAreRefusedAndALegalJumpAnswersAtOnce) {
     v1::PushPullRequest pp;
     *pp.mutable_push() = PushRequest({Block(kSyncDense, {1}, {1, 1, 1, 1})}, 2, clock, kSync);
     pp.set_advance_clock(true);
-    Context c;
+    CallContext c;
     EXPECT_EQ(stub_->PushPull(&c.ctx, pp, &pulled).error_code(),
               grpc::StatusCode::INVALID_ARGUMENT);
   }
@@ -480,7 +448,7 @@ TEST_F(ParameterServiceTest, UnboundedOrControlCharacterNamesAreRefused) {
   v1::DescribeTableRequest describe;
   describe.set_table_id(40);
   v1::DescribeTableResponse described;
-  Context c;
+  CallContext c;
   EXPECT_EQ(stub_->DescribeTable(&c.ctx, describe, &described).error_code(),
             grpc::StatusCode::NOT_FOUND);
   ExpectSameBytes(Snapshot(), before);
@@ -498,7 +466,6 @@ TEST_F(ParameterServiceTest, UnboundedOrControlCharacterNamesAreRefused) {
 TEST_F(ParameterServiceTest, AJobsRowsAreCappedPerServer) {
   server_->Shutdown();
   ParameterServerOptions options;
-  options.listen = "127.0.0.1:0";
   options.max_message_bytes = kMaxMessageBytes;
   options.max_job_bytes = 64 << 10;  // 64 KiB
   StartWith(options);
@@ -570,7 +537,7 @@ TEST_F(ParameterServiceTest, ManyWaitingPullsDoNotHoldUpOtherCalls) {
       req.set_clock_parts(1);
       *req.add_pull_blocks() = Block(3, {0});
       v1::PullResponse resp;
-      Context c;
+      CallContext c;
       pulled[w - 1] = stub_->PushPull(&c.ctx, req, &resp);
       if (resp.blocks_size() == 1) values[w - 1] = Floats(resp.blocks(0).values());
     });
@@ -598,15 +565,12 @@ TEST_F(ParameterServiceTest, ManyWaitingPullsDoNotHoldUpOtherCalls) {
 TEST_F(ParameterServiceTest, LargeRequestsAndAnswersAreServedAlike) {
   server_->Shutdown();
   ParameterServerOptions options;
-  options.listen = "127.0.0.1:0";
   options.max_message_bytes = 32 << 20;
-  StartWith(options);
-  ASSERT_FALSE(HasFatalFailure());
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);
   args.SetMaxSendMessageSize(-1);
-  stub_ = v1::ParameterServer::NewStub(grpc::CreateCustomChannel(
-      absl::StrCat("127.0.0.1:", server_->port()), grpc::InsecureChannelCredentials(), args));
+  StartWith(options, args);
+  ASSERT_FALSE(HasFatalFailure());
   constexpr uint32_t kWide = 3;
   constexpr uint32_t kDim = 4096;  // 16 KiB rows
   constexpr uint32_t kRows = 320;  // 5 MiB
@@ -627,7 +591,7 @@ TEST_F(ParameterServiceTest, LargeRequestsAndAnswersAreServedAlike) {
   *req.mutable_push() = PushRequest({Block(kWide, keys, grad)}, 8);
   *req.add_pull_blocks() = Block(kWide, keys);
   v1::PullResponse answer;
-  Context c;
+  CallContext c;
   ASSERT_TRUE(stub_->PushPull(&c.ctx, req, &answer).ok());
   std::vector<float> want(n);
   for (size_t i = 0; i < n; ++i) want[i] = 0.25f - 2 * grad[i];

@@ -8,7 +8,6 @@
 #include <prometheus/text_serializer.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -31,11 +30,13 @@
 #include "gtest/gtest.h"
 #include "ps/v1/parameter_server.grpc.pb.h"
 #include "server/parameter_server.h"
+#include "server/testing/service_fixture.h"
 
 namespace ps {
 namespace {
 
 using testing::Block;
+using testing::CallContext;
 using v1::KeyBlock;
 
 constexpr char kJob[] = "job";
@@ -69,32 +70,18 @@ double Sample(const std::string& text, const std::string& series) {
   return std::numeric_limits<double>::quiet_NaN();
 }
 
-class ServerMetricsTest : public ::testing::Test {
+class ServerMetricsTest : public testing::ServiceFixture {
  protected:
   void SetUp() override {
     ParameterServerOptions options;
-    options.listen = "127.0.0.1:0";
     options.max_pull_wait = absl::Seconds(10);
     options.checkpoint_roots = {
         absl::StrCat(::testing::TempDir(), "/server_metrics_test_", getpid())};
-    auto server = ParameterServer::Start(options, &registry_);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(*server);
-    channel_ = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
-                                   grpc::InsecureChannelCredentials());
-    stub_ = v1::ParameterServer::NewStub(channel_);
-  }
-  void TearDown() override {
-    if (server_ != nullptr) server_->Shutdown();
+    ASSERT_NO_FATAL_FAILURE(StartServer(options, &registry_));
   }
 
   std::string Scrape() const { return prometheus::TextSerializer().Serialize(registry_.Collect()); }
 
-  // Every call carries a deadline so that no test can hang.
-  struct Context {
-    grpc::ClientContext ctx;
-    Context() { ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20)); }
-  };
   grpc::Status Configure(const std::string& job, v1::ConsistencySpec::Mode mode,
                          const std::vector<uint32_t>& workers, std::string owned_slots = "") {
     v1::ConfigureJobRequest req;
@@ -107,15 +94,8 @@ class ServerMetricsTest : public ::testing::Test {
       req.set_shard_epoch(1);
     }
     v1::ConfigureJobResponse resp;
-    Context c;
+    CallContext c;
     return stub_->ConfigureJob(&c.ctx, req, &resp);
-  }
-  grpc::Status CreateTable(const v1::TableSpec& spec) {
-    v1::CreateTableRequest req;
-    *req.mutable_spec() = spec;
-    v1::CreateTableResponse resp;
-    Context c;
-    return stub_->CreateTable(&c.ctx, req, &resp);
   }
   grpc::Status Pull(const std::vector<KeyBlock>& blocks, const std::string& job = kJob,
                     int64_t clock = 0) {
@@ -125,7 +105,7 @@ class ServerMetricsTest : public ::testing::Test {
     req.set_clock(clock);
     for (const KeyBlock& b : blocks) *req.add_blocks() = b;
     v1::PullResponse resp;
-    Context c;
+    CallContext c;
     return stub_->Pull(&c.ctx, req, &resp);
   }
   grpc::Status Push(const std::vector<KeyBlock>& blocks, uint64_t request_id,
@@ -139,25 +119,13 @@ class ServerMetricsTest : public ::testing::Test {
     req.set_lr_scale(lr_scale);
     for (const KeyBlock& b : blocks) *req.add_blocks() = b;
     v1::PushResponse resp;
-    Context c;
+    CallContext c;
     grpc::Status s = stub_->Push(&c.ctx, req, &resp);
     if (duplicate != nullptr) *duplicate = resp.duplicate();
     return s;
   }
-  grpc::Status Clock(const std::string& job, uint32_t worker, int64_t clock) {
-    v1::ClockRequest req;
-    req.set_job_id(job);
-    req.set_worker_id(worker);
-    req.set_clock(clock);
-    v1::ClockResponse resp;
-    Context c;
-    return stub_->Clock(&c.ctx, req, &resp);
-  }
 
-  prometheus::Registry registry_;
-  std::unique_ptr<ParameterServer> server_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<v1::ParameterServer::Stub> stub_;
+  prometheus::Registry registry_;  // the server (destroyed by TearDown) must not outlive it
 };
 
 TEST_F(ServerMetricsTest, CountsRequestsKeysRejectionsAndRows) {
@@ -254,7 +222,7 @@ TEST_F(ServerMetricsTest, DroppedJobsAreCountedAndTheirSeriesGo) {
     v1::DropJobRequest req;
     req.set_job_id(job(i));
     v1::DropJobResponse resp;
-    Context c;
+    CallContext c;
     return stub_->DropJob(&c.ctx, req, &resp);
   };
   ASSERT_TRUE(drop(0).ok());
@@ -316,14 +284,14 @@ TEST_F(ServerMetricsTest, CheckpointWritesAndRestoresAreCounted) {
   req.set_shard_epoch(1);
   v1::CheckpointResponse resp;
   {
-    Context c;
+    CallContext c;
     ASSERT_TRUE(stub_->Checkpoint(&c.ctx, req, &resp).ok());
   }
   v1::AwaitCheckpointRequest await;
   await.set_job_id(kJob);
   await.set_checkpoint_id(1);
   {
-    Context c;
+    CallContext c;
     ASSERT_TRUE(stub_->AwaitCheckpoint(&c.ctx, await, &resp).ok());
     ASSERT_TRUE(resp.done());
   }
@@ -337,7 +305,7 @@ TEST_F(ServerMetricsTest, CheckpointWritesAndRestoresAreCounted) {
   shard->set_slots(EncodeSlotBitmap(std::vector<bool>(kNumSlots, true)));
   {
     v1::RestoreResponse restored;
-    Context c;
+    CallContext c;
     EXPECT_EQ(stub_->Restore(&c.ctx, restore, &restored).error_code(), grpc::StatusCode::NOT_FOUND);
   }
   std::filesystem::remove_all(std::filesystem::path(path).parent_path());
@@ -437,8 +405,8 @@ class HealthTest : public ServerMetricsTest {
                     bool streaming) {
     grpc::GenericStub stub(channel_);
     grpc::CompletionQueue cq;
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    CallContext c;
+    grpc::ClientContext& ctx = c.ctx;
     grpc::Status status;
     void* tag;
     bool ok;

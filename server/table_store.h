@@ -4,7 +4,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <string>
 #include <utility>
@@ -21,6 +20,7 @@
 #include "absl/types/span.h"
 #include "ps/v1/parameter_server.pb.h"
 #include "server/internal/admission_sketch.h"
+#include "server/internal/job_shards.h"
 #include "server/internal/row_arena.h"
 #include "server/internal/row_index.h"
 #include "server/internal/scattered_values.h"
@@ -169,7 +169,7 @@ class TableStore {
     uint64_t bytes = 0;  // row bytes (values + optimizer state)
   };
   // Dropped job ids remembered (late requests of older ones just find no table).
-  static constexpr size_t kMaxDroppedJobs = 1 << 16;
+  static constexpr size_t kMaxDroppedJobs = JobShards::kMaxDroppedJobs;
 
   // `metrics` (may be null: no metrics) must outlive this.
   explicit TableStore(TableStoreOptions options, ServerMetrics* metrics = nullptr);
@@ -293,24 +293,29 @@ class TableStore {
         ABSL_GUARDED_BY(mu);
   };
 
-  // The slots this server owns for one job, and the shard-map epoch they come from.
-  struct Shards {
-    std::vector<bool> owned;  // empty: every slot
-    uint64_t epoch = 0;
-    bool fenced = false;  // FenceAllJobs: none owned until the job is configured again
-    bool Owns(uint32_t slot) const { return owned.empty() || owned[slot]; }
-  };
+  using Shards = JobShards::Shards;
   using TableRef = std::shared_ptr<const Table>;
-  std::shared_ptr<const Shards> ShardsOf(const std::string& job_id) const;
   // The table (dropped or not), or null.
   TableRef FindTable(uint32_t table_id) const;
   // The tables of `job_id` not dropped, by id.
   std::vector<TableRef> TablesOf(const std::string& job_id) const;
+  // CreateTable's steps. A new table for `spec` (not added yet), or INVALID_ARGUMENT for a bad
+  // spec, FAILED_PRECONDITION for a dropped job.
+  absl::StatusOr<std::shared_ptr<Table>> NewTable(const v1::TableSpec& spec) const;
+  // A new dense table's size: within max_dense_table_bytes, and this server's share within the
+  // job's max_job_bytes (RESOURCE_EXHAUSTED) unless the table id is held already.
+  absl::Status CheckDenseTable(const Table& table) const;
+  // Adds `table` to tables_: true if added, false if a table of the same spec is held already;
+  // ALREADY_EXISTS for another table of that id, FAILED_PRECONDITION for a dropped job.
+  absl::StatusOr<bool> AddTable(const std::shared_ptr<Table>& table);
+  // Creates a dense table's rows in the slots owned, so that pulls never allocate. Called after
+  // tables_mu_ is released (the lock order is slot.mu -> tables_mu_): a request that touches the
+  // table meanwhile creates missing rows the same way (RowFor). A DropJob meanwhile stops it.
+  absl::Status MaterializeDenseRows(const Table& table);
   // Checks LoadSlots' arguments.
   absl::Status CheckLoad(const std::string& job_id, const std::vector<bool>& slots,
                          const std::vector<SlotRows>& rows,
                          const absl::flat_hash_map<uint32_t, TableRef>& tables) const;
-  bool IsDropped(const std::string& job_id) const ABSL_SHARED_LOCKS_REQUIRED(shards_mu_);
   uint32_t SlotIndex(const Slot& slot) const { return static_cast<uint32_t>(&slot - slots_.get()); }
   // How a row pass treats keys without a row.
   enum class Missing {
@@ -412,22 +417,15 @@ class TableStore {
   std::atomic<uint32_t> now_{0};  // seconds since start_, as of the last Tick
   absl::Mutex tick_mu_;           // one Tick at a time
   uint32_t last_sweep_ ABSL_GUARDED_BY(tick_mu_) = 0;
-  const std::shared_ptr<const Shards> default_shards_;
-  const std::shared_ptr<const Shards> fenced_default_;
-  bool fenced_ ABSL_GUARDED_BY(shards_mu_) = false;
-  mutable absl::Mutex shards_mu_;  // a leaf lock
-  absl::flat_hash_map<std::string, std::shared_ptr<const Shards>> job_shards_
-      ABSL_GUARDED_BY(shards_mu_);
-  // Dropped jobs (at most kMaxDroppedJobs, oldest first in `dropped_order_`).
-  absl::flat_hash_set<std::string> dropped_jobs_ ABSL_GUARDED_BY(shards_mu_);
-  std::deque<std::string> dropped_order_ ABSL_GUARDED_BY(shards_mu_);
+  // Each job's slots and epoch, and the dropped jobs (its lock is a leaf).
+  JobShards shards_;
   std::unique_ptr<Slot[]> slots_;
   absl::Mutex scale_mu_;  // a leaf lock
   // sync: the learning-rate factor of each pending (job, clock).
   absl::flat_hash_map<std::pair<std::string, int64_t>, float> pending_scale_
       ABSL_GUARDED_BY(scale_mu_);
-  // Lock order: a slot's mu, then tables_mu_, then shards_mu_ (never a slot lock inside
-  // tables_mu_).
+  // Lock order: a slot's mu, then tables_mu_, then the lock of shards_ (never a slot lock
+  // inside tables_mu_).
   mutable absl::Mutex tables_mu_;
   // Tables of dropped jobs stay here (marked dropped) until their rows are erased: a table of
   // the same id cannot be created meanwhile.

@@ -14,17 +14,15 @@
 
 namespace ps {
 
-using store_internal::DroppedError;
 using store_internal::ErasePendingIf;
 using store_internal::NoMemoryError;
 
 JobSnapshot TableStore::Snapshot(const std::string& job_id) const {
   JobSnapshot snap;
   snap.job_id = job_id;
-  const std::shared_ptr<const Shards> shards = ShardsOf(job_id);
+  const std::shared_ptr<const Shards> shards = shards_.Of(job_id);
   snap.shard_epoch = shards->epoch;
-  snap.slots.resize(kNumSlots);
-  for (uint32_t s = 0; s < kNumSlots; ++s) snap.slots[s] = shards->Owns(s);
+  snap.slots = shards->OwnedSlots();
   const std::vector<TableRef> tables = TablesOf(job_id);
   for (const TableRef& t : tables) snap.tables.push_back(t->spec);
   if (tables.empty()) return snap;
@@ -136,7 +134,7 @@ absl::Status TableStore::LoadSlots(const std::string& job_id, const std::vector<
     absl::MutexLock l(&slot.mu);
     // The job's tables are dropped together: DropJob empties (or emptied) the slots loaded so
     // far, and nothing is loaded into the others.
-    if (any_dropped()) return DroppedError(job_id);
+    if (any_dropped()) return JobDroppedError(job_id);
     for (const auto& [id, t] : tables) CountErasedRows(*t, ClearSlot(slot, *t));
     ErasePendingIf(slot.pending, [&](uint32_t id) { return tables.contains(id); });
     for (const SlotRows* r : by_slot[s]) {

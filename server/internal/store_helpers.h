@@ -1,4 +1,4 @@
-// Errors and helpers shared by TableStore's source files (table_store.cc, table_store_slots.cc).
+// Errors and helpers shared by TableStore's source files (table_store*.cc).
 #ifndef PS_SERVER_INTERNAL_STORE_HELPERS_H_
 #define PS_SERVER_INTERNAL_STORE_HELPERS_H_
 
@@ -11,13 +11,6 @@
 
 namespace ps {
 namespace store_internal {
-
-inline absl::Status DroppedError(const std::string& job_id) {
-  return Rejected(RejectReason::kDroppedJob,
-                  absl::FailedPreconditionError(absl::StrCat(
-                      "job '", job_id,
-                      "' was dropped from this server (it ended): its tables and state are gone")));
-}
 
 inline absl::Status TableDroppedError(const TableStore::Table& t) {
   return Rejected(RejectReason::kDroppedJob,
