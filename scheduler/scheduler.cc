@@ -111,7 +111,9 @@ absl::Status Scheduler::Load() {
       }
     }
     auto checkpoints = state.checkpoints.find(job.info.job_id());
-    if (checkpoints != state.checkpoints.end()) job.checkpoints = std::move(checkpoints->second);
+    job.checkpoints = CheckpointCatalog(job.info.job_id(), checkpoints == state.checkpoints.end()
+                                                               ? CheckpointCatalog::Entries()
+                                                               : std::move(checkpoints->second));
     if (!IsFinished(job.info.state())) AddEvent(&job, "scheduler restarted", now, &changes);
   }
   LOG(INFO) << "scheduler state from " << options_.state_dir << ": " << nodes_.size() << " nodes, "
@@ -277,6 +279,7 @@ absl::StatusOr<std::string> Scheduler::SubmitLocked(v1::JobSpec spec, absl::Time
   Job& job = jobs_[number];
   job.number = number;
   job.info.set_job_id(absl::StrCat(kJobIdPrefix, number));
+  job.checkpoints = CheckpointCatalog(job.info.job_id());
   AssignTableIds(job.info.job_id(), FirstTableIdOf(job.info.job_id()), &spec);
   job.info.set_state(v1::PENDING);
   job.info.set_submit_time_unix_ms(ToMs(now));

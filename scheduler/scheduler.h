@@ -20,6 +20,7 @@
 #include "absl/time/time.h"
 #include "common/printable.h"  // CheckJobId: every request naming a job is checked first
 #include "ps/v1/scheduler.pb.h"
+#include "scheduler/checkpoint_catalog.h"
 #include "scheduler/job_dropper.h"
 #include "scheduler/job_spec.h"
 #include "scheduler/placement.h"
@@ -148,8 +149,7 @@ class Scheduler {
     // When each worker that died while the job ran did (oldest first), until one joins in its
     // place. In memory only: a restarted scheduler counts no recovery for earlier deaths.
     std::deque<absl::Time> deaths;
-    // Checkpoint catalog, by id.
-    std::map<uint64_t, v1::CheckpointInfo> checkpoints;
+    CheckpointCatalog checkpoints;
     // A server loss being recovered from: detected then; done when rank 0 reports a clock past
     // `recovery_clock`. In memory only.
     std::optional<absl::Time> recovery_start;
@@ -214,12 +214,12 @@ class Scheduler {
   void OrderRestore(Job* job, const v1::CheckpointInfo* checkpoint, bool rollback,
                     const std::vector<bool>& slots, const std::string& reason, absl::Time now,
                     Changes* changes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The newest COMPLETE checkpoint of `job` with id < `before` (null: none).
-  const v1::CheckpointInfo* LatestComplete(const Job& job, uint64_t before = UINT64_MAX) const
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // Marks the job's WRITING checkpoint (if any) FAILED with `why`.
+  // Marks the job's WRITING checkpoint (if any) FAILED with `why`; tells it (event, metric).
   void FailWritingCheckpoints(Job* job, const std::string& why, absl::Time now, Changes* changes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job's checkpoints `ids` just failed: persisted, counted, and an event each (their error).
+  void ReportFailedCheckpoints(Job* job, const std::vector<uint64_t>& ids, absl::Time now,
+                               Changes* changes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Prunes beyond the job's keep_last, sparing checkpoints in use (CheckpointInUse).
   void PruneCheckpoints(Job* job, absl::Time now, Changes* changes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -228,10 +228,6 @@ class Scheduler {
   bool CheckpointInUse(const std::string& job_id, uint64_t id) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   std::string CheckpointRoot(const v1::JobSpec& spec) const;
-  // Checkpoint `id` of `job` (0: the latest complete one) if COMPLETE; NOT_FOUND for an unknown
-  // id, FAILED_PRECONDITION (saying its state) otherwise.
-  absl::StatusOr<const v1::CheckpointInfo*> FindComplete(const Job& job, uint64_t id) const
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Resolves a spec's from_checkpoint to a COMPLETE checkpoint (INVALID_ARGUMENT otherwise).
   absl::StatusOr<const v1::CheckpointInfo*> ResolveFromCheckpoint(const v1::JobSpec& spec) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
