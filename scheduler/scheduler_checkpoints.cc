@@ -234,13 +234,14 @@ void Scheduler::RecoverFromServerLoss(Job* job, uint64_t node_id, const std::str
   std::string moved_to;
   if (spare != 0) {
     info.set_server_nodes(dead, spare);
-    info.set_server_addresses(dead, nodes_[spare].address());
-    moved_to = absl::StrCat("spare server node ", spare, " (", nodes_[spare].address(), ")");
+    const std::string& address = membership_.Get(spare).address();
+    info.set_server_addresses(dead, address);
+    moved_to = absl::StrCat("spare server node ", spare, " (", address, ")");
   } else {
     std::vector<int> survivors;
     for (int i = 0; i < info.server_nodes_size(); ++i) {
-      auto it = nodes_.find(info.server_nodes(i));
-      if (i != dead && it != nodes_.end() && it->second.state() == v1::ALIVE) {
+      const v1::NodeInfo* node = membership_.Find(info.server_nodes(i));
+      if (i != dead && node != nullptr && node->state() == v1::ALIVE) {
         survivors.push_back(i);
       }
     }
