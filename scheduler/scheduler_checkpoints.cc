@@ -39,6 +39,29 @@ std::vector<int> SlotOwners(const v1::JobInfo& info) {
   return owners;
 }
 
+// The slots of the job's server `server` (an index in info.server_nodes()).
+std::vector<bool> SlotsOf(const v1::JobInfo& info, int server) {
+  const std::vector<int> owners = SlotOwners(info);
+  std::vector<bool> slots(kNumSlots, false);
+  for (uint32_t s = 0; s < kNumSlots; ++s) slots[s] = owners[s] == server;
+  return slots;
+}
+
+// The slots of the job's server `dead` go round-robin to `survivors` (indexes of its other,
+// alive servers); `dead` leaves the job's lists.
+void MoveSlotsToSurvivors(int dead, const std::vector<int>& survivors, v1::JobInfo* info) {
+  std::vector<int> owners = SlotOwners(*info);
+  size_t next = 0;
+  for (uint32_t s = 0; s < kNumSlots; ++s) {
+    if (owners[s] == dead) owners[s] = survivors[next++ % survivors.size()];
+    if (owners[s] > dead) --owners[s];
+  }
+  info->mutable_server_nodes()->erase(info->mutable_server_nodes()->begin() + dead);
+  info->mutable_server_addresses()->erase(info->mutable_server_addresses()->begin() + dead);
+  info->clear_slot_owners();
+  for (int owner : owners) info->add_slot_owners(static_cast<uint32_t>(owner));
+}
+
 std::string MiB(uint64_t bytes) { return absl::StrFormat("%.1f MiB", bytes / 1048576.0); }
 
 }  // namespace
@@ -218,15 +241,8 @@ void Scheduler::RecoverFromServerLoss(Job* job, uint64_t node_id, const std::str
   const int dead = static_cast<int>(at - info.server_nodes().begin());
   const std::string dead_name =
       absl::StrCat("server node ", node_id, " (", info.server_addresses(dead), ")");
-  std::vector<int> owners = SlotOwners(info);
-  std::vector<bool> lost(kNumSlots, false);
-  int64_t lost_count = 0;
-  for (uint32_t s = 0; s < kNumSlots; ++s) {
-    if (owners[s] == dead) {
-      lost[s] = true;
-      ++lost_count;
-    }
-  }
+  std::vector<bool> lost = SlotsOf(info, dead);
+  const int64_t lost_count = std::count(lost.begin(), lost.end(), true);
   // A spare: an alive server outside the job, the least loaded (then the lowest id).
   const uint64_t spare =
       ChooseSpare(PlacementNodes(), PlacementJobs(),
@@ -251,16 +267,7 @@ void Scheduler::RecoverFromServerLoss(Job* job, uint64_t node_id, const std::str
              now, changes);
       return;
     }
-    // The lost slots go round-robin to the survivors; the dead server leaves the list.
-    size_t next = 0;
-    for (uint32_t s = 0; s < kNumSlots; ++s) {
-      if (owners[s] == dead) owners[s] = survivors[next++ % survivors.size()];
-      if (owners[s] > dead) --owners[s];
-    }
-    info.mutable_server_nodes()->erase(info.mutable_server_nodes()->begin() + dead);
-    info.mutable_server_addresses()->erase(info.mutable_server_addresses()->begin() + dead);
-    info.clear_slot_owners();
-    for (int owner : owners) info.add_slot_owners(static_cast<uint32_t>(owner));
+    MoveSlotsToSurvivors(dead, survivors, &info);
     moved_to = absl::StrCat("the ", survivors.size(), " surviving server",
                             survivors.size() == 1 ? "" : "s");
   }
