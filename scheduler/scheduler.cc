@@ -47,7 +47,8 @@ Scheduler::Scheduler(const SchedulerOptions& options, Clock clock,
       clock_(std::move(clock)),
       store_(std::move(store)),
       metrics_(metrics),
-      dropper_(dropper) {
+      dropper_(dropper),
+      membership_(options_) {
   std::error_code error;
   // Beside the state dir by default; "a/state/" normalizes to "a/state/", whose parent_path()
   // would be "a/state" itself: drop the trailing separator first.
@@ -82,16 +83,11 @@ absl::Status Scheduler::Load() {
   const absl::Time now = clock_();
   Changes changes;
   changes.sync = true;
-  next_node_id_ = state.next_node_id;
   next_job_id_ = state.next_job_id;
-  for (v1::NodeInfo& node : state.nodes) {
-    // A fresh grace period: nobody is declared dead for the scheduler's own absence.
-    if (node.state() == v1::ALIVE) {
-      node.set_last_heartbeat_unix_ms(ToMs(now));
-      changes.nodes.insert(node.node_id());
-    }
-    next_node_id_ = std::max(next_node_id_, node.node_id() + 1);
-    nodes_[node.node_id()] = std::move(node);
+  // A fresh grace period for every live node: nobody is declared dead for the scheduler's own
+  // absence.
+  for (uint64_t id : membership_.Load(std::move(state.nodes), state.next_node_id, now)) {
+    changes.nodes.insert(id);
   }
   for (v1::JobInfo& info : state.jobs) {
     uint64_t number = 0;
@@ -111,23 +107,25 @@ absl::Status Scheduler::Load() {
       }
     }
     auto checkpoints = state.checkpoints.find(job.info.job_id());
-    if (checkpoints != state.checkpoints.end()) job.checkpoints = std::move(checkpoints->second);
+    job.checkpoints = CheckpointCatalog(job.info.job_id(), checkpoints == state.checkpoints.end()
+                                                               ? CheckpointCatalog::Entries()
+                                                               : std::move(checkpoints->second));
     if (!IsFinished(job.info.state())) AddEvent(&job, "scheduler restarted", now, &changes);
   }
-  LOG(INFO) << "scheduler state from " << options_.state_dir << ": " << nodes_.size() << " nodes, "
-            << jobs_.size() << " jobs; checkpoints under " << checkpoint_root_;
+  LOG(INFO) << "scheduler state from " << options_.state_dir << ": " << membership_.nodes().size()
+            << " nodes, " << jobs_.size() << " jobs; checkpoints under " << checkpoint_root_;
   Schedule(now, &changes);
   return Commit(&changes);
 }
 
 absl::Status Scheduler::Commit(Changes* changes) {
-  for (uint64_t id : changes->nodes) changes->batch.PutNode(nodes_.at(id));
+  for (uint64_t id : changes->nodes) changes->batch.PutNode(membership_.nodes().at(id));
   for (uint64_t number : changes->jobs) changes->batch.PutJob(jobs_.at(number).info);
   for (const auto& [number, id] : changes->checkpoints) {
     changes->batch.PutCheckpoint(jobs_.at(number).checkpoints.at(id));
   }
   if (changes->counters) {
-    changes->batch.PutNextNodeId(next_node_id_);
+    changes->batch.PutNextNodeId(membership_.next_node_id());
     changes->batch.PutNextJobId(next_job_id_);
   }
   // On failure the change stays in memory (it is written again with the object's next change)
@@ -146,7 +144,7 @@ void Scheduler::UpdateMetrics() {
   for (v1::NodeRole role : {v1::SERVER, v1::WORKER}) {
     for (v1::NodeState state : {v1::ALIVE, v1::DEAD}) nodes[{role, state}] = 0;
   }
-  for (const auto& [id, node] : nodes_) ++nodes[{node.role(), node.state()}];
+  for (const auto& [id, node] : membership_.nodes()) ++nodes[{node.role(), node.state()}];
   for (const auto& [key, count] : nodes) metrics_->SetNodeCount(key.first, key.second, count);
   std::map<v1::JobState, int64_t> jobs;
   for (v1::JobState state : {v1::PENDING, v1::RUNNING, v1::SUCCEEDED, v1::FAILED, v1::CANCELLED}) {
@@ -239,9 +237,9 @@ void Scheduler::EndJob(Job* job, v1::JobState state, const std::string& reason, 
   changes->jobs.insert(job->number);
   changes->sync = true;
   for (uint64_t id : info.worker_nodes()) {
-    auto it = nodes_.find(id);
-    if (it != nodes_.end() && it->second.job_id() == info.job_id()) {
-      it->second.clear_job_id();
+    v1::NodeInfo* node = membership_.FindMutable(id);
+    if (node != nullptr && node->job_id() == info.job_id()) {
+      node->clear_job_id();
       changes->nodes.insert(id);
     }
   }
@@ -277,6 +275,7 @@ absl::StatusOr<std::string> Scheduler::SubmitLocked(v1::JobSpec spec, absl::Time
   Job& job = jobs_[number];
   job.number = number;
   job.info.set_job_id(absl::StrCat(kJobIdPrefix, number));
+  job.checkpoints = CheckpointCatalog(job.info.job_id());
   AssignTableIds(job.info.job_id(), FirstTableIdOf(job.info.job_id()), &spec);
   job.info.set_state(v1::PENDING);
   job.info.set_submit_time_unix_ms(ToMs(now));
@@ -358,8 +357,8 @@ absl::StatusOr<v1::JobInfo> Scheduler::CancelJob(const std::string& job_id) {
 std::vector<v1::NodeInfo> Scheduler::ListNodes() const {
   absl::ReaderMutexLock lock(&mu_);
   std::vector<v1::NodeInfo> nodes;
-  nodes.reserve(nodes_.size());
-  for (const auto& [id, node] : nodes_) {
+  nodes.reserve(membership_.nodes().size());
+  for (const auto& [id, node] : membership_.nodes()) {
     nodes.push_back(node);
     nodes.back().clear_node_secret();  // the scheduler's own
   }

@@ -20,8 +20,10 @@
 #include "absl/time/time.h"
 #include "common/printable.h"  // CheckJobId: every request naming a job is checked first
 #include "ps/v1/scheduler.pb.h"
+#include "scheduler/checkpoint_catalog.h"
 #include "scheduler/job_dropper.h"
 #include "scheduler/job_spec.h"
+#include "scheduler/membership.h"
 #include "scheduler/placement.h"
 #include "scheduler/scheduler_metrics.h"
 #include "scheduler/scheduler_options.h"
@@ -29,12 +31,19 @@
 
 namespace ps {
 
-// The Scheduler coordinates; its parts live in files of their own:
+// The Scheduler coordinates parts that keep their own invariants, none with a clock, lock or
+// store (as LevelDB's DBImpl hands work to VersionSet and TableCache):
+//   membership.h              Membership: the node table (registration under its caps,
+//                             heartbeats, silent nodes and the cut-off rule, dead nodes forgotten);
+//   checkpoint_catalog.h      CheckpointCatalog: one job's checkpoints (ids only grow, at most one
+//                             WRITING, WRITING -> COMPLETE | FAILED, COMPLETE -> CORRUPT | PRUNED);
+//   placement.h               which nodes a job gets: pure functions over a snapshot.
+// What their decisions mean for jobs (events, metrics, persistence, recovery) is the
+// Scheduler's, in files of their own:
 //   scheduler.cc              the job table, persistence (Commit), events, submit/cancel/list;
-//   scheduler_membership.cc   registration, heartbeats and progress, dead nodes (Tick);
-//   placement.h               which nodes a job gets: pure functions over a snapshot;
-//   scheduler_placement.cc    takes that snapshot and applies the answer;
-//   scheduler_checkpoints.cc  the per-job checkpoint catalog and restores;
+//   scheduler_membership.cc   Register, Heartbeat and progress, Tick: what a dead node means;
+//   scheduler_placement.cc    takes placement's snapshot and applies the answer;
+//   scheduler_checkpoints.cc  checkpoint RPCs over the catalog, restores, server-loss recovery;
 //   scheduler_drain.cc        psctl drain;
 //   scheduler_data.cc         dynamic data leases; scheduler_resources.cc bounds and cleanup.
 //
@@ -148,8 +157,7 @@ class Scheduler {
     // When each worker that died while the job ran did (oldest first), until one joins in its
     // place. In memory only: a restarted scheduler counts no recovery for earlier deaths.
     std::deque<absl::Time> deaths;
-    // Checkpoint catalog, by id.
-    std::map<uint64_t, v1::CheckpointInfo> checkpoints;
+    CheckpointCatalog checkpoints;
     // A server loss being recovered from: detected then; done when rank 0 reports a clock past
     // `recovery_clock`. In memory only.
     std::optional<absl::Time> recovery_start;
@@ -214,12 +222,12 @@ class Scheduler {
   void OrderRestore(Job* job, const v1::CheckpointInfo* checkpoint, bool rollback,
                     const std::vector<bool>& slots, const std::string& reason, absl::Time now,
                     Changes* changes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The newest COMPLETE checkpoint of `job` with id < `before` (null: none).
-  const v1::CheckpointInfo* LatestComplete(const Job& job, uint64_t before = UINT64_MAX) const
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // Marks the job's WRITING checkpoint (if any) FAILED with `why`.
+  // Marks the job's WRITING checkpoint (if any) FAILED with `why`; tells it (event, metric).
   void FailWritingCheckpoints(Job* job, const std::string& why, absl::Time now, Changes* changes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job's checkpoints `ids` just failed: persisted, counted, and an event each (their error).
+  void ReportFailedCheckpoints(Job* job, const std::vector<uint64_t>& ids, absl::Time now,
+                               Changes* changes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Prunes beyond the job's keep_last, sparing checkpoints in use (CheckpointInUse).
   void PruneCheckpoints(Job* job, absl::Time now, Changes* changes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -228,10 +236,6 @@ class Scheduler {
   bool CheckpointInUse(const std::string& job_id, uint64_t id) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   std::string CheckpointRoot(const v1::JobSpec& spec) const;
-  // Checkpoint `id` of `job` (0: the latest complete one) if COMPLETE; NOT_FOUND for an unknown
-  // id, FAILED_PRECONDITION (saying its state) otherwise.
-  absl::StatusOr<const v1::CheckpointInfo*> FindComplete(const Job& job, uint64_t id) const
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Resolves a spec's from_checkpoint to a COMPLETE checkpoint (INVALID_ARGUMENT otherwise).
   absl::StatusOr<const v1::CheckpointInfo*> ResolveFromCheckpoint(const v1::JobSpec& spec) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
@@ -255,17 +259,9 @@ class Scheduler {
   // ... once Commit() wrote the end: a scheduler that stops before that resumes the job, whose
   // servers must still hold it. Never blocks (dropper_ sends in the background).
   void SendDrops(Changes* changes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Room for one more node under options_.max_nodes: forgets the oldest dead nodes that no
-  // pending or running job names; RESOURCE_EXHAUSTED if that is not enough (a server that
-  // replaces an alive one at its address is let in).
-  absl::Status MakeRoomForNode(const v1::RegisterRequest& req, Changes* changes)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // OK for an admin, or a live worker of `job` showing its node secret; PERMISSION_DENIED
   // naming `what` otherwise.
   absl::Status CheckWorkerOf(const Job& job, const JobCaller& caller, absl::string_view what) const
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // OK if `node_id` is unknown or has no secret, or `secret` is its; PERMISSION_DENIED otherwise.
-  absl::Status CheckNodeSecret(uint64_t node_id, const std::string& secret) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Each shard of `req` carries the receipt of the server that wrote it; PERMISSION_DENIED
   // naming the first that does not.
@@ -274,17 +270,9 @@ class Scheduler {
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // The nodes a pending or running job names.
   std::set<uint64_t> NodesInUse() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // RESOURCE_EXHAUSTED past options_.max_registrations_per_minute; else counts this one.
-  absl::Status CheckRegistrationRate(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A server registering at the address of alive ones: those it replaces (to be marked dead)
-  // if the caller shows their node secret or they have been silent for the heartbeat timeout
-  // (or have no secret: registered before secrets existed); PERMISSION_DENIED otherwise.
-  absl::StatusOr<std::vector<uint64_t>> ServersToReplace(const v1::RegisterRequest& req,
-                                                         absl::Time now) const
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // Forgets the nodes dead for longer than options_.forget_dead_nodes_after that no pending or
-  // running job names.
-  void ForgetDeadNodes(absl::Time now, Changes* changes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Membership forgot the nodes `ids`: deleted from the state store.
+  void DeleteNodes(const std::vector<uint64_t>& ids, Changes* changes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // RESOURCE_EXHAUSTED if options_.max_pending_jobs jobs are PENDING already.
   absl::Status CheckPendingRoom() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
@@ -309,16 +297,8 @@ class Scheduler {
   JobDropper* const dropper_;        // null: none
 
   mutable absl::Mutex mu_;
-  std::map<uint64_t, v1::NodeInfo> nodes_ ABSL_GUARDED_BY(mu_);  // by node id
-  std::map<uint64_t, Job> jobs_ ABSL_GUARDED_BY(mu_);            // by job number: submit order
-  uint64_t next_node_id_ ABSL_GUARDED_BY(mu_) = 1;
-  // When each registration of the last minute was accepted (oldest first). In memory only.
-  std::deque<absl::Time> registrations_ ABSL_GUARDED_BY(mu_);
-  // The last heartbeat from any node, and whether the scheduler thinks itself cut off (every
-  // live node silent at once; see Tick).
-  absl::Time last_heard_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
-  bool cut_off_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Time cut_off_since_ ABSL_GUARDED_BY(mu_);
+  Membership membership_ ABSL_GUARDED_BY(mu_);         // the nodes
+  std::map<uint64_t, Job> jobs_ ABSL_GUARDED_BY(mu_);  // by job number: submit order
   uint64_t next_job_id_ ABSL_GUARDED_BY(mu_) = 1;
   std::string checkpoint_root_;  // absolute
   JobLimits job_limits_;         // checkpoint_roots: checkpoint_root_ and options' ones, normal

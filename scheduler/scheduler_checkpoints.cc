@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <set>
 
 #include "absl/algorithm/container.h"
 #include "absl/strings/ascii.h"
@@ -26,10 +27,6 @@ using scheduler_internal::ToMs;
 // A FinishCheckpoint's write_seconds beyond this (11.6 days) is not a measurement.
 constexpr double kMaxWriteSeconds = 1e6;
 
-std::string StateName(v1::CheckpointState state) {
-  return absl::AsciiStrToLower(absl::StripPrefix(v1::CheckpointState_Name(state), "CHECKPOINT_"));
-}
-
 // Slot s -> index of its server in info.server_addresses().
 std::vector<int> SlotOwners(const v1::JobInfo& info) {
   std::vector<int> owners(kNumSlots, 0);
@@ -42,19 +39,35 @@ std::vector<int> SlotOwners(const v1::JobInfo& info) {
   return owners;
 }
 
+// The slots of the job's server `server` (an index in info.server_nodes()).
+std::vector<bool> SlotsOf(const v1::JobInfo& info, int server) {
+  const std::vector<int> owners = SlotOwners(info);
+  std::vector<bool> slots(kNumSlots, false);
+  for (uint32_t s = 0; s < kNumSlots; ++s) slots[s] = owners[s] == server;
+  return slots;
+}
+
+// The slots of the job's server `dead` go round-robin to `survivors` (indexes of its other,
+// alive servers); `dead` leaves the job's lists.
+void MoveSlotsToSurvivors(int dead, const std::vector<int>& survivors, v1::JobInfo* info) {
+  std::vector<int> owners = SlotOwners(*info);
+  size_t next = 0;
+  for (uint32_t s = 0; s < kNumSlots; ++s) {
+    if (owners[s] == dead) owners[s] = survivors[next++ % survivors.size()];
+    if (owners[s] > dead) --owners[s];
+  }
+  info->mutable_server_nodes()->erase(info->mutable_server_nodes()->begin() + dead);
+  info->mutable_server_addresses()->erase(info->mutable_server_addresses()->begin() + dead);
+  info->clear_slot_owners();
+  for (int owner : owners) info->add_slot_owners(static_cast<uint32_t>(owner));
+}
+
 std::string MiB(uint64_t bytes) { return absl::StrFormat("%.1f MiB", bytes / 1048576.0); }
 
 }  // namespace
 
 std::string Scheduler::CheckpointRoot(const v1::JobSpec& spec) const {
   return spec.checkpoint().root().empty() ? checkpoint_root_ : spec.checkpoint().root();
-}
-
-const v1::CheckpointInfo* Scheduler::LatestComplete(const Job& job, uint64_t before) const {
-  for (auto it = job.checkpoints.rbegin(); it != job.checkpoints.rend(); ++it) {
-    if (it->first < before && it->second.state() == v1::CHECKPOINT_COMPLETE) return &it->second;
-  }
-  return nullptr;
 }
 
 absl::StatusOr<const v1::CheckpointInfo*> Scheduler::ResolveFromCheckpoint(
@@ -87,37 +100,12 @@ absl::StatusOr<const v1::CheckpointInfo*> Scheduler::ResolveFromCheckpoint(
         absl::StrCat("spec.from_checkpoint: job ", ref.job_id(), " trained another model (",
                      other.model(), "); its tables cannot be loaded into ", spec.model()));
   }
-  auto checkpoint = FindComplete(*source, ref.checkpoint_id());
+  auto checkpoint = source->checkpoints.FindComplete(ref.checkpoint_id());
   if (!checkpoint.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("spec.from_checkpoint: ", checkpoint.status().message()));
   }
   return *checkpoint;
-}
-
-absl::StatusOr<const v1::CheckpointInfo*> Scheduler::FindComplete(const Job& job,
-                                                                  uint64_t id) const {
-  const std::string& job_id = job.info.job_id();
-  if (id == 0) {
-    const v1::CheckpointInfo* latest = LatestComplete(job);
-    if (latest == nullptr) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("job ", job_id, " has no complete checkpoint"));
-    }
-    return latest;
-  }
-  auto it = job.checkpoints.find(id);
-  if (it == job.checkpoints.end()) {
-    return absl::NotFoundError(absl::StrCat("job ", job_id, " has no checkpoint ", id));
-  }
-  const v1::CheckpointInfo& checkpoint = it->second;
-  if (checkpoint.state() != v1::CHECKPOINT_COMPLETE) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("checkpoint ", id, " of ", job_id, " is ", StateName(checkpoint.state()),
-                     checkpoint.error().empty() ? "" : absl::StrCat(" (", checkpoint.error(), ")"),
-                     "; only a complete checkpoint can be restored"));
-  }
-  return &checkpoint;
 }
 
 absl::StatusOr<v1::RequestCheckpointResponse> Scheduler::RequestCheckpoint(
@@ -151,7 +139,7 @@ absl::StatusOr<std::vector<v1::CheckpointInfo>> Scheduler::ListCheckpoints(
   const Job* job = FindJob(job_id);
   if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
   std::vector<v1::CheckpointInfo> out;
-  for (const auto& [id, checkpoint] : job->checkpoints) out.push_back(checkpoint);
+  for (const auto& [id, checkpoint] : job->checkpoints.entries()) out.push_back(checkpoint);
   return out;
 }
 
@@ -165,7 +153,8 @@ absl::StatusOr<v1::JobInfo> Scheduler::RestoreJob(const std::string& job_id,
     return absl::FailedPreconditionError(absl::StrCat(
         "job ", job_id, " has not started; cancel it and submit it again with --from_checkpoint"));
   }
-  PS_ASSIGN_OR_RETURN(const v1::CheckpointInfo* checkpoint, FindComplete(*job, checkpoint_id));
+  PS_ASSIGN_OR_RETURN(const v1::CheckpointInfo* checkpoint,
+                      job->checkpoints.FindComplete(checkpoint_id));
   const absl::Time now = clock_();
   Changes changes;
   switch (job->info.state()) {
@@ -252,15 +241,8 @@ void Scheduler::RecoverFromServerLoss(Job* job, uint64_t node_id, const std::str
   const int dead = static_cast<int>(at - info.server_nodes().begin());
   const std::string dead_name =
       absl::StrCat("server node ", node_id, " (", info.server_addresses(dead), ")");
-  std::vector<int> owners = SlotOwners(info);
-  std::vector<bool> lost(kNumSlots, false);
-  int64_t lost_count = 0;
-  for (uint32_t s = 0; s < kNumSlots; ++s) {
-    if (owners[s] == dead) {
-      lost[s] = true;
-      ++lost_count;
-    }
-  }
+  std::vector<bool> lost = SlotsOf(info, dead);
+  const int64_t lost_count = std::count(lost.begin(), lost.end(), true);
   // A spare: an alive server outside the job, the least loaded (then the lowest id).
   const uint64_t spare =
       ChooseSpare(PlacementNodes(), PlacementJobs(),
@@ -268,13 +250,14 @@ void Scheduler::RecoverFromServerLoss(Job* job, uint64_t node_id, const std::str
   std::string moved_to;
   if (spare != 0) {
     info.set_server_nodes(dead, spare);
-    info.set_server_addresses(dead, nodes_[spare].address());
-    moved_to = absl::StrCat("spare server node ", spare, " (", nodes_[spare].address(), ")");
+    const std::string& address = membership_.Get(spare).address();
+    info.set_server_addresses(dead, address);
+    moved_to = absl::StrCat("spare server node ", spare, " (", address, ")");
   } else {
     std::vector<int> survivors;
     for (int i = 0; i < info.server_nodes_size(); ++i) {
-      auto it = nodes_.find(info.server_nodes(i));
-      if (i != dead && it != nodes_.end() && it->second.state() == v1::ALIVE) {
+      const v1::NodeInfo* node = membership_.Find(info.server_nodes(i));
+      if (i != dead && node != nullptr && node->state() == v1::ALIVE) {
         survivors.push_back(i);
       }
     }
@@ -284,16 +267,7 @@ void Scheduler::RecoverFromServerLoss(Job* job, uint64_t node_id, const std::str
              now, changes);
       return;
     }
-    // The lost slots go round-robin to the survivors; the dead server leaves the list.
-    size_t next = 0;
-    for (uint32_t s = 0; s < kNumSlots; ++s) {
-      if (owners[s] == dead) owners[s] = survivors[next++ % survivors.size()];
-      if (owners[s] > dead) --owners[s];
-    }
-    info.mutable_server_nodes()->erase(info.mutable_server_nodes()->begin() + dead);
-    info.mutable_server_addresses()->erase(info.mutable_server_addresses()->begin() + dead);
-    info.clear_slot_owners();
-    for (int owner : owners) info.add_slot_owners(static_cast<uint32_t>(owner));
+    MoveSlotsToSurvivors(dead, survivors, &info);
     moved_to = absl::StrCat("the ", survivors.size(), " surviving server",
                             survivors.size() == 1 ? "" : "s");
   }
@@ -315,7 +289,7 @@ void Scheduler::RecoverFromServerLoss(Job* job, uint64_t node_id, const std::str
       for (uint32_t s = 0; s < kNumSlots; ++s) lost[s] = lost[s] || (*pending)[s];
     }
   }
-  const v1::CheckpointInfo* checkpoint = LatestComplete(*job);
+  const v1::CheckpointInfo* checkpoint = job->checkpoints.LatestComplete();
   if (checkpoint == nullptr && info.spec().has_from_checkpoint()) {
     auto from = ResolveFromCheckpoint(info.spec());
     if (from.ok()) {
@@ -336,14 +310,16 @@ void Scheduler::RecoverFromServerLoss(Job* job, uint64_t node_id, const std::str
 
 void Scheduler::FailWritingCheckpoints(Job* job, const std::string& why, absl::Time now,
                                        Changes* changes) {
-  for (auto& [id, checkpoint] : job->checkpoints) {
-    if (checkpoint.state() != v1::CHECKPOINT_WRITING) continue;
-    checkpoint.set_state(v1::CHECKPOINT_FAILED);
-    checkpoint.set_error(why);
-    checkpoint.set_end_time_unix_ms(ToMs(now));
+  ReportFailedCheckpoints(job, job->checkpoints.FailWriting(why, now), now, changes);
+}
+
+void Scheduler::ReportFailedCheckpoints(Job* job, const std::vector<uint64_t>& ids, absl::Time now,
+                                        Changes* changes) {
+  for (uint64_t id : ids) {
     changes->checkpoints.insert({job->number, id});
     if (metrics_ != nullptr) metrics_->CheckpointEnded("failed", absl::ZeroDuration());
-    AddEvent(job, absl::StrCat("checkpoint ", id, " failed: ", why), now, changes);
+    AddEvent(job, absl::StrCat("checkpoint ", id, " failed: ", job->checkpoints.at(id).error()),
+             now, changes);
   }
 }
 
@@ -369,17 +345,11 @@ absl::StatusOr<v1::CheckpointInfo> Scheduler::BeginCheckpoint(const v1::BeginChe
   }
   const absl::Time now = clock_();
   Changes changes;
-  // Rank 0 begins a checkpoint only once it has reported the previous one: one still WRITING
-  // here lost its report (a scheduler restart, a rank 0 that died) and never completes.
-  FailWritingCheckpoints(job, "superseded: its completion was never reported", now, &changes);
   const uint64_t id = std::max<uint64_t>(1, info.next_checkpoint_id());
-  info.set_next_checkpoint_id(id + 1);
-  changes.jobs.insert(job->number);
-  v1::CheckpointInfo& checkpoint = job->checkpoints[id];
+  v1::CheckpointInfo checkpoint;
   checkpoint.set_job_id(info.job_id());
   checkpoint.set_checkpoint_id(id);
   checkpoint.set_clock(req.clock());
-  checkpoint.set_state(v1::CHECKPOINT_WRITING);
   checkpoint.set_start_time_unix_ms(ToMs(now));
   checkpoint.set_request_seq(req.request_seq());
   checkpoint.set_shard_epoch(info.shard_epoch());
@@ -400,11 +370,18 @@ absl::StatusOr<v1::CheckpointInfo> Scheduler::BeginCheckpoint(const v1::BeginChe
     for (uint32_t s = 0; s < kNumSlots; ++s) slots[s] = owners[s] == k;
     shard.set_slots(EncodeSlotBitmap(slots));
   }
+  // Rank 0 begins a checkpoint only once it has reported the previous one: one still WRITING
+  // here lost its report (a scheduler restart, a rank 0 that died) and never completes.
+  PS_ASSIGN_OR_RETURN(CheckpointCatalog::Begun begun,
+                      job->checkpoints.Begin(std::move(checkpoint), now));
+  ReportFailedCheckpoints(job, begun.superseded, now, &changes);
+  info.set_next_checkpoint_id(id + 1);
+  changes.jobs.insert(job->number);
   changes.checkpoints.insert({job->number, id});
   LOG(INFO) << "job " << info.job_id() << ": checkpoint " << id << " at clock " << req.clock()
-            << " begins in " << checkpoint.dir();
+            << " begins in " << begun.checkpoint->dir();
   PS_RETURN_IF_ERROR(Commit(&changes));
-  return checkpoint;
+  return *begun.checkpoint;
 }
 
 absl::StatusOr<v1::CheckpointInfo> Scheduler::FinishCheckpoint(
@@ -418,23 +395,13 @@ absl::StatusOr<v1::CheckpointInfo> Scheduler::FinishCheckpoint(
   Job* job = FindJob(req.job_id());
   if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", req.job_id(), "'"));
   PS_RETURN_IF_ERROR(CheckWorkerOf(*job, caller, "FinishCheckpoint"));
-  auto it = job->checkpoints.find(req.checkpoint_id());
-  if (it == job->checkpoints.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("job ", req.job_id(), " has no checkpoint ", req.checkpoint_id()));
-  }
-  v1::CheckpointInfo& checkpoint = it->second;
-  if (checkpoint.state() != v1::CHECKPOINT_WRITING) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "checkpoint ", req.checkpoint_id(), " of ", req.job_id(), " is ",
-        StateName(checkpoint.state()),
-        checkpoint.error().empty() ? "" : absl::StrCat(" (", checkpoint.error(), ")")));
-  }
   const absl::Time now = clock_();
+  // Recorded even if the report is refused below (PERMISSION_DENIED leaves it WRITING).
+  PS_ASSIGN_OR_RETURN(const v1::CheckpointInfo* writing,
+                      job->checkpoints.RecordEnd(req.checkpoint_id(), now, req.write_seconds()));
+  const v1::CheckpointInfo& checkpoint = *writing;
   Changes changes;
   changes.checkpoints.insert({job->number, req.checkpoint_id()});
-  checkpoint.set_end_time_unix_ms(ToMs(now));
-  checkpoint.set_write_seconds(req.write_seconds());
   const absl::Duration took = now - absl::FromUnixMillis(checkpoint.start_time_unix_ms());
   std::string error = Printable(req.error(), kMaxReportBytes);  // stored and printed
   if (error.empty() && req.shards_size() != checkpoint.shards_size()) {
@@ -447,22 +414,19 @@ absl::StatusOr<v1::CheckpointInfo> Scheduler::FinishCheckpoint(
   // Rows and bytes are the servers' word, not the caller's.
   if (error.empty()) PS_RETURN_IF_ERROR(CheckReceipts(checkpoint, req));
   if (!error.empty()) {
-    checkpoint.set_state(v1::CHECKPOINT_FAILED);
-    checkpoint.set_error(error);
+    PS_RETURN_IF_ERROR(job->checkpoints.Fail(req.checkpoint_id(), error));
     if (metrics_ != nullptr) metrics_->CheckpointEnded("failed", took);
     AddEvent(job, absl::StrCat("checkpoint ", req.checkpoint_id(), " failed: ", error), now,
              &changes);
     PS_RETURN_IF_ERROR(Commit(&changes));
     return checkpoint;
   }
+  PS_RETURN_IF_ERROR(job->checkpoints.Complete(req.checkpoint_id(), req.shards()).status());
   uint64_t rows = 0, bytes = 0;
-  for (int k = 0; k < checkpoint.shards_size(); ++k) {
-    checkpoint.mutable_shards(k)->set_rows(req.shards(k).rows());
-    checkpoint.mutable_shards(k)->set_bytes(req.shards(k).bytes());
-    rows += req.shards(k).rows();
-    bytes += req.shards(k).bytes();
+  for (const v1::CheckpointShard& shard : checkpoint.shards()) {
+    rows += shard.rows();
+    bytes += shard.bytes();
   }
-  checkpoint.set_state(v1::CHECKPOINT_COMPLETE);
   job->info.set_latest_checkpoint_id(checkpoint.checkpoint_id());
   changes.jobs.insert(job->number);
   if (metrics_ != nullptr) {
@@ -500,35 +464,27 @@ bool Scheduler::CheckpointInUse(const std::string& job_id, uint64_t id) const {
 void Scheduler::PruneCheckpoints(Job* job, absl::Time now, Changes* changes) {
   const int keep = std::max(1, job->info.spec().checkpoint().keep_last());
   const v1::RestoreOrder& order = job->info.restore();
-  int complete = 0;
-  for (auto it = job->checkpoints.rbegin(); it != job->checkpoints.rend(); ++it) {
-    v1::CheckpointInfo& checkpoint = it->second;
-    const bool in_use = (order.source_job_id() == job->info.job_id() &&
-                         order.checkpoint_id() == checkpoint.checkpoint_id()) ||
-                        CheckpointInUse(job->info.job_id(), checkpoint.checkpoint_id());
-    if (checkpoint.state() == v1::CHECKPOINT_COMPLETE) {
-      if (++complete <= keep || in_use) continue;
-    } else if (checkpoint.state() == v1::CHECKPOINT_FAILED ||
-               checkpoint.state() == v1::CHECKPOINT_CORRUPT) {
-      // Their files are useless once a newer checkpoint is complete; the entry stays.
-      if (complete == 0 || checkpoint.dir().empty()) continue;
-    } else {
-      continue;
-    }
+  const std::string& job_id = job->info.job_id();
+  std::set<uint64_t> in_use;
+  if (order.source_job_id() == job_id) in_use.insert(order.checkpoint_id());
+  for (const auto& [id, checkpoint] : job->checkpoints.entries()) {
+    if (CheckpointInUse(job_id, id)) in_use.insert(id);
+  }
+  for (uint64_t id : job->checkpoints.ToPrune(keep, in_use)) {
+    const v1::CheckpointInfo& checkpoint = job->checkpoints.at(id);
     std::error_code error;
     std::filesystem::remove_all(checkpoint.dir(), error);
     if (error) {
       LOG(WARNING) << "cannot remove " << checkpoint.dir() << ": " << error.message();
     }
     if (checkpoint.state() == v1::CHECKPOINT_COMPLETE) {
-      checkpoint.set_state(v1::CHECKPOINT_PRUNED);
       AddEvent(job,
-               absl::StrCat("checkpoint ", checkpoint.checkpoint_id(), " pruned (keep last ", keep,
-                            ")", error ? absl::StrCat("; its files: ", error.message()) : ""),
+               absl::StrCat("checkpoint ", id, " pruned (keep last ", keep, ")",
+                            error ? absl::StrCat("; its files: ", error.message()) : ""),
                now, changes);
     }
-    checkpoint.set_dir(error ? checkpoint.dir() : "");
-    changes->checkpoints.insert({job->number, checkpoint.checkpoint_id()});
+    job->checkpoints.MarkPruned(id, /*files_removed=*/!error);
+    changes->checkpoints.insert({job->number, id});
   }
 }
 
@@ -560,19 +516,16 @@ absl::StatusOr<v1::JobInfo> Scheduler::ReportRestoreFailure(
     PS_RETURN_IF_ERROR(Commit(&changes));
     return JobWithEvents(*job);
   }
-  auto it = source->checkpoints.find(order.checkpoint_id());
-  if (it != source->checkpoints.end() && it->second.state() == v1::CHECKPOINT_COMPLETE) {
-    it->second.set_state(v1::CHECKPOINT_CORRUPT);
-    it->second.set_error(error);
-    changes.checkpoints.insert({source->number, it->first});
+  if (source->checkpoints.MarkCorrupt(order.checkpoint_id(), error)) {
+    changes.checkpoints.insert({source->number, order.checkpoint_id()});
     if (metrics_ != nullptr) metrics_->CheckpointEnded("corrupt", absl::ZeroDuration());
-    if (source->info.latest_checkpoint_id() == it->first) {
-      const v1::CheckpointInfo* latest = LatestComplete(*source);
+    if (source->info.latest_checkpoint_id() == order.checkpoint_id()) {
+      const v1::CheckpointInfo* latest = source->checkpoints.LatestComplete();
       source->info.set_latest_checkpoint_id(latest == nullptr ? 0 : latest->checkpoint_id());
       changes.jobs.insert(source->number);
     }
   }
-  const v1::CheckpointInfo* fallback = LatestComplete(*source, order.checkpoint_id());
+  const v1::CheckpointInfo* fallback = source->checkpoints.LatestComplete(order.checkpoint_id());
   AddEvent(job,
            absl::StrCat(
                "checkpoint ", order.checkpoint_id(), " is corrupt: ", error, "; falling back to ",

@@ -45,7 +45,7 @@ absl::StatusOr<v1::LeaseDataResponse> Scheduler::LeaseData(const v1::LeaseDataRe
                                                       req.worker_id(), " of job ", req.job_id(),
                                                       " (was it declared dead?)"));
   }
-  PS_RETURN_IF_ERROR(CheckNodeSecret(req.node_id(), req.node_secret()));
+  PS_RETURN_IF_ERROR(membership_.CheckNodeSecret(req.node_id(), req.node_secret()));
   Changes changes;
   if (!info.has_data()) {
     // A job that starts from a checkpoint (or rolled back before its first lease) reads on

@@ -15,9 +15,9 @@ namespace ps {
 
 absl::StatusOr<v1::NodeInfo> Scheduler::DrainNode(uint64_t node_id) {
   absl::MutexLock lock(&mu_);
-  auto it = nodes_.find(node_id);
-  if (it == nodes_.end()) return absl::NotFoundError(absl::StrCat("no node ", node_id));
-  v1::NodeInfo& node = it->second;
+  v1::NodeInfo* found = membership_.FindMutable(node_id);
+  if (found == nullptr) return absl::NotFoundError(absl::StrCat("no node ", node_id));
+  v1::NodeInfo& node = *found;
   if (node.role() != v1::SERVER) {
     return absl::InvalidArgumentError(absl::StrCat(
         "node ", node_id, " is a ", absl::AsciiStrToLower(v1::NodeRole_Name(node.role())),
@@ -38,9 +38,8 @@ absl::StatusOr<v1::NodeInfo> Scheduler::DrainNode(uint64_t node_id) {
       continue;
     bool other = false;
     for (uint64_t id : job.info.server_nodes()) {
-      auto n = nodes_.find(id);
-      other = other || (id != node_id && n != nodes_.end() && n->second.state() == v1::ALIVE &&
-                        !n->second.draining());
+      const v1::NodeInfo* n = membership_.Find(id);
+      other = other || (id != node_id && n != nullptr && n->state() == v1::ALIVE && !n->draining());
     }
     if (!other && !spare) {
       return absl::FailedPreconditionError(
@@ -81,12 +80,12 @@ void Scheduler::FinishDrain(Job* job, uint64_t request_seq, absl::Time now, Chan
   changes->jobs.insert(job->number);
   std::vector<uint64_t> draining;
   for (uint64_t id : job->info.server_nodes()) {
-    auto n = nodes_.find(id);
-    if (n != nodes_.end() && n->second.draining()) draining.push_back(id);
+    const v1::NodeInfo* n = membership_.Find(id);
+    if (n != nullptr && n->draining()) draining.push_back(id);
   }
   for (uint64_t id : draining) {
     if (job->info.state() != v1::RUNNING) break;
-    const std::string address = nodes_[id].address();
+    const std::string address = membership_.Get(id).address();
     RecoverFromServerLoss(job, id, "drained by psctl drain", now, changes, /*drained=*/true);
     // The drained server holds the job's tables still: free them.
     if (!address.empty()) changes->drops.push_back(DropOrder{job->info.job_id(), {address}});

@@ -1,5 +1,6 @@
-// Membership: nodes register and heartbeat (with the progress of their jobs), fall silent and
-// are declared dead; what a dead node means for the jobs it served.
+// Nodes register and heartbeat (with the progress of their jobs), fall silent and are declared
+// dead: Membership (membership.h) keeps the node table and decides; here is what that means for
+// the jobs the nodes served.
 #include <glog/logging.h>
 
 #include <algorithm>
@@ -8,9 +9,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/node_identity.h"
 #include "common/printable.h"
-#include "common/security.h"
 #include "common/status_macros.h"
 #include "scheduler/data_ledger.h"
 #include "scheduler/scheduler.h"
@@ -62,30 +61,17 @@ absl::StatusOr<v1::RegisterResponse> Scheduler::Register(const v1::RegisterReque
   absl::MutexLock lock(&mu_);
   const absl::Time now = clock_();
   Changes changes;
-  PS_RETURN_IF_ERROR(CheckRegistrationRate(now));
-  absl::StatusOr<std::vector<uint64_t>> replaced = ServersToReplace(req, now);
-  if (!replaced.ok()) return replaced.status();
-  last_heard_ = now;
-  PS_RETURN_IF_ERROR(MakeRoomForNode(req, &changes));
+  PS_ASSIGN_OR_RETURN(Membership::Registration registration,
+                      membership_.Register(req, now, NodesInUse()));
+  DeleteNodes(registration.forgotten, &changes);
   changes.sync = true;
   changes.counters = true;
-  const uint64_t id = next_node_id_++;
-  v1::NodeInfo& node = nodes_[id];
-  node.set_node_id(id);
-  node.set_role(req.role());
-  node.set_state(v1::ALIVE);
-  node.set_address(req.address());
-  node.set_hostname(req.hostname());
-  node.set_pid(req.pid());
-  node.set_metrics_address(req.metrics_address());
-  node.set_version(req.version());
-  node.set_last_heartbeat_unix_ms(ToMs(now));
-  node.set_registered_unix_ms(ToMs(now));
-  node.set_node_secret(NewSecret());
+  const uint64_t id = registration.node_id;
+  const v1::NodeInfo& node = *membership_.Find(id);
   changes.nodes.insert(id);
   // The new server is registered first, so that it can take the old one's slots as a spare.
-  for (uint64_t old : *replaced) {
-    MarkDead(&nodes_.at(old), "a new server registered at its address", now, &changes);
+  for (uint64_t old : registration.replaced) {
+    MarkDead(membership_.FindMutable(old), "a new server registered at its address", now, &changes);
   }
   LOG(INFO) << "node " << id << " registered: " << RoleName(req.role()) << " "
             << (req.address().empty() ? "" : req.address() + " ") << "on " << req.hostname()
@@ -104,42 +90,18 @@ absl::StatusOr<v1::RegisterResponse> Scheduler::Register(const v1::RegisterReque
 absl::StatusOr<v1::HeartbeatResponse> Scheduler::Heartbeat(const v1::HeartbeatRequest& req) {
   absl::MutexLock lock(&mu_);
   v1::HeartbeatResponse resp;
-  auto it = nodes_.find(req.node_id());
-  if (it == nodes_.end() || it->second.state() != v1::ALIVE) {
+  v1::NodeInfo* found = membership_.FindMutable(req.node_id());
+  if (found == nullptr || found->state() != v1::ALIVE) {
     resp.set_reregister(true);
     return resp;
   }
-  v1::NodeInfo& node = it->second;
-  // Only the daemon that registered as this node may speak for it (nodes registered before
-  // secrets existed have none).
-  if (!node.node_secret().empty() && !ConstantTimeEquals(req.node_secret(), node.node_secret())) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("heartbeat for node ", req.node_id(),
-                     ": node_secret does not match (only the daemon that registered as that node "
-                     "may heartbeat for it)"));
-  }
+  v1::NodeInfo& node = *found;
+  PS_RETURN_IF_ERROR(membership_.CheckHeartbeatSecret(node.node_id(), req.node_secret()));
   const absl::Time now = clock_();
   Changes changes;
-  last_heard_ = now;
-  if (cut_off_) {
-    // The first heartbeat after the scheduler heard nobody: it was the one cut off. Every node
-    // gets a fresh grace period, as after a scheduler restart.
-    cut_off_ = false;
-    LOG(WARNING) << "scheduler: heartbeats again after "
-                 << absl::FormatDuration(now - cut_off_since_)
-                 << " of silence from every node; nobody was declared dead meanwhile";
-    for (auto& [id, other] : nodes_) {
-      if (other.state() == v1::ALIVE) {
-        other.set_last_heartbeat_unix_ms(ToMs(now));
-        changes.nodes.insert(id);
-      }
-    }
-  }
-  if (metrics_ != nullptr) {
-    metrics_->ObserveHeartbeatLag(now - absl::FromUnixMillis(node.last_heartbeat_unix_ms()));
-  }
-  node.set_last_heartbeat_unix_ms(ToMs(now));
-  changes.nodes.insert(node.node_id());
+  const Membership::Heard heard = membership_.RecordHeartbeat(node.node_id(), now);
+  changes.nodes.insert(heard.refreshed.begin(), heard.refreshed.end());
+  if (metrics_ != nullptr) metrics_->ObserveHeartbeatLag(heard.lag);
   if (node.role() == v1::SERVER && req.checkpoint_probe() != node.checkpoint_probe()) {
     node.set_checkpoint_probe(Printable(req.checkpoint_probe(), kMaxReportBytes));
     for (auto& [number, job] : jobs_) {
@@ -244,45 +206,17 @@ absl::Status Scheduler::Tick() {
       absl::StrCat("no heartbeat for ", absl::FormatDuration(options_.heartbeat_timeout));
   // Every node that timed out is dead before any job recovers: a server that died in the same
   // tick must not be chosen to take another one's slots.
-  std::vector<v1::NodeInfo*> dead;
-  int alive = 0;
-  for (auto& [id, node] : nodes_) {
-    if (node.state() != v1::ALIVE) continue;
-    ++alive;
-    if (now - absl::FromUnixMillis(node.last_heartbeat_unix_ms()) > options_.heartbeat_timeout) {
-      dead.push_back(&node);
-    }
+  for (uint64_t id : membership_.DeclareSilentNodesDead(now)) {
+    MarkDead(membership_.FindMutable(id), why, now, &changes);
   }
-  // Nobody of several live nodes heard for two heartbeat intervals (at most half the timeout):
-  // the scheduler is the one
-  // cut off (a partition, a frozen process), not all of them dead. Heartbeats are staggered,
-  // so waiting for all to time out together would declare the first ones dead one by one.
-  // Declare nobody dead until a heartbeat arrives, which then gives everyone a fresh grace
-  // period.
-  if (options_.suspect_own_partition && alive >= 2 && !dead.empty() &&
-      last_heard_ != absl::InfinitePast() &&
-      now - last_heard_ >
-          std::min(2 * options_.heartbeat_interval, options_.heartbeat_timeout / 2)) {
-    if (!cut_off_) {
-      cut_off_ = true;
-      cut_off_since_ = last_heard_;
-      LOG(WARNING) << "scheduler: no heartbeat from any of the " << alive << " live nodes for "
-                   << absl::FormatDuration(now - last_heard_)
-                   << ": this scheduler is probably cut off from them; declaring nobody dead "
-                      "until they are heard again";
-    }
-    dead.clear();
-  }
-  for (v1::NodeInfo* node : dead) node->set_state(v1::DEAD);
-  for (v1::NodeInfo* node : dead) MarkDead(node, why, now, &changes);
-  ForgetDeadNodes(now, &changes);
+  DeleteNodes(membership_.ForgetDeadNodes(now, NodesInUse()), &changes);
   Schedule(now, &changes);
   return Commit(&changes);
 }
 
 void Scheduler::MarkDead(v1::NodeInfo* node, const std::string& why, absl::Time now,
                          Changes* changes) {
-  node->set_state(v1::DEAD);
+  membership_.MarkDead(node->node_id());
   if (metrics_ != nullptr) metrics_->NodeDied(node->role());
   changes->nodes.insert(node->node_id());
   changes->sync = true;

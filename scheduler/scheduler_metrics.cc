@@ -28,6 +28,8 @@ bool IsJobLabel(const std::string& job_id) {
 
 }  // namespace
 
+// Long, and a list: one initializer per metric family (the members are references to families
+// the registry owns, so they are bound here), then the label values known in advance.
 SchedulerMetrics::SchedulerMetrics(prometheus::Registry& registry)
     : nodes_(BuildGauge()
                  .Name("ps_scheduler_nodes")

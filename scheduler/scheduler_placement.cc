@@ -22,8 +22,8 @@ using scheduler_internal::ToMs;
 
 std::vector<PlacementNode> Scheduler::PlacementNodes() const {
   std::vector<PlacementNode> snapshot;
-  snapshot.reserve(nodes_.size());
-  for (const auto& [id, node] : nodes_) {
+  snapshot.reserve(membership_.nodes().size());
+  for (const auto& [id, node] : membership_.nodes()) {
     PlacementNode n;
     n.id = id;
     n.server = node.role() == v1::SERVER;
@@ -98,7 +98,7 @@ void Scheduler::AddWorkers(Job* job, const std::vector<uint64_t>& joining, absl:
       if (metrics_ != nullptr) metrics_->Recovered(now - job->deaths.front());
       job->deaths.pop_front();
     }
-    nodes_[id].set_job_id(info.job_id());
+    membership_.FindMutable(id)->set_job_id(info.job_id());  // placement chose a known node
     changes->nodes.insert(id);
     changes->jobs.insert(job->number);
     changes->sync = true;
@@ -119,8 +119,9 @@ void Scheduler::Start(Job* job, const Placement::Start& start, absl::Time now, C
   std::vector<std::string> servers;
   for (uint64_t id : start.servers) {
     info.add_server_nodes(id);
-    info.add_server_addresses(nodes_[id].address());
-    servers.push_back(absl::StrCat("node ", id, " (", nodes_[id].address(), ")"));
+    const std::string& address = membership_.Get(id).address();
+    info.add_server_addresses(address);
+    servers.push_back(absl::StrCat("node ", id, " (", address, ")"));
   }
   info.set_shard_epoch(1);
   if (spec.has_from_checkpoint()) {
@@ -143,7 +144,7 @@ void Scheduler::Start(Job* job, const Placement::Start& start, absl::Time now, C
     const uint64_t id = start.workers[i];
     info.add_worker_nodes(id);
     info.add_worker_ids(i);
-    nodes_[id].set_job_id(info.job_id());
+    membership_.FindMutable(id)->set_job_id(info.job_id());  // placement chose a known node
     changes->nodes.insert(id);
     workers.push_back(absl::StrCat("node ", id, " as worker ", i));
   }
@@ -164,9 +165,9 @@ void Scheduler::Start(Job* job, const Placement::Start& start, absl::Time now, C
 void Scheduler::CheckSharedCheckpointRoot(Job* job, absl::Time now, Changes* changes) {
   const std::string root = CheckpointRoot(job->info.spec());
   std::set<std::string> hosts;
-  for (uint64_t id : job->info.server_nodes()) hosts.insert(nodes_[id].hostname());
+  for (uint64_t id : job->info.server_nodes()) hosts.insert(membership_.Get(id).hostname());
   for (uint64_t id : job->info.server_nodes()) {
-    const v1::NodeInfo& server = nodes_[id];
+    const v1::NodeInfo& server = membership_.Get(id);
     const std::string& probe = server.checkpoint_probe();
     // Not reported yet (checked again when it is), or a job root of its own: servers probe the
     // scheduler's --checkpoint_root only.
