@@ -34,6 +34,38 @@ bool IsRecoverableRpcError(const absl::Status& s) {
           code == absl::StatusCode::kDataLoss || code == absl::StatusCode::kNotFound);
 }
 
+namespace {
+
+// Carries out `a`'s restore order if it is for `a`'s shard map: the clock to start at (`clock`
+// unless the restore sets it). A restore that failed because of the checkpoint itself (corrupt,
+// missing, incompatible) is reported to the scheduler, which then picks another.
+absl::StatusOr<int64_t> RestoreOrdered(RpcClient& client, const v1::WorkerAssignment& a,
+                                       const RunStartOptions& options, int64_t clock) {
+  if (!a.has_restore() || a.restore().shard_epoch() != a.shard_epoch()) return clock;
+  auto log = [&options](const std::string& line) {
+    if (options.log) options.log(line);
+  };
+  const absl::Time start = absl::Now();
+  auto restored = JobAdmin(client).Restore(a.restore(), absl::Minutes(10));
+  if (!restored.ok()) {
+    const absl::StatusCode code = restored.status().code();
+    log(absl::StrCat(a.job_id(), ": restore from checkpoint ", a.restore().checkpoint_id(),
+                     " failed: ", restored.status().ToString()));
+    if ((code == absl::StatusCode::kDataLoss || code == absl::StatusCode::kNotFound ||
+         code == absl::StatusCode::kInvalidArgument) &&
+        options.report_restore_failure) {
+      options.report_restore_failure(a, restored.status());
+    }
+    return restored.status();
+  }
+  log(absl::StrCat(a.job_id(), ": restored (", a.restore().reason(), ") from checkpoint ",
+                   a.restore().checkpoint_id(), " in ", absl::FormatDuration(absl::Now() - start),
+                   a.restore().rollback() ? absl::StrCat("; back to clock ", *restored) : ""));
+  return a.restore().rollback() || *restored > clock ? *restored : clock;
+}
+
+}  // namespace
+
 absl::StatusOr<RunStart> StartRun(const v1::WorkerAssignment& assignment,
                                   const RunStartOptions& options) {
   v1::WorkerAssignment a = assignment;
@@ -93,25 +125,7 @@ absl::StatusOr<RunStart> StartRun(const v1::WorkerAssignment& assignment,
     t.set_job_id(a.job_id());
     PS_RETURN_IF_ERROR(client->CreateTable(t));
   }
-  if (a.has_restore() && a.restore().shard_epoch() == a.shard_epoch()) {
-    const absl::Time start = absl::Now();
-    auto restored = JobAdmin(*client).Restore(a.restore(), absl::Minutes(10));
-    if (!restored.ok()) {
-      const absl::StatusCode code = restored.status().code();
-      log(absl::StrCat(a.job_id(), ": restore from checkpoint ", a.restore().checkpoint_id(),
-                       " failed: ", restored.status().ToString()));
-      if ((code == absl::StatusCode::kDataLoss || code == absl::StatusCode::kNotFound ||
-           code == absl::StatusCode::kInvalidArgument) &&
-          options.report_restore_failure) {
-        options.report_restore_failure(a, restored.status());
-      }
-      return restored.status();
-    }
-    log(absl::StrCat(a.job_id(), ": restored (", a.restore().reason(), ") from checkpoint ",
-                     a.restore().checkpoint_id(), " in ", absl::FormatDuration(absl::Now() - start),
-                     a.restore().rollback() ? absl::StrCat("; back to clock ", *restored) : ""));
-    if (a.restore().rollback() || *restored > clock) clock = *restored;
-  }
+  PS_ASSIGN_OR_RETURN(clock, RestoreOrdered(*client, a, options, clock));
   client->SetClock(std::max<int64_t>(clock, 0));  // -1 cannot happen: this worker is in the set
   RunStart start;
   start.clock = client->clock();
