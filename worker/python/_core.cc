@@ -32,6 +32,8 @@
 #include "docstrings.h"
 #include "ps/client.h"
 #include "ps/session.h"
+#include "py_types.h"
+#include "session_bindings.h"
 
 namespace py = pybind11;
 
@@ -52,18 +54,6 @@ ps::TableKind ParseKind(const std::string& name) {
   throw py::value_error("kind must be 'sparse' or 'dense', got '" + name + "'");
 }
 
-std::string ConsistencyName(ps::Consistency c) {
-  switch (c) {
-    case ps::Consistency::kSync:
-      return "sync";
-    case ps::Consistency::kSsp:
-      return "ssp";
-    case ps::Consistency::kAsync:
-      return "async";
-  }
-  return "?";
-}
-
 ps::Consistency ParseConsistency(const std::string& name) {
   if (name == "sync") return ps::Consistency::kSync;
   if (name == "ssp") return ps::Consistency::kSsp;
@@ -81,110 +71,6 @@ uint32_t ToUint32(long long v, const std::string& what) {
 // ---------------------------------------------------------------------------------------------
 // Client, Table, Request
 
-class PyClient;
-
-// A table handle: its description and the Python Client it belongs to (kept alive).
-struct PyTable {
-  ps::Table table;
-  py::object client;  // a PyClient
-};
-
-// A request in flight. Holds the arrays it borrows and the connection until it is done; its
-// destruction waits for it (with the GIL released).
-class PyRequest {
- public:
-  PyRequest(ps::Pending pending, std::shared_ptr<ps::Client> client, std::vector<Borrowed> borrowed,
-            py::object result, std::string what)
-      : pending_(std::move(pending)),
-        client_(std::move(client)),
-        borrowed_(std::move(borrowed)),
-        result_(std::move(result)),
-        what_(std::move(what)) {}
-  PyRequest(const PyRequest&) = delete;
-  PyRequest& operator=(const PyRequest&) = delete;
-
-  ~PyRequest() {
-    py::gil_scoped_release release;
-    if (!finished_) pending_.Wait().IgnoreError();
-    // The last reference may destroy the client, which waits for its requests.
-    client_.reset();
-    // borrowed_ (buffer views, references) is released below with the GIL held again.
-  }
-
-  py::object Wait(std::optional<double> timeout) {
-    if (!finished_) {
-      bool timed_out = false;
-      absl::Status status;
-      {
-        py::gil_scoped_release release;
-        if (timeout.has_value()) {
-          timed_out = !pending_.WaitFor(absl::Seconds(std::max(0.0, *timeout)));
-        }
-        if (!timed_out) status = pending_.Wait();
-      }
-      if (timed_out) {
-        std::ostringstream s;
-        s << "the " << what_ << " request is not done after " << *timeout << " s";
-        PyErr_SetString(PyExc_TimeoutError, s.str().c_str());
-        throw py::error_already_set();
-      }
-      if (!finished_) {
-        finished_ = true;
-        status_ = status;
-        borrowed_.clear();  // the servers are done with the caller's buffers
-      }
-    }
-    Check(status_);
-    return result_;
-  }
-
-  bool Done() const {
-    if (finished_) return true;
-    return pending_.Done();
-  }
-
-  std::string Repr() const {
-    std::string state =
-        finished_ ? (status_.ok() ? "done" : "failed") : (pending_.Done() ? "done" : "in flight");
-    return "<paramserver.Request " + what_ + " " + state + ">";
-  }
-
- private:
-  ps::Pending pending_;
-  std::shared_ptr<ps::Client> client_;
-  std::vector<Borrowed> borrowed_;
-  py::object result_;
-  std::string what_;
-  bool finished_ = false;
-  absl::Status status_;
-};
-
-class PyClient {
- public:
-  PyClient(std::shared_ptr<ps::Client> client, ps::ClientOptions options)
-      : client_(std::move(client)), options_(std::move(options)) {}
-  PyClient(const PyClient&) = delete;
-  PyClient& operator=(const PyClient&) = delete;
-
-  ~PyClient() {
-    py::gil_scoped_release release;
-    client_.reset();  // waits for its requests in flight (unless a Request still holds it)
-  }
-
-  ps::Client& client() { return *client_; }
-  const std::shared_ptr<ps::Client>& shared() const { return client_; }
-  const ps::ClientOptions& options() const { return options_; }
-
-  void Close() {
-    py::gil_scoped_release release;
-    client_->Close();
-  }
-
- private:
-  std::shared_ptr<ps::Client> client_;
-  ps::ClientOptions options_;
-};
-
 PyClient& ClientOf(py::handle self) { return self.cast<PyClient&>(); }
 
 const ps::Table& TableOf(py::handle obj, const std::string& what = "table") {
@@ -195,10 +81,6 @@ const ps::Table& TableOf(py::handle obj, const std::string& what = "table") {
                          TypeName(obj));
   }
   return obj.cast<PyTable&>().table;
-}
-
-py::object MakeTable(py::object client, ps::Table table) {
-  return py::cast(PyTable{std::move(table), std::move(client)});
 }
 
 // One parsed pull or push operation.
@@ -405,39 +287,6 @@ py::object WaitNow(PyRequest* request) {
 }
 
 }  // namespace
-
-// A program job's Session, with the Python Client over its managed client (made once: tables
-// keep a reference to it).
-// The session, shared with its client's Python object (which holds the session's client
-// through an aliasing pointer, keeping the session alive as long as a table or a request does).
-struct PySession {
-  std::shared_ptr<ps::Session> session;
-  py::object client;
-
-  ~PySession() {
-    client = py::object();
-    py::gil_scoped_release release;
-    session.reset();
-  }
-};
-
-std::optional<double> OptionalFloat(py::object value, const char* what) {
-  if (value.is_none()) return std::nullopt;
-  try {
-    return value.cast<double>();
-  } catch (const py::cast_error&) {
-    throw py::type_error(std::string(what) + " must be a number or None, got " + TypeName(value));
-  }
-}
-
-std::map<std::string, double> Metrics(py::object metrics) {
-  std::map<std::string, double> out;
-  if (metrics.is_none()) return out;
-  for (auto item : metrics.cast<py::dict>()) {
-    out[item.first.cast<std::string>()] = item.second.cast<double>();
-  }
-  return out;
-}
 
 namespace {
 
@@ -908,196 +757,6 @@ void BindClientState(py::class_<PyClient>& cls) {
       });
 }
 
-// Session.from_env and what a session knows of its job.
-void BindSessionInfo(py::class_<PySession>& cls) {
-  cls.def_static(
-         "from_env",
-         [](double recovery_wait, double rpc_timeout, bool log) {
-           ps::SessionOptions o;
-           if (!(recovery_wait > 0) || !(rpc_timeout > 0)) {
-             throw py::value_error("recovery_wait and rpc_timeout must be positive seconds");
-           }
-           o.recovery_wait = absl::Seconds(recovery_wait);
-           o.rpc_timeout = absl::Seconds(rpc_timeout);
-           o.log_to_stderr = log;
-           absl::StatusOr<std::unique_ptr<ps::Session>> session;
-           {
-             py::gil_scoped_release release;
-             session = ps::Session::FromEnv(o);
-           }
-           if (!session.ok()) throw StatusError(session.status());
-           auto py_session = std::make_unique<PySession>();
-           py_session->session = std::move(*session);
-           ps::ClientOptions co = py_session->session->client().options();
-           std::shared_ptr<ps::Client> client(py_session->session, &py_session->session->client());
-           py_session->client = py::cast(std::make_unique<PyClient>(client, std::move(co)));
-           return py_session;
-         },
-         py::arg("recovery_wait") = 90.0, py::arg("rpc_timeout") = 120.0, py::arg("log") = true,
-         "The session of the program a worker daemon runs (from PS_AGENT and the other PS_\n"
-         "variables). FailedPreconditionError if there is none.")
-      .def_property_readonly(
-          "client", [](PySession& s) { return s.client; },
-          "The paramserver.Client of the job's servers, managed by the session: create_table\n"
-          "returns the job file's table of that name (others are refused), and a request that\n"
-          "could not complete because a server died raises StepInterrupted, as does every\n"
-          "later request of the step, until next() has recovered.")
-      .def_property_readonly(
-          "step_interrupted", [](PySession& s) { return s.session->step_interrupted(); },
-          "True once a request of the current step raised StepInterrupted, until next() or\n"
-          "next_batch() has recovered.")
-      .def_property_readonly("job_id", [](PySession& s) { return s.session->job_id(); })
-      .def_property_readonly("worker_id", [](PySession& s) { return s.session->worker_id(); })
-      .def_property_readonly(
-          "rank", [](PySession& s) { return s.session->rank(); },
-          "This worker's index among the job's live workers (changes when workers die or join).")
-      .def_property_readonly(
-          "num_workers", [](PySession& s) { return s.session->num_workers(); },
-          "The job's live workers.")
-      .def_property_readonly("consistency",
-                             [](PySession& s) { return ConsistencyName(s.session->consistency()); })
-      .def_property_readonly("staleness", [](PySession& s) { return s.session->staleness(); })
-      .def_property_readonly(
-          "recoveries", [](PySession& s) { return s.session->recoveries(); },
-          "Server losses this session recovered from.");
-}
-
-// Session's step loop.
-void BindSessionLoop(py::class_<PySession>& cls) {
-  cls.def(
-         "table",
-         [](PySession& s, const std::string& name) {
-           absl::StatusOr<ps::Table> t;
-           {
-             py::gil_scoped_release release;
-             t = s.session->table(name);
-           }
-           if (!t.ok()) throw StatusError(t.status());
-           return MakeTable(s.client, *t);
-         },
-         py::arg("name"), "A table the job file declares (NotFoundError otherwise).")
-      .def_property_readonly(
-          "tables",
-          [](PySession& s) {
-            py::dict out;
-            std::vector<ps::Table> tables;
-            {
-              py::gil_scoped_release release;
-              tables = s.session->tables();
-            }
-            for (ps::Table& t : tables) {
-              const std::string name = t.name;
-              out[py::str(name)] = MakeTable(s.client, std::move(t));
-            }
-            return out;
-          },
-          "{name: paramserver.Table} of the job's declared tables.")
-      .def(
-          "begin",
-          [](PySession& s, long long total, long long per_epoch) {
-            absl::StatusOr<int64_t> step;
-            {
-              py::gil_scoped_release release;
-              step = s.session->Begin(total, per_epoch);
-            }
-            if (!step.ok()) throw StatusError(step.status());
-            return *step;
-          },
-          py::arg("total_steps"), py::arg("steps_per_epoch") = 0,
-          "Starts the loop: returns the step to start at (see steps()).")
-      .def(
-          "next",
-          [](PySession& s) {
-            absl::StatusOr<int64_t> step;
-            {
-              py::gil_scoped_release release;
-              step = s.session->Next();
-            }
-            if (!step.ok()) throw StatusError(step.status());
-            return *step;
-          },
-          "Ends the current step (clock, recovery, progress, checkpoint); returns the next.");
-}
-
-// Session reports, checkpoints and __repr__.
-void BindSessionReports(py::class_<PySession>& cls) {
-  cls.def("_report",
-          [](PySession& s, py::object loss, py::object accuracy, long long samples,
-             py::object metrics) {
-            ps::StepReport r;
-            r.loss = OptionalFloat(loss, "loss");
-            r.accuracy = OptionalFloat(accuracy, "accuracy");
-            r.samples = samples;
-            r.metrics = Metrics(metrics);
-            absl::Status st;
-            {
-              py::gil_scoped_release release;
-              st = s.session->Report(r);
-            }
-            if (!st.ok()) throw StatusError(st);
-          })
-      .def("_report_evaluation",
-           [](PySession& s, py::object loss, py::object accuracy, py::object metrics) {
-             const std::optional<double> l = OptionalFloat(loss, "loss");
-             const std::optional<double> a = OptionalFloat(accuracy, "accuracy");
-             const std::map<std::string, double> m = Metrics(metrics);
-             absl::Status st;
-             {
-               py::gil_scoped_release release;
-               st = s.session->ReportEvaluation(l, a, m);
-             }
-             if (!st.ok()) throw StatusError(st);
-           })
-      .def_property_readonly(
-          "dynamic_data", [](PySession& s) { return s.session->dynamic_data(); },
-          "Whether the scheduler hands out the job's data (data_assignment DYNAMIC): loop on\n"
-          "batches() then, else on steps().")
-      .def(
-          "next_batch",
-          [](PySession& s, long long num_examples, int batch_size) -> py::object {
-            absl::StatusOr<std::optional<ps::DataBatch>> batch;
-            {
-              py::gil_scoped_release release;
-              batch = s.session->NextBatch(num_examples, batch_size);
-            }
-            if (!batch.ok()) throw StatusError(batch.status());
-            if (!batch->has_value()) return py::none();
-            ps::DataBatch& b = **batch;
-            py::array_t<int64_t> examples(static_cast<py::ssize_t>(b.examples.size()));
-            std::memcpy(examples.mutable_data(), b.examples.data(),
-                        b.examples.size() * sizeof(int64_t));
-            py::dict out;
-            out["epoch"] = b.epoch;
-            out["index"] = b.index;
-            out["step"] = b.step;
-            out["examples"] = std::move(examples);
-            out["epochs_done"] = b.epochs_done;
-            return out;
-          },
-          py::arg("num_examples"), py::arg("batch_size"),
-          "Dynamic data: ends the current step and returns the next range handed to this worker\n"
-          "as a dict (epoch, index, step, examples: an int64 numpy array of indices into the\n"
-          "data set, epochs_done), or None once every range of every epoch is read. See\n"
-          "batches().")
-      .def(
-          "request_checkpoint",
-          [](PySession& s) {
-            absl::Status st;
-            {
-              py::gil_scoped_release release;
-              st = s.session->RequestCheckpoint();
-            }
-            if (!st.ok()) throw StatusError(st);
-          },
-          "Asks for a checkpoint of the job's tables (taken at the next step of rank 0).")
-      .def("__repr__", [](PySession& s) {
-        return "<paramserver.Session job='" + s.session->job_id() + "' worker " +
-               std::to_string(s.session->worker_id()) + " rank " +
-               std::to_string(s.session->rank()) + "/" + std::to_string(s.session->num_workers()) +
-               ">";
-      });
-}
-
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -1115,10 +774,7 @@ PYBIND11_MODULE(_core, m) {
   BindClientTables(client);
   BindClientData(client);
   BindClientState(client);
-  py::class_<PySession> session(m, "Session", kSessionDoc);
-  BindSessionInfo(session);
-  BindSessionLoop(session);
-  BindSessionReports(session);
+  RegisterSession(m);  // Session (session_bindings.cc)
 
   m.attr("__name__") = module_name;
 
