@@ -13,8 +13,6 @@
 namespace ps {
 namespace {
 
-absl::Status Invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
-
 template <typename T>
 void AppendRaw(const T& v, std::string* out) {
   out->append(reinterpret_cast<const char*>(&v), sizeof(v));
@@ -31,27 +29,32 @@ size_t SignChunks(size_t n) { return (n + kSignChunkValues - 1) / kSignChunkValu
 
 absl::Status CheckCodec(const v1::CodecSpec& c, absl::string_view field, bool pull, bool dense) {
   if (!v1::ValueCodec_IsValid(c.codec())) {
-    return Invalid(absl::StrCat(field, ".codec = ", static_cast<int>(c.codec()),
-                                " is not a known codec (none, fp16, bf16, topk, sign)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".codec = ", static_cast<int>(c.codec()),
+                     " is not a known codec (none, fp16, bf16, topk, sign)"));
   }
   const std::string name = CodecName(c.codec());
   if (c.codec() == v1::CODEC_TOPK) {
     if (!(c.ratio() > 0.0f && c.ratio() <= 1.0f)) {
-      return Invalid(absl::StrCat(field, ".ratio = ", c.ratio(),
-                                  " is not in (0, 1] (the fraction of a block's values sent)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".ratio = ", c.ratio(),
+                       " is not in (0, 1] (the fraction of a block's values sent)"));
     }
   } else if (c.ratio() != 0.0f) {
-    return Invalid(absl::StrCat(field, ".ratio = ", c.ratio(), " is for topk, not ", name));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".ratio = ", c.ratio(), " is for topk, not ", name));
   }
   if (KeepsResidual(c.codec()) && pull) {
-    return Invalid(absl::StrCat(field, " = ", name,
-                                ": topk and sign are for gradients (push_codec); pulls take "
-                                "fp16 or bf16"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " = ", name,
+                     ": topk and sign are for gradients (push_codec); pulls take "
+                     "fp16 or bf16"));
   }
   if (KeepsResidual(c.codec()) && !dense) {
-    return Invalid(absl::StrCat(field, " = ", name,
-                                " is for DENSE tables (a sparse table's pushes are its touched "
-                                "rows already; use fp16 or bf16)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " = ", name,
+                     " is for DENSE tables (a sparse table's pushes are its touched "
+                     "rows already; use fp16 or bf16)"));
   }
   return absl::OkStatus();
 }
@@ -125,18 +128,20 @@ void EncodeSign(absl::Span<const float> values, std::string* out, float* residua
 }
 
 absl::Status WrongLength(v1::ValueCodec codec, size_t got, size_t want, size_t n) {
-  return Invalid(absl::StrCat("a ", CodecName(codec), " block of ", n, " values is ", got,
-                              " bytes, not ", want));
+  return absl::InvalidArgumentError(absl::StrCat("a ", CodecName(codec), " block of ", n,
+                                                 " values is ", got, " bytes, not ", want));
 }
 
 absl::Status DecodeTopk(absl::string_view bytes, size_t n, float* out) {
   if (bytes.size() < 8) return WrongLength(v1::CODEC_TOPK, bytes.size(), 8, n);
   const uint32_t total = ReadRaw<uint32_t>(bytes.data());
   if (total != n) {
-    return Invalid(absl::StrCat("a topk block of ", total, " values where the keys have ", n));
+    return absl::InvalidArgumentError(
+        absl::StrCat("a topk block of ", total, " values where the keys have ", n));
   }
   const uint32_t k = ReadRaw<uint32_t>(bytes.data() + 4);
-  if (k > n) return Invalid(absl::StrCat("a topk block sends ", k, " of ", n, " values"));
+  if (k > n)
+    return absl::InvalidArgumentError(absl::StrCat("a topk block sends ", k, " of ", n, " values"));
   const size_t want = 8 + size_t{k} * 8;
   if (bytes.size() != want) return WrongLength(v1::CODEC_TOPK, bytes.size(), want, n);
   std::fill(out, out + n, 0.0f);
@@ -146,12 +151,14 @@ absl::Status DecodeTopk(absl::string_view bytes, size_t n, float* out) {
   for (size_t j = 0; j < k; ++j) {
     const uint32_t i = ReadRaw<uint32_t>(idx + j * sizeof(uint32_t));
     if (i >= n || static_cast<int64_t>(i) <= last) {
-      return Invalid(absl::StrCat("a topk block's index ", i, " is out of range (", n,
-                                  " values) or not above the one before"));
+      return absl::InvalidArgumentError(absl::StrCat("a topk block's index ", i,
+                                                     " is out of range (", n,
+                                                     " values) or not above the one before"));
     }
     last = i;
     const float v = ReadRaw<float>(val + j * sizeof(float));
-    if (!std::isfinite(v)) return Invalid(absl::StrCat("a topk block's value ", j, " is ", v));
+    if (!std::isfinite(v))
+      return absl::InvalidArgumentError(absl::StrCat("a topk block's value ", j, " is ", v));
     out[i] = v;
   }
   return absl::OkStatus();
@@ -163,12 +170,12 @@ absl::Status DecodeSign(absl::string_view bytes, size_t n, float* out) {
   if (bytes.size() != want) return WrongLength(v1::CODEC_SIGN, bytes.size(), want, n);
   const char* bits = bytes.data() + chunks * sizeof(float);
   if (n % 8 != 0 && (static_cast<unsigned char>(bits[n / 8]) >> (n % 8)) != 0) {
-    return Invalid("a sign block has padding bits set past its last value");
+    return absl::InvalidArgumentError("a sign block has padding bits set past its last value");
   }
   for (size_t c = 0; c < chunks; ++c) {
     const float scale = ReadRaw<float>(bytes.data() + c * sizeof(float));
     if (!std::isfinite(scale) || scale < 0.0f) {
-      return Invalid(
+      return absl::InvalidArgumentError(
           absl::StrCat("a sign block's scale ", c, " is ", scale, " (must be finite and >= 0)"));
     }
     const size_t end = std::min(n, (c + 1) * kSignChunkValues);
@@ -206,7 +213,8 @@ absl::Status ParseCodecName(absl::string_view name, v1::ValueCodec* codec) {
       return absl::OkStatus();
     }
   }
-  return Invalid(absl::StrCat("unknown codec '", name, "' (none, fp16, bf16, topk, sign)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown codec '", name, "' (none, fp16, bf16, topk, sign)"));
 }
 
 absl::Status ValidateTableCodecs(const v1::TableSpec& spec) {
@@ -266,12 +274,14 @@ absl::Status DecodeValueBlock(v1::ValueCodec codec, absl::string_view bytes, siz
       }
       return absl::OkStatus();
     case v1::CODEC_TOPK:
-      if (n > UINT32_MAX) return Invalid("a topk block holds at most 2^32 - 1 values");
+      if (n > UINT32_MAX)
+        return absl::InvalidArgumentError("a topk block holds at most 2^32 - 1 values");
       return DecodeTopk(bytes, n, out);
     case v1::CODEC_SIGN:
       return DecodeSign(bytes, n, out);
     default:
-      return Invalid(absl::StrCat("unknown value codec ", static_cast<int>(codec)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown value codec ", static_cast<int>(codec)));
   }
 }
 

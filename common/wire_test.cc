@@ -72,7 +72,7 @@ TEST(WireTest, TagsAndLengthsFollowProtobufsLimits) {
       {std::string("\x90\x80\x80\x80\x70\x05", 6), true, 2},       // 0x70 << 28 is past 32 bits
   };
   for (const Case& c : tags) {
-    SCOPED_TRACE(testing::PrintToString(c.bytes));
+    SCOPED_TRACE(::testing::PrintToString(c.bytes));
     v1::ClockRequest parsed;
     EXPECT_EQ(parsed.ParseFromString(c.bytes), c.ok);
     if (c.ok) EXPECT_EQ(parsed.worker_id(), 5u);
@@ -94,7 +94,7 @@ TEST(WireTest, TagsAndLengthsFollowProtobufsLimits) {
       {std::string("\x22\x83\x80\x80\x80\x08xyz", 9), false},       // 2 GiB + 3
   };
   for (const Length& c : lengths) {
-    SCOPED_TRACE(testing::PrintToString(c.bytes));
+    SCOPED_TRACE(::testing::PrintToString(c.bytes));
     v1::CheckpointRequest parsed;
     EXPECT_EQ(parsed.ParseFromString(c.bytes), c.ok);
     if (c.ok) EXPECT_EQ(parsed.path(), "xyz");

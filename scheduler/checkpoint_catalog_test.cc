@@ -9,7 +9,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace ps {
+namespace ps::checkpoint_catalog_test {
 namespace {
 
 using ::testing::ElementsAre;
@@ -220,4 +220,4 @@ TEST_F(CheckpointCatalogTest, MarkPrunedKeepsTheDirOfFilesNotRemoved) {
 }
 
 }  // namespace
-}  // namespace ps
+}  // namespace ps::checkpoint_catalog_test

@@ -10,7 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace ps {
+namespace ps::membership_test {
 namespace {
 
 using ::testing::ElementsAre;
@@ -252,4 +252,4 @@ TEST_F(MembershipTest, LoadGivesLiveNodesAFreshGracePeriod) {
 }
 
 }  // namespace
-}  // namespace ps
+}  // namespace ps::membership_test

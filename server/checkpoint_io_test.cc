@@ -19,7 +19,7 @@
 #include "gtest/gtest.h"
 #include "server/table_store.h"
 
-namespace ps {
+namespace ps::checkpoint_io_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -468,4 +468,4 @@ TEST_F(CheckpointIoTest, ShardOfAnotherCheckpointIsRefused) {
 }
 
 }  // namespace
-}  // namespace ps
+}  // namespace ps::checkpoint_io_test

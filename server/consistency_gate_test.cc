@@ -10,7 +10,7 @@
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 
-namespace ps {
+namespace ps::consistency_gate_test {
 namespace {
 
 using v1::ConsistencySpec;
@@ -348,9 +348,9 @@ TEST_F(ConsistencyGateTest, ModeOfAndClockParts) {
 }
 
 }  // namespace
-}  // namespace ps
+}  // namespace ps::consistency_gate_test
 
-namespace ps {
+namespace ps::consistency_gate_test {
 namespace {
 
 // While a push holds CheckPushAndRun, the job's sync clock is not applied: a push that passed
@@ -407,9 +407,9 @@ TEST(ConsistencyGateRaceTest, AsyncAndSspClockAdvancesDoNotWaitForPushes) {
 }
 
 }  // namespace
-}  // namespace ps
+}  // namespace ps::consistency_gate_test
 
-namespace ps {
+namespace ps::consistency_gate_test {
 namespace {
 
 TEST_F(ConsistencyGateTest, ResetClocksRollsEveryWorkerBackAndRunsTheResetFirst) {
@@ -527,9 +527,9 @@ TEST(ConsistencyGateClockBoundsTest, AHugeJumpIsOneApplyAndOutOfRangeClocksAreRe
 }
 
 }  // namespace
-}  // namespace ps
+}  // namespace ps::consistency_gate_test
 
-namespace ps {
+namespace ps::consistency_gate_test {
 namespace {
 
 // DropJob wakes the job's waiting pulls with FAILED_PRECONDITION, and refuses what still holds
@@ -592,4 +592,4 @@ TEST(ConsistencyGateDropTest, WaitsForAPushInProgressAndRefusesLaterOnes) {
 }
 
 }  // namespace
-}  // namespace ps
+}  // namespace ps::consistency_gate_test

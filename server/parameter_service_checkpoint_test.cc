@@ -22,7 +22,7 @@
 #include "server/parameter_server.h"
 #include "server/testing/service_fixture.h"
 
-namespace ps {
+namespace ps::parameter_service_checkpoint_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -784,4 +784,4 @@ TEST_F(CheckpointServiceTest, WithoutCheckpointRootsEveryCheckpointIsRefused) {
 }
 
 }  // namespace
-}  // namespace ps
+}  // namespace ps::parameter_service_checkpoint_test

@@ -17,7 +17,7 @@
 #include "server/parameter_server.h"
 #include "server/testing/service_fixture.h"
 
-namespace ps {
+namespace ps::parameter_service_codec_test {
 namespace {
 
 using testing::Block;
@@ -230,4 +230,4 @@ TEST_F(ParameterServiceCodecTest, CreateTableRefusesBadCodecs) {
 }
 
 }  // namespace
-}  // namespace ps
+}  // namespace ps::parameter_service_codec_test

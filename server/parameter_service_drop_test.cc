@@ -16,7 +16,7 @@
 #include "server/parameter_server.h"
 #include "server/testing/service_fixture.h"
 
-namespace ps {
+namespace ps::parameter_service_drop_test {
 namespace {
 
 using testing::Block;
@@ -275,4 +275,4 @@ TEST_F(DropJobTest, RequestsRacingTheDropGetAnErrorNotACrash) {
 }
 
 }  // namespace
-}  // namespace ps
+}  // namespace ps::parameter_service_drop_test

@@ -18,7 +18,7 @@
 #include "server/parameter_server.h"
 #include "server/testing/service_fixture.h"
 
-namespace ps {
+namespace ps::parameter_service_test {
 namespace {
 
 using testing::Block;
@@ -278,9 +278,9 @@ TEST_F(ParameterServiceTest, SyncRetryAfterTheClockAdvancedIsADuplicate) {
 }
 
 }  // namespace
-}  // namespace ps
+}  // namespace ps::parameter_service_test
 
-namespace ps {
+namespace ps::parameter_service_test {
 namespace {
 
 TEST_F(ParameterServiceTest, BadLearningRateScaleIsRejectedAndChangesNothing) {
@@ -297,9 +297,9 @@ TEST_F(ParameterServiceTest, BadLearningRateScaleIsRejectedAndChangesNothing) {
 }
 
 }  // namespace
-}  // namespace ps
+}  // namespace ps::parameter_service_test
 
-namespace ps {
+namespace ps::parameter_service_test {
 namespace {
 
 // A pull whose answer could not be sent (keys x dim too large) is refused before any row is
@@ -635,4 +635,4 @@ TEST_F(ParameterServiceTest, ShutdownDoesNotWaitForPullsBlockedOnSlowWorkers) {
 }
 
 }  // namespace
-}  // namespace ps
+}  // namespace ps::parameter_service_test

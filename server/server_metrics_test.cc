@@ -32,7 +32,7 @@
 #include "server/parameter_server.h"
 #include "server/testing/service_fixture.h"
 
-namespace ps {
+namespace ps::server_metrics_test {
 namespace {
 
 using testing::Block;
@@ -490,4 +490,4 @@ TEST(ServerMetricsUnitTest, RejectReasonsRoundTripThroughTheStatus) {
 }
 
 }  // namespace
-}  // namespace ps
+}  // namespace ps::server_metrics_test

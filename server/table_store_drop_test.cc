@@ -12,7 +12,7 @@
 #include "gtest/gtest.h"
 #include "server/table_store.h"
 
-namespace ps {
+namespace ps::table_store_drop_test {
 namespace {
 
 using testing::Block;
@@ -232,4 +232,4 @@ TEST_F(TableStoreDropTest, RequestsRacingTheDropFailCleanlyAndLeaveNoRow) {
 }
 
 }  // namespace
-}  // namespace ps
+}  // namespace ps::table_store_drop_test

@@ -14,7 +14,7 @@
 #include "server/initializer.h"
 #include "server/table_store.h"
 
-namespace ps {
+namespace ps::table_store_features_test {
 namespace {
 
 using testing::Block;
@@ -365,4 +365,4 @@ TEST(TableStoreEvictionTest, EvictionRacesPushesAndPullsSafely) {
 }
 
 }  // namespace
-}  // namespace ps
+}  // namespace ps::table_store_features_test

@@ -15,7 +15,7 @@
 #include "gtest/gtest.h"
 #include "server/initializer.h"
 
-namespace ps {
+namespace ps::table_store_test {
 namespace {
 
 using testing::Block;
@@ -581,9 +581,9 @@ TEST(TableStoreTest, ConcurrentLargeRequestsEndAtTheExactSum) {
 }
 
 }  // namespace
-}  // namespace ps
+}  // namespace ps::table_store_test
 
-namespace ps {
+namespace ps::table_store_test {
 namespace {
 
 // A schedule's factor scales the learning rate: on arrival (async) and once per clock (sync).
@@ -604,9 +604,9 @@ TEST(TableStoreTest, LearningRateScaleMultipliesTheStep) {
 }
 
 }  // namespace
-}  // namespace ps
+}  // namespace ps::table_store_test
 
-namespace ps {
+namespace ps::table_store_test {
 namespace {
 
 std::vector<bool> SlotsWhere(bool (*pred)(uint32_t)) {
@@ -780,4 +780,4 @@ TEST(TableStoreSnapshotTest, StaleShardEpochIsRefused) {
 }
 
 }  // namespace
-}  // namespace ps
+}  // namespace ps::table_store_test

@@ -6,7 +6,8 @@
 #include "common/zoo_models.h"
 
 namespace ps {
-namespace {
+// Named: the zoo's files share a batch in unity builds, and each has these three.
+namespace fashion_mlp {
 
 constexpr int kMnistInputs = 784;
 constexpr int kMnistClasses = 10;
@@ -54,7 +55,7 @@ uint64_t Parameters(const v1::JobSpec& spec) {
   return parameters;
 }
 
-}  // namespace
+}  // namespace fashion_mlp
 
 const ZooModel& FashionMlpZooModel() {
   static const ZooModel kModel = {
@@ -62,9 +63,9 @@ const ZooModel& FashionMlpZooModel() {
       "a dense MLP on Fashion-MNIST (layers: 784,hidden...,10; default 784,128,10)",  // summary
       "/usr/share/datasets/fashion-mnist",  // default_data_dir
       "smaller layers",                     // smaller
-      &DefaultOptimizer,                    // default_optimizer
-      &Normalize,                           // normalize
-      &Parameters,                          // parameters
+      &fashion_mlp::DefaultOptimizer,       // default_optimizer
+      &fashion_mlp::Normalize,              // normalize
+      &fashion_mlp::Parameters,             // parameters
   };
   return kModel;
 }

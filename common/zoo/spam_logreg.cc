@@ -5,7 +5,8 @@
 #include "common/zoo_models.h"
 
 namespace ps {
-namespace {
+// Named: the zoo's files share a batch in unity builds, and each has these three.
+namespace spam_logreg {
 
 constexpr int kDefaultHashBits = 20;
 constexpr int kMaxHashBits = 30;
@@ -37,7 +38,7 @@ uint64_t Parameters(const v1::JobSpec& spec) {
   return (uint64_t{1} << spec.hash_bits()) + 1;  // every hashed feature touched, and a bias
 }
 
-}  // namespace
+}  // namespace spam_logreg
 
 const ZooModel& SpamLogregZooModel() {
   static const ZooModel kModel = {
@@ -45,9 +46,9 @@ const ZooModel& SpamLogregZooModel() {
       "sparse logistic regression on SpamAssassin (2^hash_bits features; default 20)",  // summary
       "/usr/share/datasets/spam-assassin",  // default_data_dir
       "fewer hash_bits",                    // smaller
-      &DefaultOptimizer,                    // default_optimizer
-      &Normalize,                           // normalize
-      &Parameters,                          // parameters
+      &spam_logreg::DefaultOptimizer,       // default_optimizer
+      &spam_logreg::Normalize,              // normalize
+      &spam_logreg::Parameters,             // parameters
   };
   return kModel;
 }
