@@ -11,8 +11,10 @@
 # Usage: tests/bench/codec_bench.sh BUILD_DIR WORKLOAD [RATE]     (as root)
 #   WORKLOAD  wide_mlp  examples/python/fashion_torch.py --layers=784,4096,4096,10 (20M
 #                       parameters, sync, Adam, batch 256 per worker) for BENCH_STEPS steps
-#                       (default 20); codecs: none, fp16 (pushes and pulls), topk (1% pushes
-#                       with error feedback, fp16 pulls)
+#                       (default 20; 0: one epoch, 117 steps); codecs: none, fp16 (pushes and
+#                       pulls), topk (1% pushes with error feedback, fp16 pulls);
+#                       BENCH_OPTIMIZER replaces the tables' optimizer (default "kind: ADAM
+#                       learning_rate: 0.0003")
 #             ctr       examples/python/ctr_torch.py (deploy/jobs/ctr_torch.textproto, sync)
 #                       for BENCH_STEPS steps (default 400) of 1024; codecs: none, fp16 (the
 #                       sparse embedding tables ctr_wide and ctr_emb sent in fp16 both ways)
@@ -25,7 +27,8 @@ workload=${2:?usage: codec_bench.sh BUILD_DIR wide_mlp|ctr [RATE]}
 rate=${3:-100mbit}
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 case "$workload" in
-  wide_mlp) steps=${BENCH_STEPS:-20} codecs=${BENCH_CODECS:-none fp16 topk} ;;
+  wide_mlp) steps=${BENCH_STEPS:-20} codecs=${BENCH_CODECS:-none fp16 topk}
+    optimizer=${BENCH_OPTIMIZER:-kind: ADAM learning_rate: 0.0003} ;;
   ctr) steps=${BENCH_STEPS:-400} codecs=${BENCH_CODECS:-none fp16} ;;
   *) echo "unknown workload '$workload' (wide_mlp or ctr)" >&2; exit 2 ;;
 esac
@@ -81,9 +84,9 @@ SPEC
     bound=$(/usr/bin/python3 -c "print(f'{(6 / ($in + $out)) ** 0.5:.6f}')")  # Glorot uniform
     echo "tables { name: \"fc$k.weight\" kind: DENSE num_rows: $out dim: $in"
     echo "  initializer { kind: UNIFORM low: -$bound high: $bound seed: $k }"
-    echo "  optimizer { kind: ADAM learning_rate: 0.0003 } $c }"
+    echo "  optimizer { $optimizer } $c }"
     echo "tables { name: \"fc$k.bias\" kind: DENSE num_rows: 1 dim: $out"
-    echo "  optimizer { kind: ADAM learning_rate: 0.0003 } $c }"
+    echo "  optimizer { $optimizer } $c }"
   done
 }
 ctr_spec() {
