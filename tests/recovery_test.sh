@@ -75,7 +75,7 @@ killed_at=$(date +%s.%N)
 echo "killed server1 at clock $(clock_of "$job2")"
 for _ in $(seq 600); do
   [ "$(json status "$job2" "d.get('recoveries',0)")" -ge 1 ] && break
-  sleep 0.1
+  sleep 0.25
 done
 trained_at=$(date +%s.%N)
 [ "$(json status "$job2" "d.get('recoveries',0)")" -ge 1 ] || fail "$job2 did not recover"
@@ -122,13 +122,13 @@ kill -9 "$slow_pid"
 echo "killed the slow server while checkpoint 2 was written"
 for _ in $(seq 200); do
   [ "$(checkpoint_state "$job3" 2)" = CHECKPOINT_FAILED ] && break
-  sleep 0.1
+  sleep 0.25
 done
 [ "$(checkpoint_state "$job3" 2)" = CHECKPOINT_FAILED ] || fail "checkpoint 2 did not fail"
 [ "$(json status "$job3" "d.get('latestCheckpointId')")" = 1 ] || fail "checkpoint 1 not latest"
 for _ in $(seq 600); do
   [ "$(json status "$job3" "d.get('recoveries',0)")" -ge 1 ] && break
-  sleep 0.1
+  sleep 0.25
 done
 psctl checkpoint "$job3" || fail "checkpoint after the recovery failed"
 state=$(wait_done "$job3")
@@ -168,7 +168,7 @@ pid=$(json nodes "[n['pid'] for n in d['nodes'] if n['nodeId'] == '$victim'][0]"
 [ -n "$pid" ] || fail "no pid for server node $victim"
 for _ in $(seq 600); do  # after the first checkpoint (every 150 steps) is complete
   [ "$(json status "$job5" "d.get('latestCheckpointId','0')")" -ge 1 ] && break
-  sleep 0.1
+  sleep 0.25
 done
 kill -9 "$pid"
 echo "killed server node $victim (pid $pid) at clock $(clock_of "$job5")"
@@ -190,7 +190,7 @@ job6=$(psctl submit "$spec" --name=double-failure --epochs=3)
 wait_clock "$job6" 0
 for _ in $(seq 600); do  # after the first checkpoint (every 150 steps) is complete
   [ "$(json status "$job6" "d.get('latestCheckpointId','0')")" -ge 1 ] && break
-  sleep 0.1
+  sleep 0.25
 done
 victims=()
 for k in 1 2; do

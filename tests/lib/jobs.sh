@@ -5,7 +5,8 @@
 #   json CMD... EXPR      a field of psctl's JSON answer ('' if absent), EXPR over `d`
 #   clock_of JOB          the job's clock
 #   wait_clock JOB N      until the job's clock passes N (bounded; fail otherwise)
-#   wait_done JOB         until the job ends (bounded); prints its state, or TIMEOUT
+#   wait_done JOB         until the job ends (bounded); prints its state, or TIMEOUT (after
+#                         10 minutes)
 #   accuracy_of JOB       its test accuracy in percent
 wait_nodes() {  # wait_nodes N: until N nodes are alive
   for _ in $(seq 100); do
@@ -21,18 +22,29 @@ json() {  # json COMMAND... EXPR: a field of psctl's JSON answer ('' if absent)
       2>/dev/null || true
 }
 clock_of() { json status "$1" "d.get('progress',{}).get('clock','0')"; }
-wait_clock() {  # wait_clock JOB N: until the job's clock passes N (bounded)
+# Each json call starts a psctl and a python3 process (about 65 ms of CPU): the waits below ask
+# a few times a second at most, or let one psctl process follow the job.
+wait_clock() {  # wait_clock JOB N: until the job's clock passes N (bounded: 5 minutes)
   for _ in $(seq 1200); do
     [ "$(clock_of "$1")" -gt "$2" ] 2>/dev/null && return 0
-    sleep 0.1
+    sleep 0.25
   done
   fail "job $1 did not reach clock $2"
 }
-wait_done() {  # wait_done JOB: until the job ends; prints its state
-  for _ in $(seq 3000); do
+wait_done() {  # wait_done JOB: until the job ends (bounded: 10 minutes); prints its state
+  local s w deadline=$((SECONDS + 600))
+  while :; do
     s=$(json status "$1" "d.get('state','')")
     case "$s" in SUCCEEDED|FAILED|CANCELLED) echo "$s"; return 0 ;; esac
-    sleep 0.1
+    [ "$SECONDS" -lt "$deadline" ] || break
+    # One process asking the scheduler once a second until the job ends (it rides out a
+    # restarted scheduler for a minute); then the loop reads the state again.
+    psctl status "$1" --watch >/dev/null 2>&1 &
+    w=$!
+    while kill -0 "$w" 2>/dev/null && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.5; done
+    kill "$w" 2>/dev/null || true
+    wait "$w" 2>/dev/null || true
+    sleep 0.2
   done
   echo TIMEOUT
 }
