@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The sanitizer builds (docs/testing.md, "Sanitizer builds"): configures a clang build of its own
 # (-DPS_SANITIZE=MODE, no CUDA, no Python module, -Wthread-safety -Werror=thread-safety; unity
-# batches for address, file by file for thread), builds only the targets its tests need and
-# runs them with ctest. Every instrumented process of the run
+# batches, about a third less compile time: CMakeLists.txt; UNITY_BUILD=OFF compiles file by
+# file), builds only the targets its tests need and runs them with ctest. Every instrumented process of the run
 # (gtest binaries, and the daemons and psctl that the multi-process tests start) writes its
 # sanitizer reports to a folder of the build; the run fails if a test fails or if any report was
 # written (a daemon that dies of a report can go unnoticed by a test that tolerates deaths).
@@ -13,10 +13,11 @@
 #   thread:  TSan: the server, client (worker/client) and scheduler gtest suites, and the
 #            check of its Abseil shim (tsan_shim_selftest).
 # Usage: tests/sanitizers/run.sh address|thread [extra ctest arguments]
-# Environment: BUILD_DIR (build-asan / build-tsan); SAN_FUZZ=1 (address only) also instruments
-# the build for libFuzzer (-DPS_FUZZ=ON), so that tests/fuzz/run.sh can then build its targets
-# in the same folder (BUILD_DIR=build-asan tests/fuzz/run.sh) instead of a build of its own, as
-# CI does; SAN_FUZZ=0 turns it off again; unset, the folder keeps what it had.
+# Environment: BUILD_DIR (build-asan / build-tsan); UNITY_BUILD=OFF (file by file); SAN_FUZZ=1
+# (address only) also instruments the build for libFuzzer (-DPS_FUZZ=ON), so that
+# tests/fuzz/run.sh can then build its targets in the same folder (BUILD_DIR=build-asan
+# tests/fuzz/run.sh) instead of a build of its own, as CI does; SAN_FUZZ=0 turns it off again;
+# unset, the folder keeps what it had.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
@@ -36,14 +37,10 @@ case "$mode" in
     skip='client_install|recovery_e2e|deploy_checks|netns_.*'
     [ "${SAN_E2E:-0}" = 1 ] || skip="$skip|control_plane_faults|fashion_mnist_e2e|metrics_e2e"
     select=(-LE '^(bench|chaos)$' -E "^($skip)\$")
-    unity=ON  # unity batches: about 40% less compile time (CMakeLists.txt)
     ;;
   thread)
     build=${BUILD_DIR:-build-tsan}
     select=(-L '^(server_test|client_test|scheduler_test|tsan_shim_selftest)$')
-    # File by file: the one build of CI that compiles each source of the server, client and
-    # scheduler and their tests alone, so that a missing #include that a unity batch hides fails.
-    unity=OFF
     ;;
   *)
     echo "usage: $0 address|thread [extra ctest arguments]" >&2
@@ -79,8 +76,8 @@ fi
 start=$(date +%s)
 mkdir -p "$build"
 cmake -S . -B "$build" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug \
-  -DPS_SANITIZE="$mode" -DPS_WITH_CUDA=OFF -DPS_WITH_PYTHON=OFF -DCMAKE_UNITY_BUILD="$unity" \
-  "${fuzz[@]}" \
+  -DPS_SANITIZE="$mode" -DPS_WITH_CUDA=OFF -DPS_WITH_PYTHON=OFF \
+  -DCMAKE_UNITY_BUILD="${UNITY_BUILD:-ON}" "${fuzz[@]}" \
   >"$build/configure.log" 2>&1 ||
   { cat "$build/configure.log"; exit 1; }
 # ps_sanitize_MODE (CMakeLists.txt): the gtest binaries and daemons that these tests need.
