@@ -5,8 +5,7 @@
 #   json CMD... EXPR      a field of psctl's JSON answer ('' if absent), EXPR over `d`
 #   clock_of JOB          the job's clock
 #   wait_clock JOB N      until the job's clock passes N (bounded; fail otherwise)
-#   wait_done JOB         until the job ends (bounded); prints its state, or TIMEOUT (after
-#                         10 minutes)
+#   wait_done JOB [SECS]  until the job ends; prints its state, or TIMEOUT after SECS (600)
 #   accuracy_of JOB       its test accuracy in percent
 wait_nodes() {  # wait_nodes N: until N nodes are alive
   for _ in $(seq 100); do
@@ -31,8 +30,8 @@ wait_clock() {  # wait_clock JOB N: until the job's clock passes N (bounded: 5 m
   done
   fail "job $1 did not reach clock $2"
 }
-wait_done() {  # wait_done JOB: until the job ends (bounded: 10 minutes); prints its state
-  local s w deadline=$((SECONDS + 600))
+wait_done() {  # wait_done JOB [SECONDS]: until the job ends (bounded: 600 s); prints its state
+  local s w deadline=$((SECONDS + ${2:-600}))
   while :; do
     s=$(json status "$1" "d.get('state','')")
     case "$s" in SUCCEEDED|FAILED|CANCELLED) echo "$s"; return 0 ;; esac

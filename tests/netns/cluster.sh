@@ -96,9 +96,7 @@ wait_job_clock() {  # wait_job_clock JOB N [SECONDS]
 }
 job_ended() { case "$(job_state "$1")" in SUCCEEDED | FAILED | CANCELLED) return 0 ;; esac; return 1; }
 # wait_job_end JOB SECONDS: until it ends; prints its state (TIMEOUT if it did not).
-wait_job_end() {
-  if poll_until "$2" job_ended "$1"; then job_state "$1"; else echo TIMEOUT; fi
-}
+wait_job_end() { wait_done "$1" "$2"; }
 # worker_clock LOGNAME: the last step a worker logged (its --log_every_steps lines), '' if none.
 worker_clock() {
   { grep -oE '(step|clock)[ =]+[0-9]+' "$dir/$1.log" 2>/dev/null | tail -1 | grep -oE '[0-9]+$'; } ||
