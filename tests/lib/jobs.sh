@@ -41,6 +41,7 @@ wait_done() {  # wait_done JOB [SECONDS]: until the job ends (bounded: 600 s); p
     psctl status "$1" --watch >/dev/null 2>&1 &
     w=$!
     while kill -0 "$w" 2>/dev/null && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.5; done
+    pkill -P "$w" 2>/dev/null || true  # the psctl itself, where the subshell did not exec it
     kill "$w" 2>/dev/null || true
     wait "$w" 2>/dev/null || true
     sleep 0.2
