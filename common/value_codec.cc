@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <limits>
-#include <numeric>
+#include <functional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/half.h"
+#include "common/half_block.h"
 
 namespace ps {
 namespace {
@@ -63,42 +63,71 @@ void EncodeHalves(v1::ValueCodec codec, absl::Span<const float> values, std::str
                   float* residual) {
   const size_t at = out->size();
   out->resize(at + values.size() * sizeof(uint16_t));
-  char* p = out->data() + at;
-  for (size_t i = 0; i < values.size(); ++i) {
-    const uint16_t h = codec == v1::CODEC_FP16 ? FloatToFp16(values[i]) : FloatToBf16(values[i]);
-    std::memcpy(p + i * sizeof(h), &h, sizeof(h));
-    if (residual != nullptr) {
-      residual[i] = values[i] - (codec == v1::CODEC_FP16 ? Fp16ToFloat(h) : Bf16ToFloat(h));
-    }
+  FloatsToHalves(codec == v1::CODEC_FP16 ? HalfKind::kFp16 : HalfKind::kBf16, values.data(),
+                 values.size(), out->data() + at, residual);
+}
+
+// A value's magnitude as an order-preserving integer: its bits without the sign; a NaN counts as
+// Inf (the largest; the servers refuse the block).
+inline uint32_t MagnitudeKey(float v) { return std::min(FloatBits(v) & 0x7fffffffu, 0x7f800000u); }
+
+// The key of the k-th largest magnitude of `values` (1 <= k <= n), and how many keys are larger:
+// found by the keys' top 11 bits' histogram, then among the keys of the one bucket it falls in
+// (two passes over the values, no sort).
+struct Threshold {
+  uint32_t key;
+  size_t larger;
+};
+
+Threshold KthLargestKey(absl::Span<const float> values, size_t k) {
+  constexpr int kShift = 20;  // keys are at most 0x7f800000: 2041 buckets
+  std::vector<uint32_t> counts((0x7f800000u >> kShift) + 1, 0);
+  for (float v : values) ++counts[MagnitudeKey(v) >> kShift];
+  size_t above = 0;
+  uint32_t bucket = static_cast<uint32_t>(counts.size() - 1);
+  while (above + counts[bucket] < k) above += counts[bucket--];
+  std::vector<uint32_t> keys;
+  keys.reserve(counts[bucket]);
+  for (float v : values) {
+    const uint32_t key = MagnitudeKey(v);
+    if (key >> kShift == bucket) keys.push_back(key);
   }
+  const size_t rank = k - above - 1;  // 0-based, largest first, among the bucket's keys
+  std::nth_element(keys.begin(), keys.begin() + rank, keys.end(), std::greater<uint32_t>());
+  const uint32_t key = keys[rank];
+  return {key, above + static_cast<size_t>(std::count_if(keys.begin(), keys.begin() + rank,
+                                                         [&](uint32_t x) { return x > key; }))};
 }
 
 // Format: uint32 n (the block's values), uint32 k, then k uint32 indices (increasing), then k
-// float32 values.
+// float32 values. The k values of largest magnitude are sent; of equal magnitudes, the lower
+// indices (so the choice is unique).
 void EncodeTopk(float ratio, absl::Span<const float> values, std::string* out, float* residual) {
   const size_t n = values.size();
   const size_t k = TopkCount(n, ratio);
-  std::vector<uint32_t> idx(n);
-  std::iota(idx.begin(), idx.end(), 0u);
-  // NaN counts as the largest (a consistent order; the servers refuse the block).
-  auto magnitude = [&](uint32_t i) {
-    const float m = std::fabs(values[i]);
-    return std::isnan(m) ? std::numeric_limits<float>::infinity() : m;
-  };
-  auto larger = [&](uint32_t a, uint32_t b) {
-    const float fa = magnitude(a), fb = magnitude(b);
-    return fa > fb || (fa == fb && a < b);  // ties: the lower index, so the result is unique
-  };
-  if (k < n) std::nth_element(idx.begin(), idx.begin() + k, idx.end(), larger);
-  idx.resize(k);
-  std::sort(idx.begin(), idx.end());
   AppendRaw(static_cast<uint32_t>(n), out);
   AppendRaw(static_cast<uint32_t>(k), out);
-  for (uint32_t i : idx) AppendRaw(i, out);
-  for (uint32_t i : idx) AppendRaw(values[i], out);
-  if (residual != nullptr) {
-    if (residual != values.data()) std::copy(values.begin(), values.end(), residual);
-    for (uint32_t i : idx) residual[i] = 0.0f;
+  const size_t at = out->size();
+  out->resize(at + k * (sizeof(uint32_t) + sizeof(float)));
+  char* idx = out->data() + at;
+  char* val = idx + k * sizeof(uint32_t);
+  if (residual != nullptr && residual != values.data()) {
+    std::copy(values.begin(), values.end(), residual);
+  }
+  if (k == 0) return;
+  const auto [threshold, larger] = KthLargestKey(values, k);
+  size_t ties = k - larger;  // of the values at the threshold, the first `ties` are sent
+  size_t j = 0;
+  for (size_t i = 0; i < n && j < k; ++i) {
+    const uint32_t key = MagnitudeKey(values[i]);
+    if (key < threshold || (key == threshold && ties == 0)) continue;
+    if (key == threshold) --ties;
+    const uint32_t i32 = static_cast<uint32_t>(i);
+    const float v = values[i];
+    std::memcpy(idx + j * sizeof(uint32_t), &i32, sizeof(i32));
+    std::memcpy(val + j * sizeof(float), &v, sizeof(v));
+    if (residual != nullptr) residual[i] = 0.0f;
+    ++j;
   }
 }
 
@@ -268,10 +297,8 @@ absl::Status DecodeValueBlock(v1::ValueCodec codec, absl::string_view bytes, siz
     case v1::CODEC_FP16:
     case v1::CODEC_BF16:
       if (bytes.size() != n * sizeof(uint16_t)) return WrongLength(codec, bytes.size(), n * 2, n);
-      for (size_t i = 0; i < n; ++i) {
-        const uint16_t h = ReadRaw<uint16_t>(bytes.data() + i * sizeof(uint16_t));
-        out[i] = codec == v1::CODEC_FP16 ? Fp16ToFloat(h) : Bf16ToFloat(h);
-      }
+      HalvesToFloats(codec == v1::CODEC_FP16 ? HalfKind::kFp16 : HalfKind::kBf16, bytes.data(), n,
+                     out);
       return absl::OkStatus();
     case v1::CODEC_TOPK:
       if (n > UINT32_MAX)

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -71,6 +72,70 @@ TEST(ValueCodecTest, TopkSendsTheLargestValuesAndKeepsTheRest) {
   const std::vector<float> d = Decode(v1::CODEC_TOPK, bytes, v.size());
   EXPECT_EQ(d, (std::vector<float>{0, -5.0f, 0, 3.0f, 0, 0, 0, 0}));
   for (size_t i = 0; i < v.size(); ++i) EXPECT_EQ(residual[i] + d[i], v[i]) << i;
+}
+
+// What topk sends, by definition: the k values of largest magnitude (NaN as Inf), of equal
+// magnitudes the lower indices, in increasing index order. A full sort: the reference for the
+// encoder's histogram selection.
+std::vector<uint32_t> TopkReference(const std::vector<float>& v, size_t k) {
+  std::vector<uint32_t> idx(v.size());
+  for (uint32_t i = 0; i < idx.size(); ++i) idx[i] = i;
+  auto magnitude = [&](uint32_t i) {
+    return std::isnan(v[i]) ? std::numeric_limits<float>::infinity() : std::fabs(v[i]);
+  };
+  std::sort(idx.begin(), idx.end(), [&](uint32_t a, uint32_t b) {
+    return magnitude(a) > magnitude(b) || (magnitude(a) == magnitude(b) && a < b);
+  });
+  idx.resize(k);
+  std::sort(idx.begin(), idx.end());
+  return idx;
+}
+
+TEST(ValueCodecTest, TopkPicksExactlyTheLargestWithTiesToTheLowerIndex) {
+  std::mt19937 rng(11);
+  for (size_t n : {1, 7, 8, 1000, 65537}) {
+    for (int shape = 0; shape < 4; ++shape) {
+      std::vector<float> v = RandomValues(n, static_cast<uint32_t>(n + shape));
+      for (float& x : v) {
+        if (shape == 1) x = std::round(x * 2.0f) / 2.0f;  // a few levels: many ties, zeros
+        if (shape == 2) x = rng() % 10 == 0 ? x : 0.0f;   // mostly zeros (and -0 never)
+        if (shape == 3) x *= 1e-30f;                      // float32 subnormals among them
+      }
+      if (shape == 1 && n > 8) {
+        v[3] = std::numeric_limits<float>::quiet_NaN();
+        v[5] = -std::numeric_limits<float>::infinity();
+        v[n - 1] = std::numeric_limits<float>::infinity();
+      }
+      for (float ratio : {0.001f, 0.01f, 0.3f, 1.0f}) {
+        const size_t k = TopkCount(n, ratio);
+        std::string bytes;
+        std::vector<float> residual(n);
+        EncodeValueBlock(Spec(v1::CODEC_TOPK, ratio), v, &bytes, residual.data());
+        ASSERT_EQ(bytes.size(), 8 + 8 * k);
+        std::vector<uint32_t> idx(k);
+        std::memcpy(idx.data(), bytes.data() + 8, 4 * k);
+        ASSERT_EQ(idx, TopkReference(v, k))
+            << "n " << n << " shape " << shape << " ratio " << ratio;
+        for (size_t j = 0; j < k; ++j) {
+          float sent;
+          std::memcpy(&sent, bytes.data() + 8 + 4 * k + 4 * j, 4);
+          ASSERT_EQ(FloatBits(sent), FloatBits(v[idx[j]]));
+        }
+        size_t zeroed = 0;
+        for (size_t i = 0, j = 0; i < n; ++i) {
+          const bool taken = j < k && idx[j] == i;
+          j += taken;
+          zeroed += taken;
+          if (taken) {
+            ASSERT_EQ(residual[i], 0.0f);
+          } else {
+            ASSERT_EQ(FloatBits(residual[i]), FloatBits(v[i])) << i;
+          }
+        }
+        ASSERT_EQ(zeroed, k);
+      }
+    }
+  }
 }
 
 TEST(ValueCodecTest, TopkCountRoundsUpAndSendsAtLeastOne) {
