@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -14,8 +15,8 @@ namespace ps {
 namespace {
 
 template <typename T>
-void AppendRaw(const T& v, std::string* out) {
-  out->append(reinterpret_cast<const char*>(&v), sizeof(v));
+void WriteRaw(const T& v, char* out) {
+  std::memcpy(out, &v, sizeof(v));
 }
 
 template <typename T>
@@ -26,12 +27,13 @@ T ReadRaw(const char* p) {
 }
 
 size_t SignChunks(size_t n) { return (n + kSignChunkValues - 1) / kSignChunkValues; }
+size_t Int8Chunks(size_t n) { return (n + kInt8ChunkValues - 1) / kInt8ChunkValues; }
 
 absl::Status CheckCodec(const v1::CodecSpec& c, absl::string_view field, bool pull, bool dense) {
   if (!v1::ValueCodec_IsValid(c.codec())) {
     return absl::InvalidArgumentError(
         absl::StrCat(field, ".codec = ", static_cast<int>(c.codec()),
-                     " is not a known codec (none, fp16, bf16, topk, sign)"));
+                     " is not a known codec (none, fp16, bf16, topk, sign, int8)"));
   }
   const std::string name = CodecName(c.codec());
   if (c.codec() == v1::CODEC_TOPK) {
@@ -48,7 +50,11 @@ absl::Status CheckCodec(const v1::CodecSpec& c, absl::string_view field, bool pu
     return absl::InvalidArgumentError(
         absl::StrCat(field, " = ", name,
                      ": topk and sign are for gradients (push_codec); pulls take "
-                     "fp16 or bf16"));
+                     "fp16, bf16 or int8"));
+  }
+  if (c.codec() == v1::CODEC_INT8 && !pull) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, " = int8: int8 is for values (pull_codec); pushes take fp16, bf16, topk or sign"));
   }
   if (KeepsResidual(c.codec()) && !dense) {
     return absl::InvalidArgumentError(
@@ -59,12 +65,10 @@ absl::Status CheckCodec(const v1::CodecSpec& c, absl::string_view field, bool pu
   return absl::OkStatus();
 }
 
-void EncodeHalves(v1::ValueCodec codec, absl::Span<const float> values, std::string* out,
+void EncodeHalves(v1::ValueCodec codec, absl::Span<const float> values, char* out,
                   float* residual) {
-  const size_t at = out->size();
-  out->resize(at + values.size() * sizeof(uint16_t));
   FloatsToHalves(codec == v1::CODEC_FP16 ? HalfKind::kFp16 : HalfKind::kBf16, values.data(),
-                 values.size(), out->data() + at, residual);
+                 values.size(), out, residual);
 }
 
 // A value's magnitude as an order-preserving integer: its bits without the sign; a NaN counts as
@@ -102,14 +106,12 @@ Threshold KthLargestKey(absl::Span<const float> values, size_t k) {
 // Format: uint32 n (the block's values), uint32 k, then k uint32 indices (increasing), then k
 // float32 values. The k values of largest magnitude are sent; of equal magnitudes, the lower
 // indices (so the choice is unique).
-void EncodeTopk(float ratio, absl::Span<const float> values, std::string* out, float* residual) {
+void EncodeTopk(float ratio, absl::Span<const float> values, char* out, float* residual) {
   const size_t n = values.size();
   const size_t k = TopkCount(n, ratio);
-  AppendRaw(static_cast<uint32_t>(n), out);
-  AppendRaw(static_cast<uint32_t>(k), out);
-  const size_t at = out->size();
-  out->resize(at + k * (sizeof(uint32_t) + sizeof(float)));
-  char* idx = out->data() + at;
+  WriteRaw(static_cast<uint32_t>(n), out);
+  WriteRaw(static_cast<uint32_t>(k), out + 4);
+  char* idx = out + 8;
   char* val = idx + k * sizeof(uint32_t);
   if (residual != nullptr && residual != values.data()) {
     std::copy(values.begin(), values.end(), residual);
@@ -133,7 +135,7 @@ void EncodeTopk(float ratio, absl::Span<const float> values, std::string* out, f
 
 // Format: one float32 scale per kSignChunkValues values (mean |value| of the chunk), then one bit
 // per value (bit i % 8 of byte i / 8), set for a negative value; decoded: +-scale.
-void EncodeSign(absl::Span<const float> values, std::string* out, float* residual) {
+void EncodeSign(absl::Span<const float> values, char* out, float* residual) {
   const size_t n = values.size();
   std::vector<float> scales(SignChunks(n));
   for (size_t c = 0; c < scales.size(); ++c) {
@@ -141,17 +143,53 @@ void EncodeSign(absl::Span<const float> values, std::string* out, float* residua
     double sum = 0;
     for (size_t i = begin; i < end; ++i) sum += std::fabs(values[i]);
     scales[c] = static_cast<float>(sum / static_cast<double>(end - begin));
-    AppendRaw(scales[c], out);
+    WriteRaw(scales[c], out + c * sizeof(float));
   }
-  const size_t at = out->size();
-  out->resize(at + (n + 7) / 8, '\0');
-  char* bits = out->data() + at;
+  char* bits = out + scales.size() * sizeof(float);
+  std::memset(bits, 0, (n + 7) / 8);
   for (size_t i = 0; i < n; ++i) {
     const bool negative = std::signbit(values[i]) && values[i] != 0.0f;
     if (negative) bits[i / 8] = static_cast<char>(bits[i / 8] | (1 << (i % 8)));
     if (residual != nullptr) {
       const float scale = scales[i / kSignChunkValues];
       residual[i] = values[i] - (negative ? -scale : scale);
+    }
+  }
+}
+
+// Format: one float32 scale per kInt8ChunkValues values (the chunk's max |value| / 127), then one
+// int8 per value, round(value / scale) in -127..127; decoded: int8 x scale. A chunk with a
+// non-finite value gets a NaN scale (refused by the decoder).
+void EncodeInt8(absl::Span<const float> values, char* out, float* residual) {
+  const size_t n = values.size(), chunks = Int8Chunks(n);
+  char* const scales = out;
+  char* const q = scales + chunks * sizeof(float);
+  // Adding and taking away 1.5 x 2^23 rounds a float of magnitude under 2^22 to an integer,
+  // to nearest even, as nearbyint does: without a call, in loops the compiler vectorizes.
+  constexpr float kRound = 12582912.0f;
+  for (size_t c = 0; c < chunks; ++c) {
+    const size_t begin = c * kInt8ChunkValues, end = std::min(n, begin + kInt8ChunkValues);
+    const float* v = values.data() + begin;
+    const size_t len = end - begin;
+    float max_abs = 0.0f, probe = 0.0f;  // probe: NaN if a value is NaN or infinite
+    for (size_t i = 0; i < len; ++i) {
+      const float m = std::fabs(v[i]);
+      max_abs = m > max_abs ? m : max_abs;
+      probe += v[i] * 0.0f;
+    }
+    const bool finite = probe == probe;
+    const float scale = finite ? max_abs / 127.0f : std::numeric_limits<float>::quiet_NaN();
+    const float inverse = finite && max_abs > 0.0f ? 127.0f / max_abs : 0.0f;
+    std::memcpy(scales + c * sizeof(float), &scale, sizeof(scale));
+    int8_t* level = reinterpret_cast<int8_t*>(q + begin);
+    for (size_t i = 0; i < len; ++i) {
+      float r = (v[i] * inverse + kRound) - kRound;
+      r = r > 127.0f ? 127.0f : (r < -127.0f ? -127.0f : r);
+      level[i] = static_cast<int8_t>(static_cast<int>(finite ? r : 0.0f));
+    }
+    if (residual != nullptr) {
+      float* res = residual + begin;
+      for (size_t i = 0; i < len; ++i) res[i] = v[i] - static_cast<float>(level[i]) * scale;
     }
   }
 }
@@ -215,6 +253,32 @@ absl::Status DecodeSign(absl::string_view bytes, size_t n, float* out) {
   return absl::OkStatus();
 }
 
+absl::Status DecodeInt8(absl::string_view bytes, size_t n, float* out) {
+  const size_t chunks = Int8Chunks(n);
+  const size_t want = chunks * sizeof(float) + n;
+  if (bytes.size() != want) return WrongLength(v1::CODEC_INT8, bytes.size(), want, n);
+  const char* q = bytes.data() + chunks * sizeof(float);
+  for (size_t c = 0; c < chunks; ++c) {
+    const float scale = ReadRaw<float>(bytes.data() + c * sizeof(float));
+    if (!std::isfinite(scale) || scale < 0.0f) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("an int8 block's scale ", c, " is ", scale, " (must be finite and >= 0)"));
+    }
+    const size_t begin = c * kInt8ChunkValues, end = std::min(n, begin + kInt8ChunkValues);
+    bool lowest = false;
+    for (size_t i = begin; i < end; ++i) {
+      const auto level = static_cast<int8_t>(q[i]);
+      lowest |= level == -128;
+      out[i] = static_cast<float>(level) * scale;
+    }
+    if (lowest) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("an int8 block holds -128 in chunk ", c, " (the codec writes -127..127)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string CodecName(v1::ValueCodec codec) {
@@ -229,21 +293,23 @@ std::string CodecName(v1::ValueCodec codec) {
       return "topk";
     case v1::CODEC_SIGN:
       return "sign";
+    case v1::CODEC_INT8:
+      return "int8";
     default:
       return absl::StrCat("codec ", static_cast<int>(codec));
   }
 }
 
 absl::Status ParseCodecName(absl::string_view name, v1::ValueCodec* codec) {
-  for (v1::ValueCodec c :
-       {v1::CODEC_NONE, v1::CODEC_FP16, v1::CODEC_BF16, v1::CODEC_TOPK, v1::CODEC_SIGN}) {
+  for (v1::ValueCodec c : {v1::CODEC_NONE, v1::CODEC_FP16, v1::CODEC_BF16, v1::CODEC_TOPK,
+                           v1::CODEC_SIGN, v1::CODEC_INT8}) {
     if (name == CodecName(c)) {
       *codec = c;
       return absl::OkStatus();
     }
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown codec '", name, "' (none, fp16, bf16, topk, sign)"));
+      absl::StrCat("unknown codec '", name, "' (none, fp16, bf16, topk, sign, int8)"));
 }
 
 absl::Status ValidateTableCodecs(const v1::TableSpec& spec) {
@@ -267,12 +333,14 @@ size_t EncodedBytes(const v1::CodecSpec& spec, size_t n) {
       return 8 + TopkCount(n, spec.ratio()) * 8;
     case v1::CODEC_SIGN:
       return SignChunks(n) * sizeof(float) + (n + 7) / 8;
+    case v1::CODEC_INT8:
+      return Int8Chunks(n) * sizeof(float) + n;
     default:
       return n * sizeof(float);
   }
 }
 
-void EncodeValueBlock(const v1::CodecSpec& spec, absl::Span<const float> values, std::string* out,
+void EncodeValueBlock(const v1::CodecSpec& spec, absl::Span<const float> values, char* out,
                       float* residual) {
   switch (spec.codec()) {
     case v1::CODEC_FP16:
@@ -282,10 +350,19 @@ void EncodeValueBlock(const v1::CodecSpec& spec, absl::Span<const float> values,
       return EncodeTopk(spec.ratio(), values, out, residual);
     case v1::CODEC_SIGN:
       return EncodeSign(values, out, residual);
+    case v1::CODEC_INT8:
+      return EncodeInt8(values, out, residual);
     default:
-      out->append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
+      std::memcpy(out, values.data(), values.size() * sizeof(float));
       if (residual != nullptr) std::fill(residual, residual + values.size(), 0.0f);
   }
+}
+
+void EncodeValueBlock(const v1::CodecSpec& spec, absl::Span<const float> values, std::string* out,
+                      float* residual) {
+  const size_t at = out->size();
+  out->resize(at + EncodedBytes(spec, values.size()));
+  EncodeValueBlock(spec, values, out->data() + at, residual);
 }
 
 absl::Status DecodeValueBlock(v1::ValueCodec codec, absl::string_view bytes, size_t n, float* out) {
@@ -306,6 +383,8 @@ absl::Status DecodeValueBlock(v1::ValueCodec codec, absl::string_view bytes, siz
       return DecodeTopk(bytes, n, out);
     case v1::CODEC_SIGN:
       return DecodeSign(bytes, n, out);
+    case v1::CODEC_INT8:
+      return DecodeInt8(bytes, n, out);
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("unknown value codec ", static_cast<int>(codec)));

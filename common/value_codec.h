@@ -16,11 +16,12 @@
 
 namespace ps {
 
-// CODEC_SIGN sends one float32 scale per this many values.
+// CODEC_SIGN and CODEC_INT8 send one float32 scale per this many values.
 inline constexpr size_t kSignChunkValues = 256;
+inline constexpr size_t kInt8ChunkValues = 256;
 
-// "none", "fp16", "bf16", "topk", "sign" (the names of the client options), or "codec N" for a
-// value this build does not know.
+// "none", "fp16", "bf16", "topk", "sign", "int8" (the names of the client options), or "codec N"
+// for a value this build does not know.
 std::string CodecName(v1::ValueCodec codec);
 // The inverse of CodecName; INVALID_ARGUMENT listing the known names for anything else.
 absl::Status ParseCodecName(absl::string_view name, v1::ValueCodec* codec);
@@ -33,7 +34,8 @@ inline bool KeepsResidual(v1::ValueCodec codec) {
 
 // INVALID_ARGUMENT naming the field ("push_codec.ratio = 0 is not in (0, 1]") where a table's
 // push_codec or pull_codec is unknown, has a ratio outside (0, 1] (TOPK) or a ratio it does not
-// use, sends TOPK or SIGN on pulls, or TOPK or SIGN on a table that is not DENSE.
+// use, sends TOPK or SIGN on pulls or INT8 on pushes, or TOPK or SIGN on a table that is not
+// DENSE.
 absl::Status ValidateTableCodecs(const v1::TableSpec& spec);
 
 // Values a TOPK block of n values sends: ceil(ratio * n), at least 1 (0 for n = 0).
@@ -46,11 +48,15 @@ size_t EncodedBytes(const v1::CodecSpec& spec, size_t n);
 // feedback; zeros for CODEC_NONE). CODEC_NONE appends the float32 bytes.
 void EncodeValueBlock(const v1::CodecSpec& spec, absl::Span<const float> values, std::string* out,
                       float* residual = nullptr);
+// The same, written at `out`: EncodedBytes(spec, values.size()) bytes.
+void EncodeValueBlock(const v1::CodecSpec& spec, absl::Span<const float> values, char* out,
+                      float* residual = nullptr);
 
 // Decodes `bytes`, the values of a block of n floats encoded with `codec`, into out[0, n).
 // INVALID_ARGUMENT, with `out` partly written, for a bad block: a length that is not the
 // codec's for n values, TOPK indices out of range or not increasing, a non-finite TOPK value or
-// SIGN scale, a negative SIGN scale, set padding bits, an unknown codec.
+// SIGN or INT8 scale, a negative scale, set padding bits, an INT8 value of -128, an unknown
+// codec.
 absl::Status DecodeValueBlock(v1::ValueCodec codec, absl::string_view bytes, size_t n, float* out);
 
 }  // namespace ps

@@ -164,6 +164,36 @@ TEST(ValueCodecTest, SignSendsScaledSignsPerChunk) {
   EXPECT_NEAR(std::fabs(d[0]), mean0, 1e-5);
 }
 
+TEST(ValueCodecTest, Int8SendsAByteAValueAndAScalePerChunk) {
+  std::vector<float> v = RandomValues(kInt8ChunkValues + 5, 9);
+  v[7] = 0.0f;
+  for (size_t i = kInt8ChunkValues; i < v.size(); ++i) v[i] = 0.0f;  // an all-zero chunk
+  std::string bytes;
+  std::vector<float> residual(v.size());
+  EncodeValueBlock(Spec(v1::CODEC_INT8), v, &bytes, residual.data());
+  ASSERT_EQ(bytes.size(), 2 * 4 + v.size());
+  ASSERT_EQ(bytes.size(), EncodedBytes(Spec(v1::CODEC_INT8), v.size()));
+  float max_abs = 0;
+  for (size_t i = 0; i < kInt8ChunkValues; ++i) max_abs = std::max(max_abs, std::fabs(v[i]));
+  float scale;
+  std::memcpy(&scale, bytes.data(), 4);
+  EXPECT_EQ(scale, max_abs / 127.0f);
+  const std::vector<float> d = Decode(v1::CODEC_INT8, bytes, v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    ASSERT_LE(std::fabs(d[i] - v[i]), 0.5f * scale * 1.0001f) << i;  // rounded to the nearest
+    ASSERT_EQ(residual[i], v[i] - d[i]) << i;
+  }
+  EXPECT_EQ(d[7], 0.0f);
+  for (size_t i = kInt8ChunkValues; i < v.size(); ++i) EXPECT_EQ(d[i], 0.0f);
+  size_t extreme = 0;  // the largest |value| of the chunk is sent exactly as +-127 x scale
+  for (size_t i = 0; i < kInt8ChunkValues; ++i) {
+    const auto level = static_cast<int8_t>(bytes[8 + i]);
+    ASSERT_GE(level, -127);
+    extreme += std::abs(level) == 127;
+  }
+  EXPECT_GE(extreme, 1u);
+}
+
 // Error feedback: what one step does not send is added to the next one's gradient, so that over
 // many steps the sum of what was sent approaches the sum of the gradients.
 TEST(ValueCodecTest, ErrorFeedbackSendsWhatWasHeldBack) {
@@ -202,8 +232,9 @@ absl::Status DecodeBytes(v1::ValueCodec codec, const std::string& bytes, size_t 
 
 TEST(ValueCodecTest, RejectsBlocksOfTheWrongLength) {
   const std::vector<float> v = RandomValues(300, 4);
-  for (v1::CodecSpec spec : {Spec(v1::CODEC_NONE), Spec(v1::CODEC_FP16), Spec(v1::CODEC_BF16),
-                             Spec(v1::CODEC_TOPK, 0.1f), Spec(v1::CODEC_SIGN)}) {
+  for (v1::CodecSpec spec :
+       {Spec(v1::CODEC_NONE), Spec(v1::CODEC_FP16), Spec(v1::CODEC_BF16),
+        Spec(v1::CODEC_TOPK, 0.1f), Spec(v1::CODEC_SIGN), Spec(v1::CODEC_INT8)}) {
     std::string bytes;
     EncodeValueBlock(spec, v, &bytes);
     ASSERT_TRUE(DecodeBytes(spec.codec(), bytes, v.size()).ok());
@@ -252,6 +283,29 @@ TEST(ValueCodecTest, RejectsBadSignScalesAndPaddingBits) {
   EXPECT_FALSE(DecodeBytes(static_cast<v1::ValueCodec>(9), good, 10).ok());
 }
 
+TEST(ValueCodecTest, RejectsBadInt8ScalesAndMinus128) {
+  const std::vector<float> v = RandomValues(kInt8ChunkValues + 10, 6);
+  std::string good;
+  EncodeValueBlock(Spec(v1::CODEC_INT8), v, &good);
+  ASSERT_TRUE(DecodeBytes(v1::CODEC_INT8, good, v.size()).ok());
+  for (float scale :
+       {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(), -1.0f}) {
+    std::string bad = good;
+    PutF32(&bad, 4, scale);  // the second chunk's
+    const absl::Status s = DecodeBytes(v1::CODEC_INT8, bad, v.size());
+    EXPECT_NE(s.message().find("scale 1"), std::string::npos) << scale << " " << s;
+  }
+  std::string bad = good;
+  bad.back() = static_cast<char>(-128);
+  EXPECT_FALSE(DecodeBytes(v1::CODEC_INT8, bad, v.size()).ok());
+  // A value that is not finite gives its chunk a NaN scale: refused where it is decoded.
+  std::vector<float> inf = v;
+  inf[3] = std::numeric_limits<float>::infinity();
+  std::string encoded;
+  EncodeValueBlock(Spec(v1::CODEC_INT8), inf, &encoded);
+  EXPECT_FALSE(DecodeBytes(v1::CODEC_INT8, encoded, v.size()).ok());
+}
+
 v1::TableSpec Table(v1::TableKind kind, v1::CodecSpec push, v1::CodecSpec pull = {}) {
   v1::TableSpec t;
   t.set_kind(kind);
@@ -275,6 +329,12 @@ TEST(ValueCodecTest, ValidatesTableCodecs) {
   EXPECT_FALSE(ValidateTableCodecs(Table(v1::SPARSE, Spec(v1::CODEC_SIGN))).ok());
   EXPECT_FALSE(ValidateTableCodecs(Table(v1::DENSE, {}, Spec(v1::CODEC_TOPK, 0.1f))).ok());
   EXPECT_FALSE(ValidateTableCodecs(Table(v1::DENSE, {}, Spec(v1::CODEC_SIGN))).ok());
+  EXPECT_TRUE(ValidateTableCodecs(Table(v1::DENSE, {}, Spec(v1::CODEC_INT8))).ok());
+  EXPECT_TRUE(ValidateTableCodecs(Table(v1::SPARSE, {}, Spec(v1::CODEC_INT8))).ok());
+  absl::Status int8_push = ValidateTableCodecs(Table(v1::DENSE, Spec(v1::CODEC_INT8)));
+  EXPECT_NE(int8_push.message().find("push_codec = int8: int8 is for values (pull_codec)"),
+            std::string::npos)
+      << int8_push;
   absl::Status s = ValidateTableCodecs(Table(v1::DENSE, Spec(static_cast<v1::ValueCodec>(17))));
   EXPECT_NE(s.message().find("push_codec.codec = 17"), std::string::npos) << s;
 }
@@ -285,6 +345,8 @@ TEST(ValueCodecTest, ParsesCodecNames) {
   EXPECT_EQ(c, v1::CODEC_TOPK);
   ASSERT_TRUE(ParseCodecName("none", &c).ok());
   EXPECT_EQ(c, v1::CODEC_NONE);
+  ASSERT_TRUE(ParseCodecName("int8", &c).ok());
+  EXPECT_EQ(c, v1::CODEC_INT8);
   EXPECT_FALSE(ParseCodecName("fp8", &c).ok());
 }
 

@@ -163,6 +163,43 @@ TEST_F(ParameterServiceCodecTest, TopkAndSignPushesApplyWhatWasSent) {
   EXPECT_EQ(Values(kSign, {0}), (std::vector<float>{-1.75f, 2.25f, -1.75f, 2.25f}));
 }
 
+TEST_F(ParameterServiceCodecTest, Int8PullsAnswerAByteAValueDenseAndSparse) {
+  constexpr uint32_t kInt8Dense = 5, kInt8Sparse = 6;
+  ASSERT_TRUE(CreateTable(Spec(kInt8Dense, v1::DENSE, {}, Codec(v1::CODEC_INT8))).ok());
+  ASSERT_TRUE(CreateTable(Spec(kInt8Sparse, v1::SPARSE, {}, Codec(v1::CODEC_INT8))).ok());
+  const std::vector<float> g = {0.5f, -1.0f, 0.01f, 0.0f, -0.3f, 0.2f, 0.125f, 1.0f};
+  KeyBlock dense = Block(kInt8Dense, {2, 5});
+  dense.set_values(std::string(reinterpret_cast<const char*>(g.data()), g.size() * 4));
+  ASSERT_TRUE(Push(dense).ok());  // float32 pushes (no push_codec)
+  KeyBlock sparse = Block(kInt8Sparse, {9, 10, 11, 12});
+  sparse.set_values(dense.values());
+  ASSERT_TRUE(Push(sparse).ok());
+  for (uint32_t table : {kInt8Dense, kInt8Sparse}) {
+    const std::vector<uint64_t> keys =
+        table == kInt8Dense ? std::vector<uint64_t>{2, 5} : std::vector<uint64_t>{9, 10, 11, 12};
+    KeyBlock b = Block(table, keys);
+    b.set_codec(v1::CODEC_INT8);
+    v1::PullResponse resp;
+    const grpc::Status st = Pull(b, &resp);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    ASSERT_EQ(resp.blocks(0).codec(), v1::CODEC_INT8);
+    EXPECT_EQ(resp.blocks(0).values().size(), 4 + g.size());  // one chunk: its scale, 8 bytes
+    std::vector<float> got(g.size());
+    ASSERT_TRUE(DecodeValueBlock(v1::CODEC_INT8, resp.blocks(0).values(), got.size(), got.data())
+                    .ok());
+    const float scale = 1.25f / 127.0f;  // the largest stored |value|: 0.25 - (-1.0)
+    for (size_t i = 0; i < g.size(); ++i) {
+      EXPECT_NEAR(got[i], 0.25f - g[i], 0.5f * scale * 1.0001f) << table << " " << i;
+    }
+    // A float32 pull of an int8 table is refused naming the codec.
+    v1::PullResponse plain;
+    const grpc::Status refused = Pull(Block(table, keys), &plain);
+    EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(refused.error_message().find("answers pulls encoded as int8"), std::string::npos)
+        << refused.error_message();
+  }
+}
+
 // A client that does not know the table's codec (a plain protobuf client sends and asks for
 // float32) is told which codec the table wants; nothing is applied.
 TEST_F(ParameterServiceCodecTest, BlocksInAnotherEncodingAreRefusedNamingTheCodec) {
@@ -222,6 +259,7 @@ TEST_F(ParameterServiceCodecTest, CreateTableRefusesBadCodecs) {
         Spec(11, v1::DENSE, Codec(v1::CODEC_TOPK, 1.5f), {}),
         Spec(12, v1::SPARSE, Codec(v1::CODEC_TOPK, 0.1f), {}),
         Spec(13, v1::DENSE, {}, Codec(v1::CODEC_SIGN)),
+        Spec(15, v1::DENSE, Codec(v1::CODEC_INT8), {}),
         Spec(14, v1::DENSE, Codec(static_cast<v1::ValueCodec>(7)), {})}) {
     grpc::Status s = CreateTable(spec);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << spec.table_id();

@@ -13,6 +13,7 @@
 #                       parameters, sync, Adam, batch 256 per worker) for BENCH_STEPS steps
 #                       (default 20; 0: one epoch, 117 steps); codecs: none, fp16 (pushes and
 #                       pulls), topk (1% pushes with error feedback, fp16 pulls);
+#                       topk_int8 (topk pushes, int8 pulls) on request in BENCH_CODECS;
 #                       BENCH_OPTIMIZER replaces the tables' optimizer (default "kind: ADAM
 #                       learning_rate: 0.0003")
 #             ctr       examples/python/ctr_torch.py (deploy/jobs/ctr_torch.textproto, sync)
@@ -58,6 +59,7 @@ codec_lines() {
     none) ;;
     fp16) echo "push_codec { codec: CODEC_FP16 } pull_codec { codec: CODEC_FP16 }" ;;
     topk) echo "push_codec { codec: CODEC_TOPK ratio: 0.01 } pull_codec { codec: CODEC_FP16 }" ;;
+    topk_int8) echo "push_codec { codec: CODEC_TOPK ratio: 0.01 } pull_codec { codec: CODEC_INT8 }" ;;
     *) fail "unknown codec $1" ;;
   esac
 }

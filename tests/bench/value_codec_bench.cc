@@ -2,7 +2,7 @@
 // a worker pays to encode a push (with error feedback: the residual written back) and a server
 // to decode it, or a server to encode a pull answer and a worker to decode it.
 //
-//   value_codec_bench --values=8388608 --codecs=none,fp16,bf16,topk,sign --ratio=0.01
+//   value_codec_bench --values=8388608 --codecs=none,fp16,bf16,topk,sign,int8 --ratio=0.01
 //
 // One line per codec: the encoded bytes per value, and encode and decode as ms per block and
 // millions of values per second (the median of --repeats runs). The values are gradient-like:
@@ -27,7 +27,7 @@
 #include "common/value_codec.h"
 
 ABSL_FLAG(uint64_t, values, uint64_t{1} << 23, "values in the block encoded and decoded");
-ABSL_FLAG(std::string, codecs, "none,fp16,bf16,topk,sign", "codecs, comma-separated");
+ABSL_FLAG(std::string, codecs, "none,fp16,bf16,topk,sign,int8", "codecs, comma-separated");
 ABSL_FLAG(double, ratio, 0.01, "topk's ratio: the fraction of the values sent, in (0, 1]");
 ABSL_FLAG(int, repeats, 5, "runs of each encode and decode; the median is printed (at least 1)");
 
@@ -57,9 +57,9 @@ absl::Status Run() {
     if (absl::Status s = ParseCodecName(name, &codec); !s.ok()) return s;
     spec.set_codec(codec);
     if (codec == v1::CODEC_TOPK) spec.set_ratio(static_cast<float>(absl::GetFlag(FLAGS_ratio)));
-    v1::TableSpec table;
+    v1::TableSpec table;  // checked as a push codec, or as a pull codec for the pull-only ones
     table.set_kind(v1::DENSE);
-    *table.mutable_push_codec() = spec;
+    *(codec == v1::CODEC_INT8 ? table.mutable_pull_codec() : table.mutable_push_codec()) = spec;
     if (absl::Status s = ValidateTableCodecs(table); !s.ok()) return s;
 
     std::vector<double> enc, dec;

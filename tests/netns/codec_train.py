@@ -4,7 +4,7 @@
 Usage: codec_train.py SERVERS JOB WORKER NUM_WORKERS CODEC STEPS
   SERVERS  comma-separated host:port of the parameter servers
   CODEC    none | fp16 (pushes and pulls) | topk (pushes, 1%; pulls fp16) | sign (pushes;
-           pulls fp16)
+           pulls fp16) | int8 (pushes topk 1%; pulls int8)
 Logistic regression on synthetic data: 65536 features (a dense table of 256 rows of 256), the
 label decided by the first 64 (the others small noise); each worker draws its own batches (seeded). Prints one line:
 "RESULT codec=... steps=... seconds=... loss0=... loss=... accuracy=..." (accuracy on a held-out
@@ -25,6 +25,7 @@ CODECS = {
     "fp16": {"push_codec": "fp16", "pull_codec": "fp16"},
     "topk": {"push_codec": "topk", "topk_ratio": 0.01, "pull_codec": "fp16"},
     "sign": {"push_codec": "sign", "pull_codec": "fp16"},
+    "int8": {"push_codec": "topk", "topk_ratio": 0.01, "pull_codec": "int8"},
 }
 
 

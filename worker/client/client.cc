@@ -136,7 +136,7 @@ bool Deduplicate(absl::Span<const uint64_t> keys, std::vector<uint64_t>* unique,
 
 void SetCodec(const WireCodec& c, v1::CodecSpec* spec) {
   static constexpr v1::ValueCodec kCodecs[] = {v1::CODEC_NONE, v1::CODEC_FP16, v1::CODEC_BF16,
-                                               v1::CODEC_TOPK, v1::CODEC_SIGN};
+                                               v1::CODEC_TOPK, v1::CODEC_SIGN, v1::CODEC_INT8};
   spec->set_codec(kCodecs[static_cast<int>(c.codec)]);
   spec->set_ratio(c.ratio);
 }

@@ -595,8 +595,9 @@ eviction: sparse tables: None (rows stay), or a dict of max_rows (most rows per 
     least recently used go) and ttl_seconds (rows unused this long are dropped).
 push_codec, pull_codec: compression on the wire: "none" (default, float32), "fp16" or "bf16"
     (both directions), "topk" or "sign" (pushes of dense tables, with error feedback: the
-    client keeps what it did not send and adds it to the next push). topk_ratio: the fraction
-    of each block's values a "topk" push sends, in (0, 1]. See docs/data-plane.md.
+    client keeps what it did not send and adds it to the next push), "int8" (pulls: a byte a
+    value and a scale per 256). topk_ratio: the fraction of each block's values a "topk" push
+    sends, in (0, 1]. See docs/data-plane.md.
 
 Idempotent for the same config; AlreadyExistsError if a table with that id but another config
 exists. A bad config raises InvalidArgumentError (a ValueError).)doc")

@@ -173,16 +173,15 @@ void SetTableFeatures(const std::string& storage, py::object admission, py::obje
 
 namespace {
 ps::Codec CodecOf(const std::string& name, const char* arg) {
-  static const std::pair<const char*, ps::Codec> kCodecs[] = {{"none", ps::Codec::kNone},
-                                                              {"fp16", ps::Codec::kFp16},
-                                                              {"bf16", ps::Codec::kBf16},
-                                                              {"topk", ps::Codec::kTopk},
-                                                              {"sign", ps::Codec::kSign}};
+  static const std::pair<const char*, ps::Codec> kCodecs[] = {
+      {"none", ps::Codec::kNone}, {"fp16", ps::Codec::kFp16}, {"bf16", ps::Codec::kBf16},
+      {"topk", ps::Codec::kTopk}, {"sign", ps::Codec::kSign}, {"int8", ps::Codec::kInt8}};
   for (const auto& [n, c] : kCodecs) {
     if (name == n) return c;
   }
   throw py::value_error(std::string(arg) +
-                        " must be 'none', 'fp16', 'bf16', 'topk' or 'sign', got '" + name + "'");
+                        " must be 'none', 'fp16', 'bf16', 'topk', 'sign' or 'int8', got '" + name +
+                        "'");
 }
 }  // namespace
 

@@ -24,8 +24,8 @@ ps::Optimizer OptimizerOf(py::object obj);
 // the values too).
 void SetTableFeatures(const std::string& storage, py::object admission, py::object eviction,
                       ps::TableConfig& config);
-// create_table's push_codec= and pull_codec= ("none", "fp16", "bf16", "topk", "sign") and
-// topk_ratio= (None, or the fraction of a block's values a topk push sends).
+// create_table's push_codec= and pull_codec= ("none", "fp16", "bf16", "topk", "sign", "int8")
+// and topk_ratio= (None, or the fraction of a block's values a topk push sends).
 void SetTableCodecs(const std::string& push_codec, const std::string& pull_codec,
                     py::object topk_ratio, ps::TableConfig& config);
 // A float as Python prints it (shortest round-trip form).

@@ -83,6 +83,15 @@ def test_codecs_compress_pushes_and_pulls(client):
         k.push(keys, g)
     err = np.abs(k.pull(keys) + 20 * g).sum() / np.abs(20 * g).sum()
     assert err < 0.2, err  # error feedback: what was held back arrives later
+    q = client.create_table("int8w", kind="dense", rows=4, dim=300,
+                            initializer=ps.Initializer.constant(0.0),
+                            optimizer=ps.Optimizer.sgd(1.0), pull_codec="int8")
+    keys = u64(0, 1, 2, 3)
+    grad = np.linspace(-2.0, 2.0, 1200, dtype=np.float32).reshape(4, 300)
+    q.push(keys, grad)
+    # a byte a value, a scale (max |value| / 127) per 256: within half a step of the values
+    np.testing.assert_allclose(q.pull(keys), -grad, atol=0.5 * 2.0 / 127 * 1.0001)
+    assert not np.array_equal(q.pull(keys), -grad)  # it is lossy: the pull was int8
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -91,6 +100,7 @@ def test_codecs_compress_pushes_and_pulls(client):
     ({"push_codec": "topk", "topk_ratio": 1.5}, "topk_ratio must be in"),
     ({"push_codec": "fp16", "topk_ratio": 0.1}, "topk_ratio is for"),
     ({"pull_codec": "sign"}, "pull_codec"),
+    ({"push_codec": "int8"}, "int8 is for values"),
 ])
 def test_bad_codecs_raise_value_error(client, kwargs, message):
     with pytest.raises(ValueError, match=message):

@@ -97,6 +97,7 @@ enum class Codec {
   kBf16,  // bfloat16, 2 bytes a value (pushes and pulls)
   kTopk,  // pushes of dense tables: the `ratio` largest |values| of each block, error feedback
   kSign,  // pushes of dense tables: 1 bit a value and a scale per 256 values, error feedback
+  kInt8,  // pulls: 1 byte a value and a scale (max |value| / 127) per 256 values
 };
 struct WireCodec {
   Codec codec = Codec::kNone;
