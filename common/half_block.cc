@@ -6,6 +6,7 @@
 #include "common/half.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
 #include <immintrin.h>
 #define PS_HALF_BLOCK_X86 1
 #endif
@@ -41,7 +42,19 @@ void FromHalvesScalar(HalfKind kind, const char* in, size_t n, float* out) {
 
 #ifdef PS_HALF_BLOCK_X86
 
-bool CpuHasAvx2F16c() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c"); }
+// CPUID's F16C, AVX and AVX2 bits, and the OS saving the YMM registers (XCR0). Read directly:
+// clang's __builtin_cpu_supports does not know "f16c".
+bool CpuHasAvx2F16c() {
+  unsigned a, b, c, d;
+  if (__get_cpuid(1, &a, &b, &c, &d) == 0) return false;
+  const unsigned osxsave = 1u << 27, avx = 1u << 28, f16c = 1u << 29;
+  if ((c & (osxsave | avx | f16c)) != (osxsave | avx | f16c)) return false;
+  unsigned xcr0_low, xcr0_high;
+  __asm__("xgetbv" : "=a"(xcr0_low), "=d"(xcr0_high) : "c"(0));
+  if ((xcr0_low & 6u) != 6u) return false;  // XMM and YMM state
+  if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0) return false;
+  return (b & (1u << 5)) != 0;  // AVX2
+}
 
 // F16C rounds to nearest even as half.h does, subnormals and overflow included; it keeps a NaN's
 // payload where half.h writes one quiet NaN, so eight values with a NaN among them go the scalar

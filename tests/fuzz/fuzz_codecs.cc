@@ -1,10 +1,12 @@
 // The key/value codecs (common/codec.h), the slot bitmap (common/shard_map.h), the shard-map
 // file parser, the checks a restore order's shard list passes (HeldSlots, as Restorer
 // validates an order), and the client's hand-written parser of pull answers
-// (worker/client/request_codec.h, over common/wire.h), and the server's in-place reader of
-// pushes (server/internal/push_request.h). Input: [selector byte][payload].
+// (worker/client/request_codec.h, over common/wire.h), the server's in-place reader of
+// pushes (server/internal/push_request.h), and the wire codecs' decoder of a block's values
+// (common/value_codec.h). Input: [selector byte][payload].
 #include <google/protobuf/stubs/logging.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +17,7 @@
 
 #include "common/codec.h"
 #include "common/shard_map.h"
+#include "common/value_codec.h"
 #include "ps/v1/checkpoint.pb.h"
 #include "ps/v1/parameter_server.pb.h"
 #include "server/checkpoint_io.h"
@@ -155,6 +158,28 @@ void FuzzPushRequest(const std::string& payload) {
   }
 }
 
+// [codec byte][n: u16 LE][encoded values]: a block either decodes into n values, all finite for
+// the lossy codecs (a corrupted TOPK, SIGN or INT8 block never yields a NaN or an Inf), of the
+// codec's length, or is refused.
+void FuzzValueBlock(const std::string& bytes) {
+  if (bytes.size() < 3) return;
+  const auto codec = static_cast<ps::v1::ValueCodec>(static_cast<uint8_t>(bytes[0]) % 8);
+  const size_t n =
+      static_cast<uint8_t>(bytes[1]) | static_cast<size_t>(static_cast<uint8_t>(bytes[2])) << 8;
+  const absl::string_view block(bytes.data() + 3, bytes.size() - 3);
+  std::vector<float> out(n);
+  if (!ps::DecodeValueBlock(codec, block, n, out.data()).ok()) return;
+  Require(ps::v1::ValueCodec_IsValid(codec));
+  if (codec == ps::v1::CODEC_TOPK || codec == ps::v1::CODEC_SIGN || codec == ps::v1::CODEC_INT8) {
+    for (float v : out) Require(std::isfinite(v));
+  }
+  if (codec != ps::v1::CODEC_TOPK) {
+    ps::v1::CodecSpec spec;
+    spec.set_codec(codec);
+    Require(block.size() == ps::EncodedBytes(spec, n));
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
@@ -165,7 +190,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const std::string payload(reinterpret_cast<const char*>(data) + 1, size - 1);
-  switch (data[0] % 6) {
+  switch (data[0] % 7) {
     case 0:
       FuzzCodecs(payload);
       break;
@@ -183,6 +208,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     case 5:
       FuzzPushRequest(payload);
+      break;
+    case 6:
+      FuzzValueBlock(payload);
       break;
   }
   return 0;

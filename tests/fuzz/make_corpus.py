@@ -100,6 +100,13 @@ def codecs():
                    blocks { table_id: 1 keys: "%s" values: "%s" } }
             advance_clock: true clock_parts: 2 pull_blocks { table_id: 1 keys: "%s" }""" % (
                 keys(1), floats(0.25, -0.5), keys(1, 2))),
+        # Value blocks: [codec][n u16][bytes]. fp16 of 4 values, topk 2 of 8, sign of 10, int8
+        # of 300 (two chunks).
+        "value-fp16": b"\x06\x01" + struct.pack("<H4H", 4, 0x3c00, 0xbc00, 0x7bff, 0x0001),
+        "value-topk": b"\x06\x03" + struct.pack("<HII2I2f", 8, 8, 2, 1, 6, -5.0, 3.0),
+        "value-sign": b"\x06\x04" + struct.pack("<Hf", 10, 0.5) + b"\x05\x02",
+        "value-int8": b"\x06\x05" + struct.pack("<H2f", 300, 0.01, 0.002)
+                      + bytes((i * 7) % 255 - 127 & 0xff for i in range(300)),
     }
 
 
