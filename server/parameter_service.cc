@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <deque>
+#include <memory>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -41,13 +42,11 @@ size_t AnswerValueBytes(const TableStore::BlockView& view) {
 absl::Status WriteAnswerValues(TableStore* store, const TableStore::BlockView& view, char* p) {
   const v1::CodecSpec& codec = view.table->spec.pull_codec();
   if (codec.codec() == v1::CODEC_NONE) return store->Pull(view, p);
-  std::vector<float> floats(view.keys.size() * view.table->dim);
-  PS_RETURN_IF_ERROR(store->Pull(view, reinterpret_cast<char*>(floats.data())));
-  std::string encoded;
-  encoded.reserve(AnswerValueBytes(view));
-  EncodeValueBlock(codec, floats, &encoded);
-  std::memcpy(p, encoded.data(), encoded.size());
-  view.table->CountCodecBytes(/*push=*/false, floats.size() * sizeof(float), encoded.size());
+  const size_t n = view.keys.size() * view.table->dim;
+  std::unique_ptr<float[]> floats(new float[n]);  // not zeroed: Pull writes every value
+  PS_RETURN_IF_ERROR(store->Pull(view, reinterpret_cast<char*>(floats.get())));
+  EncodeValueBlock(codec, absl::MakeConstSpan(floats.get(), n), p);
+  view.table->CountCodecBytes(/*push=*/false, n * sizeof(float), AnswerValueBytes(view));
   return absl::OkStatus();
 }
 

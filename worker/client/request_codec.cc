@@ -1,5 +1,7 @@
 #include "worker/client/request_codec.h"
 
+#include <memory>
+
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "common/value_codec.h"
@@ -150,10 +152,19 @@ absl::Status DecodeEncodedBlock(wire::SliceReader* r, size_t len, const TableOp&
                                 const KeySegment& seg) {
   std::string bytes;
   if (!r->ReadString(len, &bytes)) return Malformed("truncated values");
-  std::vector<float> values(seg.idx.size() * static_cast<size_t>(dim));
-  absl::Status s = DecodeValueBlock(seg.codec, bytes, values.size(), values.data());
+  const size_t n = seg.idx.size() * static_cast<size_t>(dim);
+  bool one_run = n > 0;
+  for (size_t j = 1; j < seg.idx.size() && one_run; ++j) one_run = seg.idx[j] == seg.idx[0] + j;
+  if (one_run) {
+    // One run of rows (indices increase): decoded straight into the caller's buffer.
+    absl::Status s =
+        DecodeValueBlock(seg.codec, bytes, n, op.out + static_cast<size_t>(seg.idx.front()) * dim);
+    return s.ok() ? absl::OkStatus() : Malformed(s.message());
+  }
+  std::unique_ptr<float[]> values(new float[n]);
+  absl::Status s = DecodeValueBlock(seg.codec, bytes, n, values.get());
   if (!s.ok()) return Malformed(s.message());
-  const float* from = values.data();
+  const float* from = values.get();
   ForEachRun(seg.idx, [&](uint32_t first, size_t count) {
     std::memcpy(op.out + static_cast<size_t>(first) * dim, from, count * dim * sizeof(float));
     from += count * dim;

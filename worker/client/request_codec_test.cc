@@ -5,12 +5,16 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
+#include <limits>
 #include <numeric>
 #include <string>
 #include <vector>
 
 #include "common/half.h"
+#include "common/value_codec.h"
 #include "ps/v1/parameter_server.pb.h"
 #include "worker/client/push_encoder.h"
 #include "worker/client/rpc_client.h"
@@ -269,6 +273,114 @@ TEST(RequestCodecTest, EncodedBlocksCarryTheirCodecBothWays) {
   response = Pieces(answer.SerializeAsString(), 7);
   EXPECT_EQ(DecodePullResponse(&response, ops, f.dims, f.segments, &min_clock, &wait).code(),
             absl::StatusCode::kInternal);
+}
+
+// A pull segment whose rows are one run decodes straight into them; the other rows stay.
+TEST(RequestCodecTest, AnEncodedPullOfOneRunFillsJustItsRows) {
+  Fixture f;
+  std::vector<KeySegment> segments{KeySegment{0, {1, 2}, v1::CODEC_INT8, {}}};
+  std::vector<float> values(2 * 1024);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = f.grads0[1024 + i] / 4096.0f;
+  v1::CodecSpec int8;
+  int8.set_codec(v1::CODEC_INT8);
+  v1::PullResponse answer;
+  v1::KeyBlock* block = answer.add_blocks();
+  EncodeValueBlock(int8, values, block->mutable_values());
+  block->set_codec(v1::CODEC_INT8);
+  std::vector<float> want(values.size());
+  ASSERT_TRUE(DecodeValueBlock(v1::CODEC_INT8, block->values(), want.size(), want.data()).ok());
+  std::vector<float> out(f.grads0.size(), -1.0f);
+  std::vector<TableOp> ops = {f.ops[0]};
+  ops[0].out = out.data();
+  grpc::ByteBuffer response = Pieces(answer.SerializeAsString(), 7);
+  int64_t min_clock, wait;
+  ASSERT_TRUE(DecodePullResponse(&response, ops, {1024}, segments, &min_clock, &wait).ok());
+  for (size_t i = 0; i < out.size(); ++i) {
+    const bool in_run = i >= 1024 && i < 3 * 1024;
+    ASSERT_EQ(out[i], in_run ? want[i - 1024] : -1.0f) << i;
+  }
+}
+
+// The decoded sum of what PushEncoder sent for key k over some steps, and the residual left.
+struct Sent {
+  std::vector<float> decoded;
+  double residual_l1 = 0;
+};
+
+// Pushes `steps` random gradients of `rows` rows of dim 4 through a topk encoder, the rows
+// given to the op in the order of `keys` (consecutive or not: the encoder's two paths).
+// A step `nan_at_step` has a NaN in its gradient; a step `skipped` pushes nothing.
+Sent PushTopk(const std::vector<uint64_t>& keys, int steps, int nan_at_step = -1,
+              int skipped = -1) {
+  PushEncoder encoder;
+  v1::CodecSpec topk;
+  topk.set_codec(v1::CODEC_TOPK);
+  topk.set_ratio(0.1f);
+  const int dim = 4;
+  Sent sent;
+  sent.decoded.assign(keys.size() * dim, 0.0f);
+  std::vector<float> by_key(keys.size() * dim);
+  for (int step = 0; step < steps; ++step) {
+    if (step == skipped) continue;
+    for (size_t i = 0; i < by_key.size(); ++i) {
+      by_key[i] = std::sin(static_cast<float>(step * 131 + i) * 0.37f);  // the same per key
+    }
+    if (step == nan_at_step) by_key[5] = std::numeric_limits<float>::quiet_NaN();
+    std::vector<float> grads(by_key.size());
+    for (size_t j = 0; j < keys.size(); ++j) {
+      std::copy_n(&by_key[keys[j] * dim], dim, &grads[j * dim]);
+    }
+    TableOp op{7, keys, grads.data(), nullptr};
+    KeySegment seg{0, {}, v1::CODEC_NONE, {}};
+    for (uint32_t j = 0; j < keys.size(); ++j) seg.idx.push_back(j);
+    encoder.Encode(topk, op, dim, keys.size(), &seg);
+    std::vector<float> block(grads.size());
+    const absl::Status s =
+        DecodeValueBlock(v1::CODEC_TOPK, seg.encoded, block.size(), block.data());
+    if (step == nan_at_step) {
+      EXPECT_FALSE(s.ok());  // the NaN is sent as it is: the servers would refuse the block
+      continue;
+    }
+    EXPECT_TRUE(s.ok()) << s;
+    for (size_t j = 0; j < keys.size(); ++j) {
+      for (int d = 0; d < dim; ++d) sent.decoded[keys[j] * dim + d] += block[j * dim + d];
+    }
+  }
+  sent.residual_l1 = encoder.ResidualL1(7);
+  return sent;
+}
+
+TEST(PushEncoderTest, ConsecutiveKeysAndOthersKeepTheSameResidual) {
+  std::vector<uint64_t> consecutive(64), shuffled(64);
+  std::iota(consecutive.begin(), consecutive.end(), 0);
+  for (size_t j = 0; j < shuffled.size(); ++j) shuffled[j] = (j * 37) % 64;  // a permutation
+  const Sent a = PushTopk(consecutive, 20), b = PushTopk(shuffled, 20);
+  EXPECT_EQ(a.decoded, b.decoded);
+  EXPECT_DOUBLE_EQ(a.residual_l1, b.residual_l1);
+  EXPECT_GT(a.residual_l1, 0.0);
+  // Every gradient is either sent or held: sent + residual = the sum of the gradients.
+  double grads_l1 = 0, sent_l1 = 0;
+  for (size_t i = 0; i < a.decoded.size(); ++i) {
+    float sum = 0;
+    for (int step = 0; step < 20; ++step)
+      sum += std::sin(static_cast<float>(step * 131 + i) * 0.37f);
+    grads_l1 += std::fabs(sum);
+    sent_l1 += std::fabs(a.decoded[i]);
+  }
+  EXPECT_LE(grads_l1, sent_l1 + a.residual_l1 + 1e-3);
+}
+
+TEST(PushEncoderTest, AGradientWithANaNLeavesTheResidualAsItWas) {
+  std::vector<uint64_t> consecutive(64), shuffled(64);
+  std::iota(consecutive.begin(), consecutive.end(), 0);
+  for (size_t j = 0; j < shuffled.size(); ++j) shuffled[j] = (j * 37) % 64;
+  for (const auto& keys : {consecutive, shuffled}) {
+    // Step 3 of 5 has a NaN: what is sent and held after it is as if step 3 had not been.
+    const Sent with_nan = PushTopk(keys, 5, 3), without = PushTopk(keys, 5, -1, 3);
+    EXPECT_EQ(with_nan.decoded, without.decoded);
+    EXPECT_DOUBLE_EQ(with_nan.residual_l1, without.residual_l1);
+    EXPECT_GT(with_nan.residual_l1, 0.0);
+  }
 }
 
 }  // namespace
