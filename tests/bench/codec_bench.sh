@@ -11,8 +11,9 @@
 # Usage: tests/bench/codec_bench.sh BUILD_DIR WORKLOAD [RATE]     (as root)
 #   WORKLOAD  wide_mlp  examples/python/fashion_torch.py --layers=784,4096,4096,10 (20M
 #                       parameters, sync, Adam, batch 256 per worker) for BENCH_STEPS steps
-#                       (default 20; 0: one epoch, 117 steps); codecs: none, fp16 (pushes and
-#                       pulls), topk (1% pushes with error feedback, fp16 pulls);
+#                       (default 20; 0: BENCH_EPOCHS epochs, default 1, of 117 steps each);
+#                       codecs: none, fp16 (pushes and pulls), topk (1% pushes with error
+#                       feedback, fp16 pulls);
 #                       topk_int8 (topk pushes, int8 pulls) on request in BENCH_CODECS;
 #                       BENCH_OPTIMIZER replaces the tables' optimizer (default "kind: ADAM
 #                       learning_rate: 0.0003")
@@ -28,7 +29,7 @@ workload=${2:?usage: codec_bench.sh BUILD_DIR wide_mlp|ctr [RATE]}
 rate=${3:-100mbit}
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 case "$workload" in
-  wide_mlp) steps=${BENCH_STEPS:-20} codecs=${BENCH_CODECS:-none fp16 topk}
+  wide_mlp) steps=${BENCH_STEPS:-20} epochs=${BENCH_EPOCHS:-1} codecs=${BENCH_CODECS:-none fp16 topk}
     optimizer=${BENCH_OPTIMIZER:-kind: ADAM learning_rate: 0.0003} ;;
   ctr) steps=${BENCH_STEPS:-400} codecs=${BENCH_CODECS:-none fp16} ;;
   *) echo "unknown workload '$workload' (wide_mlp or ctr)" >&2; exit 2 ;;
@@ -72,7 +73,7 @@ wide_mlp_spec() {
 name: "wide-mlp-$1"
 program {
   argv: ["/usr/bin/python3", "examples/python/fashion_torch.py", "--layers=784,4096,4096,10",
-         "--batch=256", "--epochs=1", "--steps=$steps"]
+         "--batch=256", "--epochs=$epochs", "--steps=$steps"]
   working_dir: "$repo"
   env { key: "PYTHONPATH" value: "$dir/python" }
   progress_timeout_seconds: 600
