@@ -29,6 +29,10 @@ T ReadRaw(const char* p) {
 size_t SignChunks(size_t n) { return (n + kSignChunkValues - 1) / kSignChunkValues; }
 size_t Int8Chunks(size_t n) { return (n + kInt8ChunkValues - 1) / kInt8ChunkValues; }
 
+// The largest INT8 scale: 127 x it stays finite (float32's largest / 127 would round to Inf).
+// A chunk whose largest |value| is beyond 127 x this sends it as 127 x this.
+constexpr float kMaxInt8Scale = 2.6e36f;
+
 absl::Status CheckCodec(const v1::CodecSpec& c, absl::string_view field, bool pull, bool dense) {
   if (!v1::ValueCodec_IsValid(c.codec())) {
     return absl::InvalidArgumentError(
@@ -178,14 +182,18 @@ void EncodeInt8(absl::Span<const float> values, char* out, float* residual) {
       probe += v[i] * 0.0f;
     }
     const bool finite = probe == probe;
-    const float scale = finite ? max_abs / 127.0f : std::numeric_limits<float>::quiet_NaN();
-    const float inverse = finite && max_abs > 0.0f ? 127.0f / max_abs : 0.0f;
+    const float scale = finite ? std::min(max_abs / 127.0f, kMaxInt8Scale)
+                               : std::numeric_limits<float>::quiet_NaN();
     std::memcpy(scales + c * sizeof(float), &scale, sizeof(scale));
+    // Divided, not multiplied by an inverse: 1 / scale overflows for a subnormal scale. A chunk
+    // of zeros (scale 0) or with a NaN or Inf sends zeros.
+    const bool levels = finite && scale > 0.0f;
+    const float divisor = levels ? scale : 1.0f;
     int8_t* level = reinterpret_cast<int8_t*>(q + begin);
     for (size_t i = 0; i < len; ++i) {
-      float r = (v[i] * inverse + kRound) - kRound;
+      float r = levels ? (v[i] / divisor + kRound) - kRound : 0.0f;
       r = r > 127.0f ? 127.0f : (r < -127.0f ? -127.0f : r);
-      level[i] = static_cast<int8_t>(static_cast<int>(finite ? r : 0.0f));
+      level[i] = static_cast<int8_t>(static_cast<int>(r));
     }
     if (residual != nullptr) {
       float* res = residual + begin;
@@ -260,9 +268,10 @@ absl::Status DecodeInt8(absl::string_view bytes, size_t n, float* out) {
   const char* q = bytes.data() + chunks * sizeof(float);
   for (size_t c = 0; c < chunks; ++c) {
     const float scale = ReadRaw<float>(bytes.data() + c * sizeof(float));
-    if (!std::isfinite(scale) || scale < 0.0f) {
+    // 127 x scale must be finite too.
+    if (!(scale >= 0.0f && scale <= kMaxInt8Scale)) {  // NaN fails too
       return absl::InvalidArgumentError(
-          absl::StrCat("an int8 block's scale ", c, " is ", scale, " (must be finite and >= 0)"));
+          absl::StrCat("an int8 block's scale ", c, " is ", scale, " (must be in [0, 2.6e36])"));
     }
     const size_t begin = c * kInt8ChunkValues, end = std::min(n, begin + kInt8ChunkValues);
     bool lowest = false;
@@ -353,7 +362,7 @@ void EncodeValueBlock(const v1::CodecSpec& spec, absl::Span<const float> values,
     case v1::CODEC_INT8:
       return EncodeInt8(values, out, residual);
     default:
-      std::memcpy(out, values.data(), values.size() * sizeof(float));
+      if (!values.empty()) std::memcpy(out, values.data(), values.size() * sizeof(float));
       if (residual != nullptr) std::fill(residual, residual + values.size(), 0.0f);
   }
 }
@@ -369,7 +378,7 @@ absl::Status DecodeValueBlock(v1::ValueCodec codec, absl::string_view bytes, siz
   switch (codec) {
     case v1::CODEC_NONE:
       if (bytes.size() != n * sizeof(float)) return WrongLength(codec, bytes.size(), n * 4, n);
-      std::memcpy(out, bytes.data(), bytes.size());
+      if (n > 0) std::memcpy(out, bytes.data(), bytes.size());  // out may be null for n = 0
       return absl::OkStatus();
     case v1::CODEC_FP16:
     case v1::CODEC_BF16:

@@ -243,6 +243,14 @@ TEST(ValueCodecTest, RejectsBlocksOfTheWrongLength) {
     EXPECT_FALSE(DecodeBytes(spec.codec(), bytes, v.size() + 8).ok()) << CodecName(spec.codec());
   }
   EXPECT_FALSE(DecodeBytes(v1::CODEC_TOPK, "", 10).ok());
+  // An empty block of every codec (found by fuzz_codecs: a null destination for no values).
+  for (v1::ValueCodec codec :
+       {v1::CODEC_NONE, v1::CODEC_FP16, v1::CODEC_BF16, v1::CODEC_SIGN, v1::CODEC_INT8}) {
+    EXPECT_TRUE(DecodeValueBlock(codec, "", 0, nullptr).ok()) << CodecName(codec);
+    std::string bytes;
+    EncodeValueBlock(Spec(codec), {}, &bytes);
+    EXPECT_EQ(bytes, "") << CodecName(codec);
+  }
 }
 
 void PutU32(std::string* bytes, size_t at, uint32_t v) { std::memcpy(&(*bytes)[at], &v, 4); }
@@ -288,10 +296,10 @@ TEST(ValueCodecTest, RejectsBadInt8ScalesAndMinus128) {
   std::string good;
   EncodeValueBlock(Spec(v1::CODEC_INT8), v, &good);
   ASSERT_TRUE(DecodeBytes(v1::CODEC_INT8, good, v.size()).ok());
-  for (float scale :
-       {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(), -1.0f}) {
+  for (float scale : {std::numeric_limits<float>::quiet_NaN(),
+                      std::numeric_limits<float>::infinity(), -1.0f, 3.4e36f}) {
     std::string bad = good;
-    PutF32(&bad, 4, scale);  // the second chunk's
+    PutF32(&bad, 4, scale);  // the second chunk's; 3.4e36 x 127 is Inf (found by fuzz_codecs)
     const absl::Status s = DecodeBytes(v1::CODEC_INT8, bad, v.size());
     EXPECT_NE(s.message().find("scale 1"), std::string::npos) << scale << " " << s;
   }
@@ -299,6 +307,23 @@ TEST(ValueCodecTest, RejectsBadInt8ScalesAndMinus128) {
   bad.back() = static_cast<char>(-128);
   EXPECT_FALSE(DecodeBytes(v1::CODEC_INT8, bad, v.size()).ok());
   // A value that is not finite gives its chunk a NaN scale: refused where it is decoded.
+  // Tiny values (a subnormal scale, whose inverse is not finite) and zeros beside them.
+  std::vector<float> tiny(v.size(), 0.0f);
+  tiny[1] = 1e-44f;
+  tiny[2] = -3e-45f;
+  std::string small;
+  EncodeValueBlock(Spec(v1::CODEC_INT8), tiny, &small);
+  std::vector<float> back(v.size());
+  ASSERT_TRUE(DecodeValueBlock(v1::CODEC_INT8, small, v.size(), back.data()).ok());
+  EXPECT_EQ(back[0], 0.0f);
+  EXPECT_NEAR(back[1], 1e-44f, 1e-44f);  // the scale, 1e-44 / 127, rounds to 0: zeros are sent
+  std::vector<float> largest(v.size(), 1.0f);
+  largest[7] = -std::numeric_limits<float>::max();  // the largest scale the encoder writes
+  std::string edge;
+  EncodeValueBlock(Spec(v1::CODEC_INT8), largest, &edge);
+  std::vector<float> decoded(v.size());
+  ASSERT_TRUE(DecodeValueBlock(v1::CODEC_INT8, edge, v.size(), decoded.data()).ok());
+  EXPECT_TRUE(std::isfinite(decoded[7]));
   std::vector<float> inf = v;
   inf[3] = std::numeric_limits<float>::infinity();
   std::string encoded;
