@@ -185,8 +185,8 @@ TEST_F(ParameterServiceCodecTest, Int8PullsAnswerAByteAValueDenseAndSparse) {
     ASSERT_EQ(resp.blocks(0).codec(), v1::CODEC_INT8);
     EXPECT_EQ(resp.blocks(0).values().size(), 4 + g.size());  // one chunk: its scale, 8 bytes
     std::vector<float> got(g.size());
-    ASSERT_TRUE(DecodeValueBlock(v1::CODEC_INT8, resp.blocks(0).values(), got.size(), got.data())
-                    .ok());
+    ASSERT_TRUE(
+        DecodeValueBlock(v1::CODEC_INT8, resp.blocks(0).values(), got.size(), got.data()).ok());
     const float scale = 1.25f / 127.0f;  // the largest stored |value|: 0.25 - (-1.0)
     for (size_t i = 0; i < g.size(); ++i) {
       EXPECT_NEAR(got[i], 0.25f - g[i], 0.5f * scale * 1.0001f) << table << " " << i;
