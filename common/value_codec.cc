@@ -161,9 +161,9 @@ void EncodeSign(absl::Span<const float> values, char* out, float* residual) {
   }
 }
 
-// Format: one float32 scale per kInt8ChunkValues values (the chunk's max |value| / 127), then one
-// int8 per value, round(value / scale) in -127..127; decoded: int8 x scale. A chunk with a
-// non-finite value gets a NaN scale (refused by the decoder).
+// Format: one float32 scale per kInt8ChunkValues values (the chunk's max |value| / 127, at most
+// kMaxInt8Scale), then one int8 per value, round(value / scale) in -127..127; decoded: int8 x
+// scale. A chunk with a non-finite value gets a NaN scale (refused by the decoder).
 void EncodeInt8(absl::Span<const float> values, char* out, float* residual) {
   const size_t n = values.size(), chunks = Int8Chunks(n);
   char* const scales = out;

@@ -220,6 +220,10 @@ TEST_F(ParameterServiceCodecTest, BlocksInAnotherEncodingAreRefusedNamingTheCode
       << s.error_message();
   s = Push(Encoded(kTopk, {1}, Codec(v1::CODEC_SIGN), g));  // sign to a topk table
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  s = Push(Encoded(kFp16, {1}, Codec(v1::CODEC_INT8), g));  // int8 is never a push codec
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("fp16 (its push_codec)"), std::string::npos)
+      << s.error_message();
   EXPECT_EQ(Snapshot(), before);
 }
 
