@@ -46,9 +46,20 @@ absl::Status CheckCodec(const v1::CodecSpec& c, absl::string_view field, bool pu
           absl::StrCat(field, ".ratio = ", c.ratio(),
                        " is not in (0, 1] (the fraction of a block's values sent)"));
     }
+    if (!(c.momentum() >= 0.0f && c.momentum() < 1.0f)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".momentum = ", c.momentum(),
+                       " is not in [0, 1) (the worker's momentum correction; 0: off)"));
+    }
   } else if (c.ratio() != 0.0f) {
     return absl::InvalidArgumentError(
         absl::StrCat(field, ".ratio = ", c.ratio(), " is for topk, not ", name));
+  } else if (c.momentum() != 0.0f) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".momentum = ", c.momentum(), " is for topk, not ", name));
+  } else if (c.warmup_steps() != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".warmup_steps = ", c.warmup_steps(), " is for topk, not ", name));
   }
   if (KeepsResidual(c.codec()) && pull) {
     return absl::InvalidArgumentError(
@@ -324,7 +335,14 @@ absl::Status ParseCodecName(absl::string_view name, v1::ValueCodec* codec) {
 absl::Status ValidateTableCodecs(const v1::TableSpec& spec) {
   const bool dense = spec.kind() == v1::DENSE;
   if (absl::Status s = CheckCodec(spec.push_codec(), "push_codec", false, dense); !s.ok()) return s;
-  return CheckCodec(spec.pull_codec(), "pull_codec", true, dense);
+  if (absl::Status s = CheckCodec(spec.pull_codec(), "pull_codec", true, dense); !s.ok()) return s;
+  if (spec.push_codec().momentum() != 0.0f && spec.optimizer().kind() != v1::OptimizerSpec::SGD) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "push_codec.momentum = ", spec.push_codec().momentum(),
+        " applies the momentum on the workers: the table's optimizer must be SGD, not ",
+        v1::OptimizerSpec::Kind_Name(spec.optimizer().kind())));
+  }
+  return absl::OkStatus();
 }
 
 size_t TopkCount(size_t n, float ratio) {

@@ -33,9 +33,10 @@ inline bool KeepsResidual(v1::ValueCodec codec) {
 }
 
 // INVALID_ARGUMENT naming the field ("push_codec.ratio = 0 is not in (0, 1]") where a table's
-// push_codec or pull_codec is unknown, has a ratio outside (0, 1] (TOPK) or a ratio it does not
-// use, sends TOPK or SIGN on pulls or INT8 on pushes, or TOPK or SIGN on a table that is not
-// DENSE.
+// push_codec or pull_codec is unknown, has a ratio outside (0, 1] or a momentum outside [0, 1)
+// (TOPK) or a ratio, momentum or warmup_steps it does not use, sends TOPK or SIGN on pulls or
+// INT8 on pushes, TOPK or SIGN on a table that is not DENSE, or a TOPK momentum on a table whose
+// optimizer is not SGD.
 absl::Status ValidateTableCodecs(const v1::TableSpec& spec);
 
 // Values a TOPK block of n values sends: ceil(ratio * n), at least 1 (0 for n = 0).

@@ -364,6 +364,40 @@ TEST(ValueCodecTest, ValidatesTableCodecs) {
   EXPECT_NE(s.message().find("push_codec.codec = 17"), std::string::npos) << s;
 }
 
+TEST(ValueCodecTest, ValidatesTopkMomentumAndWarmup) {
+  v1::CodecSpec dgc = Spec(v1::CODEC_TOPK, 0.01f);
+  dgc.set_momentum(0.9f);
+  dgc.set_warmup_steps(100);
+  v1::TableSpec sgd = Table(v1::DENSE, dgc);  // OptimizerSpec's default kind: SGD
+  EXPECT_TRUE(ValidateTableCodecs(sgd).ok());
+  for (float m : {-0.1f, 1.0f, 2.0f, std::numeric_limits<float>::quiet_NaN()}) {
+    v1::TableSpec t = sgd;
+    t.mutable_push_codec()->set_momentum(m);
+    absl::Status s = ValidateTableCodecs(t);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << m;
+    EXPECT_NE(s.message().find("push_codec.momentum"), std::string::npos) << s;
+  }
+  // The momentum is the worker's: a server-side optimizer with its own state is refused.
+  v1::TableSpec adam = sgd;
+  adam.mutable_optimizer()->set_kind(v1::OptimizerSpec::ADAM);
+  absl::Status s = ValidateTableCodecs(adam);
+  EXPECT_NE(s.message().find("optimizer must be SGD, not ADAM"), std::string::npos) << s;
+  adam.mutable_push_codec()->set_momentum(0.0f);  // warm-up alone: any optimizer
+  EXPECT_TRUE(ValidateTableCodecs(adam).ok());
+  // Only topk takes them.
+  v1::CodecSpec sign = Spec(v1::CODEC_SIGN);
+  sign.set_momentum(0.5f);
+  s = ValidateTableCodecs(Table(v1::DENSE, sign));
+  EXPECT_NE(s.message().find("push_codec.momentum = 0.5 is for topk, not sign"), std::string::npos)
+      << s;
+  v1::CodecSpec fp16 = Spec(v1::CODEC_FP16);
+  fp16.set_warmup_steps(3);
+  s = ValidateTableCodecs(Table(v1::DENSE, {}, fp16));
+  EXPECT_NE(s.message().find("pull_codec.warmup_steps = 3 is for topk, not fp16"),
+            std::string::npos)
+      << s;
+}
+
 TEST(ValueCodecTest, ParsesCodecNames) {
   v1::ValueCodec c;
   ASSERT_TRUE(ParseCodecName("topk", &c).ok());

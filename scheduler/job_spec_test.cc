@@ -378,6 +378,31 @@ TEST_F(JobSpecTest, RejectsBadCodecsByName) {
   EXPECT_TRUE(NormalizeJobSpec(&spec, limits_).ok());
 }
 
+// topk's momentum correction moves the momentum to the workers: the table's optimizer is SGD.
+TEST_F(JobSpecTest, TopkMomentumNeedsAnSgdTable) {
+  auto dgc = [](v1::JobSpec* s, v1::OptimizerSpec::Kind kind) {
+    v1::CodecSpec* c = s->mutable_tables(1)->mutable_push_codec();
+    c->set_codec(v1::CODEC_TOPK);
+    c->set_ratio(0.01f);
+    c->set_momentum(0.9f);
+    c->set_warmup_steps(100);
+    s->mutable_tables(1)->mutable_optimizer()->set_kind(kind);
+  };
+  ExpectRejected([&](v1::JobSpec* s) { dgc(s, v1::OptimizerSpec::MOMENTUM); },
+                 "push_codec.momentum = 0.9 applies the momentum on the workers: the table's "
+                 "optimizer must be SGD, not MOMENTUM",
+                 Program());
+  ExpectRejected(
+      [&](v1::JobSpec* s) {
+        dgc(s, v1::OptimizerSpec::SGD);
+        s->mutable_tables(1)->mutable_push_codec()->set_momentum(1.0f);
+      },
+      "push_codec.momentum = 1 is not in [0, 1)", Program());
+  v1::JobSpec spec = Program();
+  dgc(&spec, v1::OptimizerSpec::SGD);
+  EXPECT_TRUE(NormalizeJobSpec(&spec, limits_).ok());
+}
+
 // NaN, infinite and negative optimizer values are refused at submit, naming the field, as the
 // servers refuse them at CreateTable (common/optimizer_spec.h), for a zoo model's optimizer and
 // for each table of a program job.

@@ -16,7 +16,13 @@
 #                       feedback, fp16 pulls);
 #                       topk_int8 (topk pushes, int8 pulls) on request in BENCH_CODECS;
 #                       BENCH_OPTIMIZER replaces the tables' optimizer (default "kind: ADAM
-#                       learning_rate: 0.0003")
+#                       learning_rate: 0.0003");
+#                       dgc and dgc_int8 (on request): topk and topk_int8 with Deep Gradient
+#                       Compression's momentum correction (push_codec momentum: BENCH_OPTIMIZER's
+#                       momentum, default 0.9) on tables whose optimizer is SGD at
+#                       BENCH_OPTIMIZER's learning rate, and warmup_steps: BENCH_WARMUP
+#                       (default 0); compare them with none under BENCH_OPTIMIZER="kind: MOMENTUM
+#                       learning_rate: LR momentum: M"
 #             ctr       examples/python/ctr_torch.py (deploy/jobs/ctr_torch.textproto, sync)
 #                       for BENCH_STEPS steps (default 400) of 1024; codecs: none, fp16 (the
 #                       sparse embedding tables ctr_wide and ctr_emb sent in fp16 both ways)
@@ -30,7 +36,12 @@ rate=${3:-100mbit}
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 case "$workload" in
   wide_mlp) steps=${BENCH_STEPS:-20} epochs=${BENCH_EPOCHS:-1} codecs=${BENCH_CODECS:-none fp16 topk}
-    optimizer=${BENCH_OPTIMIZER:-kind: ADAM learning_rate: 0.0003} ;;
+    optimizer=${BENCH_OPTIMIZER:-kind: ADAM learning_rate: 0.0003}
+    # dgc: the momentum moves to the workers; the servers apply SGD at the same learning rate.
+    dgc_momentum=$(sed -n 's/.*momentum: *\([0-9.e-]*\).*/\1/p' <<<"$optimizer")
+    dgc_momentum=${dgc_momentum:-0.9}
+    dgc_optimizer="kind: SGD learning_rate: $(sed -n 's/.*learning_rate: *\([0-9.e-]*\).*/\1/p' \
+      <<<"$optimizer")" ;;
   ctr) steps=${BENCH_STEPS:-400} codecs=${BENCH_CODECS:-none fp16} ;;
   *) echo "unknown workload '$workload' (wide_mlp or ctr)" >&2; exit 2 ;;
 esac
@@ -61,14 +72,20 @@ codec_lines() {
     fp16) echo "push_codec { codec: CODEC_FP16 } pull_codec { codec: CODEC_FP16 }" ;;
     topk) echo "push_codec { codec: CODEC_TOPK ratio: 0.01 } pull_codec { codec: CODEC_FP16 }" ;;
     topk_int8) echo "push_codec { codec: CODEC_TOPK ratio: 0.01 } pull_codec { codec: CODEC_INT8 }" ;;
+    dgc | dgc_int8)
+      local pull=CODEC_FP16
+      [ "$1" = dgc ] || pull=CODEC_INT8
+      echo "push_codec { codec: CODEC_TOPK ratio: 0.01 momentum: $dgc_momentum" \
+        "warmup_steps: ${BENCH_WARMUP:-0} } pull_codec { codec: $pull }" ;;
     *) fail "unknown codec $1" ;;
   esac
 }
 
 # The job file of WORKLOAD with CODEC: printed.
 wide_mlp_spec() {
-  local c widths=(784 4096 4096 10) k
+  local c widths=(784 4096 4096 10) k optimizer=$optimizer
   c=$(codec_lines "$1")
+  case "$1" in dgc*) optimizer=$dgc_optimizer ;; esac
   cat <<SPEC
 name: "wide-mlp-$1"
 program {

@@ -139,17 +139,18 @@ void SetCodec(const WireCodec& c, v1::CodecSpec* spec) {
                                                v1::CODEC_TOPK, v1::CODEC_SIGN, v1::CODEC_INT8};
   spec->set_codec(kCodecs[static_cast<int>(c.codec)]);
   spec->set_ratio(c.ratio);
+  spec->set_momentum(c.momentum);
+  spec->set_warmup_steps(c.warmup_steps);
 }
 
 // The config's storage, admission, eviction and codecs into the spec; a zero field stays unset
 // (off).
 void SetTableFeatures(const TableConfig& config, v1::TableSpec& spec) {
-  if (config.push_codec.codec != Codec::kNone || config.push_codec.ratio != 0) {
-    SetCodec(config.push_codec, spec.mutable_push_codec());
-  }
-  if (config.pull_codec.codec != Codec::kNone || config.pull_codec.ratio != 0) {
-    SetCodec(config.pull_codec, spec.mutable_pull_codec());
-  }
+  auto set = [](const WireCodec& c) {
+    return c.codec != Codec::kNone || c.ratio != 0 || c.momentum != 0 || c.warmup_steps != 0;
+  };
+  if (set(config.push_codec)) SetCodec(config.push_codec, spec.mutable_push_codec());
+  if (set(config.pull_codec)) SetCodec(config.pull_codec, spec.mutable_pull_codec());
   switch (config.storage) {
     case Storage::kFp32:
       spec.set_storage(v1::TableSpec::FP32);

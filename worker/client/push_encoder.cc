@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <memory>
+#include <string>
 #include <utility>
 
 #include "common/codec.h"
@@ -11,6 +13,22 @@
 #include "worker/client/rpc_client.h"
 
 namespace ps {
+
+namespace {
+
+// Zeroes values[i] for every index i a TOPK block sends (its format: common/value_codec.cc).
+void ClearSent(const std::string& block, float* values) {
+  uint32_t k;
+  std::memcpy(&k, block.data() + 4, sizeof(k));
+  const char* idx = block.data() + 8;
+  for (uint32_t j = 0; j < k; ++j) {
+    uint32_t i;
+    std::memcpy(&i, idx + size_t{j} * sizeof(i), sizeof(i));
+    values[i] = 0.0f;
+  }
+}
+
+}  // namespace
 
 PushEncoder::Residual* PushEncoder::ResidualOf(uint32_t table_id) {
   absl::MutexLock l(&mu_);
@@ -50,22 +68,59 @@ void PushEncoder::Encode(const v1::CodecSpec& codec, const TableOp& op, int dim,
   }
   Residual* r = ResidualOf(op.table_id);
   absl::MutexLock l(&r->mu);
+  const bool topk = codec.codec() == v1::CODEC_TOPK;
+  const float m = topk ? codec.momentum() : 0.0f;
+  const uint32_t warmup = topk ? codec.warmup_steps() : 0;
   if (r->values.size() < (max_key + 1) * row) r->values.resize((max_key + 1) * row, 0.0f);
+  if (m != 0.0f && r->velocity.size() < (max_key + 1) * row) {
+    r->velocity.resize((max_key + 1) * row, 0.0f);
+  }
+  v1::CodecSpec spec = codec;  // with the warm-up's ratio
+  if (warmup != 0) {
+    if (r->pushes.size() < max_key + 1) r->pushes.resize(max_key + 1, 0);
+    uint32_t pushes = std::numeric_limits<uint32_t>::max();  // the block's least pushed row's
+    for (size_t j = 0; j < rows; ++j) pushes = std::min(pushes, r->pushes[op.keys[seg->idx[j]]]);
+    spec.set_ratio(WarmupRatio(codec, pushes));
+  }
+  // After a block is encoded: its rows count one more push (the warm-up's count).
+  auto count_push = [&] {
+    if (warmup == 0) return;
+    for (size_t j = 0; j < rows; ++j) {
+      uint32_t& c = r->pushes[op.keys[seg->idx[j]]];
+      if (c < warmup) ++c;
+    }
+  };
   if (consecutive) {
-    // One pass adds the residual to the gradients; the encoder writes the new residual in place.
+    // One pass adds the residual (and the momentum's share of the velocity) to the gradients;
+    // the encoder writes the new residual in place.
     float* const res = r->values.data() + first * row;
+    float* const vel = m != 0.0f ? r->velocity.data() + first * row : nullptr;
     for (size_t j = 0; j < rows; ++j) {
       const float* g = op.grads + seg->idx[j] * row;
       float* v = values + j * row;
       const float* old = res + j * row;
-      for (size_t k = 0; k < row; ++k) v[k] = g[k] + old[k];
+      if (vel == nullptr) {
+        for (size_t k = 0; k < row; ++k) v[k] = g[k] + old[k];
+      } else {
+        const float* u = vel + j * row;
+        for (size_t k = 0; k < row; ++k) v[k] = g[k] + m * u[k] + old[k];
+      }
     }
     if (!AllFinite(block)) {
-      // Sent as it is (the servers refuse it); the residual is left as it was, not poisoned.
+      // Sent as it is (the servers refuse it); the residual and velocity are left as they
+      // were, not poisoned.
       EncodeValueBlock(codec, block, &seg->encoded);
       return;
     }
-    EncodeValueBlock(codec, block, &seg->encoded, res);
+    EncodeValueBlock(spec, block, &seg->encoded, res);
+    count_push();
+    if (vel == nullptr) return;
+    for (size_t j = 0; j < rows; ++j) {
+      const float* g = op.grads + seg->idx[j] * row;
+      float* u = vel + j * row;
+      for (size_t k = 0; k < row; ++k) u[k] = m * u[k] + g[k];
+    }
+    ClearSent(seg->encoded, vel);  // momentum factor masking
     return;
   }
   gather();
@@ -73,22 +128,48 @@ void PushEncoder::Encode(const v1::CodecSpec& codec, const TableOp& op, int dim,
     EncodeValueBlock(codec, block, &seg->encoded);  // refused by the servers; residual kept
     return;
   }
-  // A key pushed twice takes its residual once: taken (zeroed) by its first occurrence.
+  // A key pushed twice takes its residual and velocity once: taken (zeroed) by its first
+  // occurrence. With momentum, `values` become the velocities' shares u = m * velocity +
+  // gradient, kept in `shares` to be added back to the velocity of what is not sent.
+  std::unique_ptr<float[]> shares;
+  if (m != 0.0f) {
+    shares.reset(new float[rows * row]);
+    for (size_t j = 0; j < rows; ++j) {
+      float* u = &r->velocity[op.keys[seg->idx[j]] * row];
+      float* v = values + j * row;
+      for (size_t k = 0; k < row; ++k) v[k] += m * std::exchange(u[k], 0.0f);
+    }
+    std::memcpy(shares.get(), values, rows * row * sizeof(float));
+  }
   for (size_t j = 0; j < rows; ++j) {
     float* res = &r->values[op.keys[seg->idx[j]] * row];
     for (size_t k = 0; k < row; ++k) values[j * row + k] += std::exchange(res[k], 0.0f);
   }
   // The residual is finite, so the sum is too unless it overflows; then it is sent as it is
-  // and what the residual held of those rows is lost with it.
+  // and what the residual and velocity held of those rows is lost with it.
   if (!AllFinite(block)) {
     EncodeValueBlock(codec, block, &seg->encoded);
     return;
   }
-  EncodeValueBlock(codec, block, &seg->encoded, values);  // values: now the residual
+  EncodeValueBlock(spec, block, &seg->encoded, values);  // values: now the residual
+  count_push();
   for (size_t j = 0; j < rows; ++j) {
     float* res = &r->values[op.keys[seg->idx[j]] * row];
     for (size_t k = 0; k < row; ++k) res[k] += values[j * row + k];
   }
+  if (shares == nullptr) return;
+  ClearSent(seg->encoded, shares.get());
+  for (size_t j = 0; j < rows; ++j) {
+    float* u = &r->velocity[op.keys[seg->idx[j]] * row];
+    for (size_t k = 0; k < row; ++k) u[k] += shares[j * row + k];
+  }
+}
+
+float PushEncoder::WarmupRatio(const v1::CodecSpec& codec, uint32_t pushes) {
+  const uint32_t warmup = codec.warmup_steps();
+  if (pushes >= warmup) return codec.ratio();
+  const double exponent = (static_cast<double>(pushes) + 1) / (static_cast<double>(warmup) + 1);
+  return static_cast<float>(std::pow(static_cast<double>(codec.ratio()), exponent));
 }
 
 void PushEncoder::Reset() {
@@ -96,6 +177,7 @@ void PushEncoder::Reset() {
   for (auto& [id, r] : residuals_) {
     absl::MutexLock rl(&r->mu);
     std::fill(r->values.begin(), r->values.end(), 0.0f);
+    std::fill(r->velocity.begin(), r->velocity.end(), 0.0f);
   }
 }
 
@@ -104,6 +186,14 @@ double PushEncoder::ResidualL1(uint32_t table_id) {
   absl::MutexLock l(&r->mu);
   double sum = 0;
   for (float v : r->values) sum += std::fabs(v);
+  return sum;
+}
+
+double PushEncoder::VelocityL1(uint32_t table_id) {
+  Residual* r = ResidualOf(table_id);
+  absl::MutexLock l(&r->mu);
+  double sum = 0;
+  for (float v : r->velocity) sum += std::fabs(v);
   return sum;
 }
 

@@ -1,6 +1,8 @@
 // Encodes a push's blocks for their tables' push_codec (common/value_codec.h), keeping the
 // residual of the codecs with error feedback (TOPK, SIGN): what a push did not send is added to
-// the next push of the same rows.
+// the next push of the same rows. For TOPK also its momentum correction (a velocity per value,
+// accumulated into the residual; a value sent clears both) and its warm-up (a row's first
+// warmup_steps pushes send a larger fraction).
 #ifndef PS_WORKER_CLIENT_PUSH_ENCODER_H_
 #define PS_WORKER_CLIENT_PUSH_ENCODER_H_
 
@@ -28,16 +30,23 @@ class PushEncoder {
   // past it is encoded without the residual (the servers refuse it).
   void Encode(const v1::CodecSpec& codec, const TableOp& op, int dim, uint64_t num_rows,
               KeySegment* seg);
-  // Forgets every residual (a job restored from a checkpoint replays steps whose gradients the
-  // residuals partly hold).
+  // Forgets every residual and velocity (a job restored from a checkpoint replays steps whose
+  // gradients they partly hold). The warm-up's push counts go on.
   void Reset();
-  // Sum of |residual| of a table (tests).
+  // Sum of |residual| and of |velocity| of a table (tests).
   double ResidualL1(uint32_t table_id);
+  double VelocityL1(uint32_t table_id);
+
+  // The fraction of a block a TOPK push sends when its rows have been pushed `pushes` times
+  // before: ratio^((pushes + 1) / (warmup_steps + 1)) within the warm-up, then ratio.
+  static float WarmupRatio(const v1::CodecSpec& codec, uint32_t pushes);
 
  private:
   struct Residual {
     absl::Mutex mu;
-    std::vector<float> values ABSL_GUARDED_BY(mu);  // row r's at [r * dim, (r + 1) * dim)
+    std::vector<float> values ABSL_GUARDED_BY(mu);     // row r's at [r * dim, (r + 1) * dim)
+    std::vector<float> velocity ABSL_GUARDED_BY(mu);   // the same layout; TOPK momentum only
+    std::vector<uint32_t> pushes ABSL_GUARDED_BY(mu);  // per row; TOPK warm-up only
   };
   Residual* ResidualOf(uint32_t table_id);
 

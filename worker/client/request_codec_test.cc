@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <string>
@@ -301,30 +302,37 @@ TEST(RequestCodecTest, AnEncodedPullOfOneRunFillsJustItsRows) {
   }
 }
 
-// The decoded sum of what PushEncoder sent for key k over some steps, and the residual left.
+// The decoded sum of what PushEncoder sent for key k over some steps, the residual and
+// velocity left, and how many values each step sent.
 struct Sent {
   std::vector<float> decoded;
   double residual_l1 = 0;
+  double velocity_l1 = 0;
+  std::vector<uint32_t> counts;
 };
 
-// Pushes `steps` random gradients of `rows` rows of dim 4 through a topk encoder, the rows
-// given to the op in the order of `keys` (consecutive or not: the encoder's two paths).
-// A step `nan_at_step` has a NaN in its gradient; a step `skipped` pushes nothing.
-Sent PushTopk(const std::vector<uint64_t>& keys, int steps, int nan_at_step = -1,
-              int skipped = -1) {
+// The gradient of value i (key i / 4, dim 4) at a step.
+float Gradient(int step, size_t i) { return std::sin(static_cast<float>(step * 131 + i) * 0.37f); }
+
+// Pushes `steps` random gradients of `rows` rows of dim 4 through a topk encoder (ratio 0.1,
+// with `momentum` and `warmup` steps), the rows given to the op in the order of `keys`
+// (consecutive or not: the encoder's two paths). A step `nan_at_step` has a NaN in its gradient;
+// a step `skipped` pushes nothing.
+Sent PushTopk(const std::vector<uint64_t>& keys, int steps, int nan_at_step = -1, int skipped = -1,
+              float momentum = 0.0f, uint32_t warmup = 0) {
   PushEncoder encoder;
   v1::CodecSpec topk;
   topk.set_codec(v1::CODEC_TOPK);
   topk.set_ratio(0.1f);
+  topk.set_momentum(momentum);
+  topk.set_warmup_steps(warmup);
   const int dim = 4;
   Sent sent;
   sent.decoded.assign(keys.size() * dim, 0.0f);
   std::vector<float> by_key(keys.size() * dim);
   for (int step = 0; step < steps; ++step) {
     if (step == skipped) continue;
-    for (size_t i = 0; i < by_key.size(); ++i) {
-      by_key[i] = std::sin(static_cast<float>(step * 131 + i) * 0.37f);  // the same per key
-    }
+    for (size_t i = 0; i < by_key.size(); ++i) by_key[i] = Gradient(step, i);  // the same per key
     if (step == nan_at_step) by_key[5] = std::numeric_limits<float>::quiet_NaN();
     std::vector<float> grads(by_key.size());
     for (size_t j = 0; j < keys.size(); ++j) {
@@ -342,11 +350,45 @@ Sent PushTopk(const std::vector<uint64_t>& keys, int steps, int nan_at_step = -1
       continue;
     }
     EXPECT_TRUE(s.ok()) << s;
+    uint32_t count;
+    std::memcpy(&count, seg.encoded.data() + 4, sizeof(count));
+    sent.counts.push_back(count);
     for (size_t j = 0; j < keys.size(); ++j) {
       for (int d = 0; d < dim; ++d) sent.decoded[keys[j] * dim + d] += block[j * dim + d];
     }
   }
   sent.residual_l1 = encoder.ResidualL1(7);
+  sent.velocity_l1 = encoder.VelocityL1(7);
+  return sent;
+}
+
+// Deep Gradient Compression's momentum correction written out per value: the velocity
+// u = m * u + g accumulates into the residual v; the 10% largest |v| are sent (the lower index
+// first among equals) and have v and u cleared.
+Sent ReferenceMomentumTopk(size_t values, int steps, float m) {
+  Sent sent;
+  sent.decoded.assign(values, 0.0f);
+  std::vector<float> u(values, 0.0f), v(values, 0.0f);
+  for (int step = 0; step < steps; ++step) {
+    for (size_t i = 0; i < values; ++i) {
+      u[i] = Gradient(step, i) + m * u[i];
+      v[i] = u[i] + v[i];
+    }
+    std::vector<size_t> order(values);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return std::fabs(v[a]) > std::fabs(v[b]); });
+    const size_t k = TopkCount(values, 0.1f);
+    for (size_t j = 0; j < k; ++j) {
+      sent.decoded[order[j]] += v[order[j]];
+      v[order[j]] = u[order[j]] = 0.0f;
+    }
+    sent.counts.push_back(static_cast<uint32_t>(k));
+  }
+  for (size_t i = 0; i < values; ++i) {
+    sent.residual_l1 += std::fabs(v[i]);
+    sent.velocity_l1 += std::fabs(u[i]);
+  }
   return sent;
 }
 
@@ -362,8 +404,7 @@ TEST(PushEncoderTest, ConsecutiveKeysAndOthersKeepTheSameResidual) {
   double grads_l1 = 0, sent_l1 = 0;
   for (size_t i = 0; i < a.decoded.size(); ++i) {
     float sum = 0;
-    for (int step = 0; step < 20; ++step)
-      sum += std::sin(static_cast<float>(step * 131 + i) * 0.37f);
+    for (int step = 0; step < 20; ++step) sum += Gradient(step, i);
     grads_l1 += std::fabs(sum);
     sent_l1 += std::fabs(a.decoded[i]);
   }
@@ -381,6 +422,79 @@ TEST(PushEncoderTest, AGradientWithANaNLeavesTheResidualAsItWas) {
     EXPECT_DOUBLE_EQ(with_nan.residual_l1, without.residual_l1);
     EXPECT_GT(with_nan.residual_l1, 0.0);
   }
+}
+
+TEST(PushEncoderTest, MomentumCorrectionIsDeepGradientCompressions) {
+  std::vector<uint64_t> consecutive(64), shuffled(64);
+  std::iota(consecutive.begin(), consecutive.end(), 0);
+  for (size_t j = 0; j < shuffled.size(); ++j) shuffled[j] = (j * 37) % 64;
+  const Sent want = ReferenceMomentumTopk(64 * 4, 12, 0.9f);
+  for (const auto& keys : {consecutive, shuffled}) {
+    const Sent got = PushTopk(keys, 12, -1, -1, 0.9f);
+    EXPECT_EQ(got.decoded, want.decoded);
+    EXPECT_DOUBLE_EQ(got.residual_l1, want.residual_l1);
+    EXPECT_DOUBLE_EQ(got.velocity_l1, want.velocity_l1);
+    EXPECT_GT(got.velocity_l1, 0.0);
+  }
+  // Without momentum no velocity is kept, and the values sent differ.
+  const Sent plain = PushTopk(consecutive, 12);
+  EXPECT_EQ(plain.velocity_l1, 0.0);
+  EXPECT_NE(plain.decoded, want.decoded);
+}
+
+TEST(PushEncoderTest, AGradientWithANaNLeavesTheVelocityAsItWas) {
+  std::vector<uint64_t> consecutive(64), shuffled(64);
+  std::iota(consecutive.begin(), consecutive.end(), 0);
+  for (size_t j = 0; j < shuffled.size(); ++j) shuffled[j] = (j * 37) % 64;
+  for (const auto& keys : {consecutive, shuffled}) {
+    const Sent with_nan = PushTopk(keys, 5, 3, -1, 0.5f), without = PushTopk(keys, 5, -1, 3, 0.5f);
+    EXPECT_EQ(with_nan.decoded, without.decoded);
+    EXPECT_DOUBLE_EQ(with_nan.residual_l1, without.residual_l1);
+    EXPECT_DOUBLE_EQ(with_nan.velocity_l1, without.velocity_l1);
+    EXPECT_GT(with_nan.velocity_l1, 0.0);
+  }
+}
+
+TEST(PushEncoderTest, TheWarmUpSendsLessAtEachPushDownToTheRatio) {
+  std::vector<uint64_t> consecutive(64), shuffled(64);
+  std::iota(consecutive.begin(), consecutive.end(), 0);
+  for (size_t j = 0; j < shuffled.size(); ++j) shuffled[j] = (j * 37) % 64;
+  for (const auto& keys : {consecutive, shuffled}) {
+    const Sent got = PushTopk(keys, 7, -1, -1, 0.0f, 4);
+    // ratio^((s + 1) / 5) of 256 values for s = 0..3: 0.631, 0.398, 0.251, 0.158; then 0.1.
+    EXPECT_EQ(got.counts, (std::vector<uint32_t>{162, 102, 65, 41, 26, 26, 26}));
+    // Every gradient is still sent or held.
+    for (size_t i = 0; i < got.decoded.size(); i += 17) {
+      float sum = 0;
+      for (int step = 0; step < 7; ++step) sum += Gradient(step, i);
+      EXPECT_LE(std::fabs(sum) - std::fabs(got.decoded[i]), got.residual_l1 + 1e-4);
+    }
+  }
+  v1::CodecSpec c;
+  c.set_ratio(0.01f);
+  c.set_warmup_steps(99);
+  EXPECT_NEAR(PushEncoder::WarmupRatio(c, 0), std::pow(0.01, 0.01), 1e-6);
+  EXPECT_NEAR(PushEncoder::WarmupRatio(c, 49), 0.1, 1e-6);
+  EXPECT_FLOAT_EQ(PushEncoder::WarmupRatio(c, 99), 0.01f);
+  EXPECT_FLOAT_EQ(PushEncoder::WarmupRatio(c, 5000), 0.01f);
+}
+
+TEST(PushEncoderTest, ResetForgetsTheVelocity) {
+  PushEncoder encoder;
+  v1::CodecSpec topk;
+  topk.set_codec(v1::CODEC_TOPK);
+  topk.set_ratio(0.25f);
+  topk.set_momentum(0.9f);
+  std::vector<uint64_t> keys = {0, 1};
+  std::vector<float> grads = {1, 2, 3, 4, 5, 6, 7, 8};
+  TableOp op{3, keys, grads.data(), nullptr};
+  KeySegment seg{0, {0, 1}, v1::CODEC_NONE, {}};
+  encoder.Encode(topk, op, 4, 2, &seg);
+  EXPECT_GT(encoder.VelocityL1(3), 0.0);
+  EXPECT_GT(encoder.ResidualL1(3), 0.0);
+  encoder.Reset();
+  EXPECT_EQ(encoder.VelocityL1(3), 0.0);
+  EXPECT_EQ(encoder.ResidualL1(3), 0.0);
 }
 
 }  // namespace

@@ -145,8 +145,9 @@ class RpcClient {
   }
   // Advances this worker's clock by one on every server.
   absl::Status Clock();
-  // Forgets the residuals of the tables pushed with TOPK or SIGN (error feedback): for a job
-  // rolled back to a checkpoint, whose replayed steps would otherwise be pushed twice.
+  // Forgets the residuals of the tables pushed with TOPK or SIGN (error feedback), and TOPK's
+  // velocities (momentum correction): for a job rolled back to a checkpoint, whose replayed
+  // steps would otherwise be pushed twice.
   void ResetResiduals() { encoder_.Reset(); }
   // Sum of |residual| of a table pushed with TOPK or SIGN (tests).
   double ResidualL1(uint32_t table_id) { return encoder_.ResidualL1(table_id); }

@@ -543,7 +543,8 @@ void BindClientTables(py::class_<PyClient>& cls) {
          [](py::object self, const std::string& name, const std::string& kind, long long dim,
             py::object rows, py::object initializer, py::object optimizer, long long id,
             const std::string& storage, py::object admission, py::object eviction,
-            const std::string& push_codec, const std::string& pull_codec, py::object topk_ratio) {
+            const std::string& push_codec, const std::string& pull_codec, py::object topk_ratio,
+            py::object topk_momentum, py::object topk_warmup_steps) {
            ps::TableConfig config;
            config.name = name;
            config.kind = ParseKind(kind);
@@ -560,7 +561,8 @@ void BindClientTables(py::class_<PyClient>& cls) {
            config.optimizer = OptimizerOf(optimizer);
            config.id = ToUint32(id, "id");
            SetTableFeatures(storage, admission, eviction, config);
-           SetTableCodecs(push_codec, pull_codec, topk_ratio, config);
+           SetTableCodecs(push_codec, pull_codec, topk_ratio, topk_momentum, topk_warmup_steps,
+                          config);
            PyClient& c = ClientOf(self);
            absl::StatusOr<ps::Table> table;
            {
@@ -575,7 +577,8 @@ void BindClientTables(py::class_<PyClient>& cls) {
          py::arg("optimizer") = py::none(), py::arg("id") = 0, py::arg("storage") = "fp32",
          py::arg("admission") = py::none(), py::arg("eviction") = py::none(),
          py::arg("push_codec") = "none", py::arg("pull_codec") = "none",
-         py::arg("topk_ratio") = py::none(),
+         py::arg("topk_ratio") = py::none(), py::arg("topk_momentum") = py::none(),
+         py::arg("topk_warmup_steps") = py::none(),
          R"doc(Creates a table on every server and returns it (a Table).
 
 name: 1..128 characters: letters, digits, '_', '-', '.', '/'.
@@ -597,7 +600,11 @@ push_codec, pull_codec: compression on the wire: "none" (default, float32), "fp1
     (both directions), "topk" or "sign" (pushes of dense tables, with error feedback: the
     client keeps what it did not send and adds it to the next push), "int8" (pulls: a byte a
     value and a scale per 256). topk_ratio: the fraction of each block's values a "topk" push
-    sends, in (0, 1]. See docs/data-plane.md.
+    sends, in (0, 1]. topk_momentum: momentum correction, in [0, 1) (default 0: off): the
+    client keeps a velocity per value (u = momentum * u + gradient) and accumulates it into the
+    residual; the optimizer must then be sgd (the momentum is the client's).
+    topk_warmup_steps: a row's first pushes send more, from nearly all down to topk_ratio
+    geometrically over this many pushes (default 0: none). See docs/data-plane.md.
 
 Idempotent for the same config; AlreadyExistsError if a table with that id but another config
 exists. A bad config raises InvalidArgumentError (a ValueError).)doc")

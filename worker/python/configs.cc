@@ -4,6 +4,7 @@
 
 #include <pybind11/stl.h>
 
+#include <limits>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -186,7 +187,8 @@ ps::Codec CodecOf(const std::string& name, const char* arg) {
 }  // namespace
 
 void SetTableCodecs(const std::string& push_codec, const std::string& pull_codec,
-                    py::object topk_ratio, ps::TableConfig& config) {
+                    py::object topk_ratio, py::object topk_momentum, py::object topk_warmup_steps,
+                    ps::TableConfig& config) {
   config.push_codec.codec = CodecOf(push_codec, "push_codec");
   config.pull_codec.codec = CodecOf(pull_codec, "pull_codec");
   if (!topk_ratio.is_none()) {
@@ -200,6 +202,26 @@ void SetTableCodecs(const std::string& push_codec, const std::string& pull_codec
     config.push_codec.ratio = r;
   } else if (config.push_codec.codec == ps::Codec::kTopk) {
     throw py::value_error("push_codec='topk' needs topk_ratio (e.g. 0.01)");
+  }
+  if (!topk_momentum.is_none()) {
+    const float m = topk_momentum.cast<float>();
+    if (config.push_codec.codec != ps::Codec::kTopk) {
+      throw py::value_error("topk_momentum is for push_codec='topk'");
+    }
+    if (!(m >= 0 && m < 1)) {
+      throw py::value_error("topk_momentum must be in [0, 1), got " + FloatString(m));
+    }
+    config.push_codec.momentum = m;
+  }
+  if (!topk_warmup_steps.is_none()) {
+    const long long w = topk_warmup_steps.cast<long long>();
+    if (config.push_codec.codec != ps::Codec::kTopk) {
+      throw py::value_error("topk_warmup_steps is for push_codec='topk'");
+    }
+    if (w < 0 || w > std::numeric_limits<uint32_t>::max()) {
+      throw py::value_error("topk_warmup_steps must be in [0, 2**32), got " + std::to_string(w));
+    }
+    config.push_codec.warmup_steps = static_cast<uint32_t>(w);
   }
 }
 

@@ -25,9 +25,11 @@ ps::Optimizer OptimizerOf(py::object obj);
 void SetTableFeatures(const std::string& storage, py::object admission, py::object eviction,
                       ps::TableConfig& config);
 // create_table's push_codec= and pull_codec= ("none", "fp16", "bf16", "topk", "sign", "int8")
-// and topk_ratio= (None, or the fraction of a block's values a topk push sends).
+// and topk_ratio= (None, or the fraction of a block's values a topk push sends),
+// topk_momentum= and topk_warmup_steps= (None, or ps::WireCodec's momentum and warmup_steps).
 void SetTableCodecs(const std::string& push_codec, const std::string& pull_codec,
-                    py::object topk_ratio, ps::TableConfig& config);
+                    py::object topk_ratio, py::object topk_momentum, py::object topk_warmup_steps,
+                    ps::TableConfig& config);
 // A float as Python prints it (shortest round-trip form).
 std::string FloatString(float v);
 

@@ -363,7 +363,7 @@ class DenseParameters:
 
     DenseParameters(client, module, *, optimizer=None, prefix="", initializer=None, seed=0,
                     grad_scale=None, pull=True, push_codec="none", pull_codec="none",
-                    topk_ratio=None)
+                    topk_ratio=None, topk_momentum=None, topk_warmup_steps=None)
 
     One dense table per parameter (``module.named_parameters()``), named ``prefix + name``:
     a parameter of shape (s0, s1, ...) is stored as it is laid out in memory, in a table of
@@ -383,10 +383,12 @@ class DenseParameters:
         in sync mode (the servers sum the workers' gradients; this averages them, as data
         parallel training does), else 1.
     pull: pull the tables' values into the module now.
-    push_codec, pull_codec, topk_ratio: compression on the wire of every table (passed to
-        ``create_table``): e.g. ``push_codec="topk", topk_ratio=0.01`` sends the largest 1% of
-        each gradient block (the rest is kept and sent later: error feedback), or
-        ``push_codec="fp16", pull_codec="fp16"``. Default: float32 both ways.
+    push_codec, pull_codec, topk_ratio, topk_momentum, topk_warmup_steps: compression on the
+        wire of every table (passed to ``create_table``): e.g. ``push_codec="topk",
+        topk_ratio=0.01`` sends the largest 1% of each gradient block (the rest is kept and sent
+        later: error feedback), or ``push_codec="fp16", pull_codec="fp16"``. Default: float32
+        both ways. With ``optimizer=Optimizer.sgd(lr), topk_momentum=0.9,
+        topk_warmup_steps=100``: Deep Gradient Compression's momentum correction and warm-up.
 
     Training loop (the servers' optimizer replaces a torch optimizer)::
 
@@ -409,7 +411,7 @@ class DenseParameters:
 
     def __init__(self, client, module, *, optimizer=None, prefix="", initializer=None, seed=0,
                  grad_scale=None, pull=True, push_codec="none", pull_codec="none",
-                 topk_ratio=None):
+                 topk_ratio=None, topk_momentum=None, topk_warmup_steps=None):
         if not isinstance(client, _ps.Client):
             raise TypeError(f"client must be a paramserver.Client, got {type(client).__name__}")
         if not isinstance(module, torch.nn.Module):
@@ -436,7 +438,9 @@ class DenseParameters:
                                 f"callable, got {type(initializer).__name__}")
             table = _create_table(client, prefix + name, optimizer, kind="dense", dim=dim,
                                   rows=rows, initializer=init, push_codec=push_codec,
-                                  pull_codec=pull_codec, topk_ratio=topk_ratio)
+                                  pull_codec=pull_codec, topk_ratio=topk_ratio,
+                                  topk_momentum=topk_momentum,
+                                  topk_warmup_steps=topk_warmup_steps)
             self._entries.append(_DenseEntry(name, param, table, rows, dim))
         if pull:
             self.pull()

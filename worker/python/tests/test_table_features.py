@@ -94,8 +94,45 @@ def test_codecs_compress_pushes_and_pulls(client):
     assert not np.array_equal(q.pull(keys), -grad)  # it is lossy: the pull was int8
 
 
+def test_topk_momentum_correction_and_warm_up(client):
+    # Momentum correction (Deep Gradient Compression): the client's velocity u = 0.5 u + g goes
+    # into the residual v; the 25% largest |v| are sent and have v and u cleared; the servers
+    # apply plain SGD. One row, so one block on one server: the reference below is exact.
+    t = client.create_table("dgcw", kind="dense", rows=1, dim=32, optimizer=ps.Optimizer.sgd(1.0),
+                            push_codec="topk", topk_ratio=0.25, topk_momentum=0.5)
+    keys = u64(0)
+    g = np.sin(np.arange(32, dtype=np.float32) * np.float32(0.7)).reshape(1, 32)
+    u, v, w = np.zeros_like(g), np.zeros_like(g), np.zeros_like(g)
+    for _ in range(30):
+        t.push(keys, g)
+        u = np.float32(0.5) * u + g
+        v = v + u
+        sent = np.argsort(-np.abs(v[0]), kind="stable")[:8]
+        w[0, sent] -= v[0, sent]
+        v[0, sent] = 0
+        u[0, sent] = 0
+    np.testing.assert_allclose(t.pull(keys), w, rtol=1e-5, atol=1e-5)
+    assert np.abs(w + 30 * g).sum() > 0.2 * np.abs(30 * g).sum()  # not what plain topk sends
+    # Warm-up: the first push of a row sends 0.25^(1/4) of its block (23 of 32 values), the
+    # second 0.25^(2/4) (16), the third on 0.25 (8).
+    wt = client.create_table("warmw", kind="dense", rows=1, dim=32,
+                             optimizer=ps.Optimizer.sgd(1.0), push_codec="topk", topk_ratio=0.25,
+                             topk_warmup_steps=3)
+    wt.push(keys, g)
+    assert np.count_nonzero(wt.pull(keys)) == 23
+    bad = client.create_table
+    with pytest.raises(ValueError, match="optimizer must be SGD, not ADAM"):
+        bad("dgca", kind="dense", rows=2, dim=1, optimizer="adam", push_codec="topk",
+            topk_ratio=0.5, topk_momentum=0.9)
+
+
 @pytest.mark.parametrize("kwargs, message", [
     ({"push_codec": "fp8"}, "push_codec must be"),
+    ({"push_codec": "topk", "topk_ratio": 0.1, "topk_momentum": 1.0}, "topk_momentum must be in"),
+    ({"push_codec": "sign", "topk_momentum": 0.9}, "topk_momentum is for"),
+    ({"push_codec": "topk", "topk_ratio": 0.1, "topk_warmup_steps": -1},
+     "topk_warmup_steps must be in"),
+    ({"push_codec": "fp16", "topk_warmup_steps": 5}, "topk_warmup_steps is for"),
     ({"push_codec": "topk"}, "needs topk_ratio"),
     ({"push_codec": "topk", "topk_ratio": 1.5}, "topk_ratio must be in"),
     ({"push_codec": "fp16", "topk_ratio": 0.1}, "topk_ratio is for"),

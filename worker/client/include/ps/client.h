@@ -102,6 +102,13 @@ enum class Codec {
 struct WireCodec {
   Codec codec = Codec::kNone;
   float ratio = 0;  // kTopk: the fraction of a block's values sent, in (0, 1]
+  // kTopk: momentum correction, in [0, 1); 0: off. The worker keeps a velocity per value
+  // (u = momentum * u + gradient) and accumulates it, not the raw gradient, into the residual;
+  // the table's optimizer must then be plain SGD (Optimizer::Sgd).
+  float momentum = 0;
+  // kTopk: a row's first warmup_steps pushes from this process send a larger fraction,
+  // ratio^((s + 1) / (warmup_steps + 1)) at its s-th push; 0: none.
+  uint32_t warmup_steps = 0;
 };
 
 // Sparse tables: which keys get a row. All zero (the default): every key on its first touch.
