@@ -82,11 +82,13 @@ void PushEncoder::Encode(const v1::CodecSpec& codec, const TableOp& op, int dim,
     for (size_t j = 0; j < rows; ++j) pushes = std::min(pushes, r->pushes[op.keys[seg->idx[j]]]);
     spec.set_ratio(WarmupRatio(codec, pushes));
   }
-  // After a block is encoded: its rows count one more push (the warm-up's count).
+  // After a block is encoded: its rows count one more push (the warm-up's count; called with
+  // r->mu held).
+  std::vector<uint32_t>& counts = r->pushes;
   auto count_push = [&] {
     if (warmup == 0) return;
     for (size_t j = 0; j < rows; ++j) {
-      uint32_t& c = r->pushes[op.keys[seg->idx[j]]];
+      uint32_t& c = counts[op.keys[seg->idx[j]]];
       if (c < warmup) ++c;
     }
   };
