@@ -183,19 +183,15 @@ void PushEncoder::Reset() {
   }
 }
 
-double PushEncoder::ResidualL1(uint32_t table_id) {
-  Residual* r = ResidualOf(table_id);
-  absl::MutexLock l(&r->mu);
-  double sum = 0;
-  for (float v : r->values) sum += std::fabs(v);
-  return sum;
-}
+double PushEncoder::ResidualL1(uint32_t table_id) { return SumAbs(table_id, false); }
 
-double PushEncoder::VelocityL1(uint32_t table_id) {
+double PushEncoder::VelocityL1(uint32_t table_id) { return SumAbs(table_id, true); }
+
+double PushEncoder::SumAbs(uint32_t table_id, bool velocity) {
   Residual* r = ResidualOf(table_id);
   absl::MutexLock l(&r->mu);
   double sum = 0;
-  for (float v : r->velocity) sum += std::fabs(v);
+  for (float v : velocity ? r->velocity : r->values) sum += std::fabs(v);
   return sum;
 }
 

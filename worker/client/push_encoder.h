@@ -49,6 +49,7 @@ class PushEncoder {
     std::vector<uint32_t> pushes ABSL_GUARDED_BY(mu);  // per row; TOPK warm-up only
   };
   Residual* ResidualOf(uint32_t table_id);
+  double SumAbs(uint32_t table_id, bool velocity);
 
   absl::Mutex mu_;
   absl::flat_hash_map<uint32_t, std::unique_ptr<Residual>> residuals_ ABSL_GUARDED_BY(mu_);

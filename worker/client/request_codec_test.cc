@@ -362,6 +362,14 @@ Sent PushTopk(const std::vector<uint64_t>& keys, int steps, int nan_at_step = -1
   return sent;
 }
 
+// The keys 0..63 in order (the encoder's consecutive path) and shuffled (its other path).
+std::vector<std::vector<uint64_t>> KeyOrders() {
+  std::vector<uint64_t> consecutive(64), shuffled(64);
+  std::iota(consecutive.begin(), consecutive.end(), 0);
+  for (size_t j = 0; j < shuffled.size(); ++j) shuffled[j] = (j * 37) % 64;  // a permutation
+  return {consecutive, shuffled};
+}
+
 // Deep Gradient Compression's momentum correction written out per value: the velocity
 // u = m * u + g accumulates into the residual v; the 10% largest |v| are sent (the lower index
 // first among equals) and have v and u cleared.
@@ -411,25 +419,24 @@ TEST(PushEncoderTest, ConsecutiveKeysAndOthersKeepTheSameResidual) {
   EXPECT_LE(grads_l1, sent_l1 + a.residual_l1 + 1e-3);
 }
 
-TEST(PushEncoderTest, AGradientWithANaNLeavesTheResidualAsItWas) {
-  std::vector<uint64_t> consecutive(64), shuffled(64);
-  std::iota(consecutive.begin(), consecutive.end(), 0);
-  for (size_t j = 0; j < shuffled.size(); ++j) shuffled[j] = (j * 37) % 64;
-  for (const auto& keys : {consecutive, shuffled}) {
-    // Step 3 of 5 has a NaN: what is sent and held after it is as if step 3 had not been.
-    const Sent with_nan = PushTopk(keys, 5, 3), without = PushTopk(keys, 5, -1, 3);
-    EXPECT_EQ(with_nan.decoded, without.decoded);
-    EXPECT_DOUBLE_EQ(with_nan.residual_l1, without.residual_l1);
-    EXPECT_GT(with_nan.residual_l1, 0.0);
+TEST(PushEncoderTest, AGradientWithANaNLeavesTheResidualAndVelocityAsTheyWere) {
+  for (const auto& keys : KeyOrders()) {
+    for (float momentum : {0.0f, 0.5f}) {
+      // Step 3 of 5 has a NaN: what is sent and held after it is as if step 3 had not been.
+      const Sent with_nan = PushTopk(keys, 5, 3, -1, momentum),
+                 without = PushTopk(keys, 5, -1, 3, momentum);
+      EXPECT_EQ(with_nan.decoded, without.decoded);
+      EXPECT_DOUBLE_EQ(with_nan.residual_l1, without.residual_l1);
+      EXPECT_DOUBLE_EQ(with_nan.velocity_l1, without.velocity_l1);
+      EXPECT_GT(with_nan.residual_l1, 0.0);
+      EXPECT_EQ(with_nan.velocity_l1 > 0.0, momentum != 0.0f);
+    }
   }
 }
 
 TEST(PushEncoderTest, MomentumCorrectionIsDeepGradientCompressions) {
-  std::vector<uint64_t> consecutive(64), shuffled(64);
-  std::iota(consecutive.begin(), consecutive.end(), 0);
-  for (size_t j = 0; j < shuffled.size(); ++j) shuffled[j] = (j * 37) % 64;
   const Sent want = ReferenceMomentumTopk(64 * 4, 12, 0.9f);
-  for (const auto& keys : {consecutive, shuffled}) {
+  for (const auto& keys : KeyOrders()) {
     const Sent got = PushTopk(keys, 12, -1, -1, 0.9f);
     EXPECT_EQ(got.decoded, want.decoded);
     EXPECT_DOUBLE_EQ(got.residual_l1, want.residual_l1);
@@ -437,29 +444,13 @@ TEST(PushEncoderTest, MomentumCorrectionIsDeepGradientCompressions) {
     EXPECT_GT(got.velocity_l1, 0.0);
   }
   // Without momentum no velocity is kept, and the values sent differ.
-  const Sent plain = PushTopk(consecutive, 12);
+  const Sent plain = PushTopk(KeyOrders()[0], 12);
   EXPECT_EQ(plain.velocity_l1, 0.0);
   EXPECT_NE(plain.decoded, want.decoded);
 }
 
-TEST(PushEncoderTest, AGradientWithANaNLeavesTheVelocityAsItWas) {
-  std::vector<uint64_t> consecutive(64), shuffled(64);
-  std::iota(consecutive.begin(), consecutive.end(), 0);
-  for (size_t j = 0; j < shuffled.size(); ++j) shuffled[j] = (j * 37) % 64;
-  for (const auto& keys : {consecutive, shuffled}) {
-    const Sent with_nan = PushTopk(keys, 5, 3, -1, 0.5f), without = PushTopk(keys, 5, -1, 3, 0.5f);
-    EXPECT_EQ(with_nan.decoded, without.decoded);
-    EXPECT_DOUBLE_EQ(with_nan.residual_l1, without.residual_l1);
-    EXPECT_DOUBLE_EQ(with_nan.velocity_l1, without.velocity_l1);
-    EXPECT_GT(with_nan.velocity_l1, 0.0);
-  }
-}
-
 TEST(PushEncoderTest, TheWarmUpSendsLessAtEachPushDownToTheRatio) {
-  std::vector<uint64_t> consecutive(64), shuffled(64);
-  std::iota(consecutive.begin(), consecutive.end(), 0);
-  for (size_t j = 0; j < shuffled.size(); ++j) shuffled[j] = (j * 37) % 64;
-  for (const auto& keys : {consecutive, shuffled}) {
+  for (const auto& keys : KeyOrders()) {
     const Sent got = PushTopk(keys, 7, -1, -1, 0.0f, 4);
     // ratio^((s + 1) / 5) of 256 values for s = 0..3: 0.631, 0.398, 0.251, 0.158; then 0.1.
     EXPECT_EQ(got.counts, (std::vector<uint32_t>{162, 102, 65, 41, 26, 26, 26}));
