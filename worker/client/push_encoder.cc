@@ -28,6 +28,15 @@ void ClearSent(const std::string& block, float* values) {
   }
 }
 
+// After a block is encoded: its rows count one more push, up to the warm-up's length.
+void CountPush(const TableOp& op, const KeySegment& seg, uint32_t warmup,
+               std::vector<uint32_t>* pushes) {
+  for (const uint32_t j : seg.idx) {
+    uint32_t& c = (*pushes)[op.keys[j]];
+    if (c < warmup) ++c;
+  }
+}
+
 }  // namespace
 
 PushEncoder::Residual* PushEncoder::ResidualOf(uint32_t table_id) {
@@ -82,16 +91,6 @@ void PushEncoder::Encode(const v1::CodecSpec& codec, const TableOp& op, int dim,
     for (size_t j = 0; j < rows; ++j) pushes = std::min(pushes, r->pushes[op.keys[seg->idx[j]]]);
     spec.set_ratio(WarmupRatio(codec, pushes));
   }
-  // After a block is encoded: its rows count one more push (the warm-up's count; called with
-  // r->mu held).
-  std::vector<uint32_t>& counts = r->pushes;
-  auto count_push = [&] {
-    if (warmup == 0) return;
-    for (size_t j = 0; j < rows; ++j) {
-      uint32_t& c = counts[op.keys[seg->idx[j]]];
-      if (c < warmup) ++c;
-    }
-  };
   if (consecutive) {
     // One pass adds the residual (and the momentum's share of the velocity) to the gradients;
     // the encoder writes the new residual in place.
@@ -115,7 +114,7 @@ void PushEncoder::Encode(const v1::CodecSpec& codec, const TableOp& op, int dim,
       return;
     }
     EncodeValueBlock(spec, block, &seg->encoded, res);
-    count_push();
+    if (warmup != 0) CountPush(op, *seg, warmup, &r->pushes);
     if (vel == nullptr) return;
     for (size_t j = 0; j < rows; ++j) {
       const float* g = op.grads + seg->idx[j] * row;
@@ -154,7 +153,7 @@ void PushEncoder::Encode(const v1::CodecSpec& codec, const TableOp& op, int dim,
     return;
   }
   EncodeValueBlock(spec, block, &seg->encoded, values);  // values: now the residual
-  count_push();
+  if (warmup != 0) CountPush(op, *seg, warmup, &r->pushes);
   for (size_t j = 0; j < rows; ++j) {
     float* res = &r->values[op.keys[seg->idx[j]] * row];
     for (size_t k = 0; k < row; ++k) res[k] += values[j * row + k];
