@@ -101,10 +101,26 @@ absl::StatusOr<grpc::ByteBuffer> WritePullAnswer(
 
 // INVALID_ARGUMENT where a block's codec is not its table's for that direction: a client that
 // does not know the table's codec (a plain protobuf client sends and asks for float32) learns
-// which one it is.
-absl::Status CheckBlockCodec(const v1::TableSpec& spec, v1::ValueCodec sent, bool push) {
+// which one it is. A push block must also say the table's topk momentum correction
+// (KeyBlock.momentum): a client that does not apply it learns so.
+absl::Status CheckBlockCodec(const v1::TableSpec& spec, const v1::KeyBlock& block, bool push) {
   const v1::ValueCodec want = push ? spec.push_codec().codec() : spec.pull_codec().codec();
-  if (sent == want) return absl::OkStatus();
+  const v1::ValueCodec sent = block.codec();
+  if (sent == want) {
+    const float momentum = spec.push_codec().momentum();
+    if (!push || block.momentum() == momentum) return absl::OkStatus();
+    return Rejected(
+        RejectReason::kOther,
+        absl::InvalidArgumentError(absl::StrCat(
+            "table ", spec.table_id(), " ('", spec.name(), "') takes topk pushes with momentum ",
+            "correction ", momentum, " (its push_codec.momentum, applied by the workers), but the ",
+            "request's block says ", block.momentum(),
+            block.momentum() == 0.0f
+                ? ": this client does not apply it; use a client that knows momentum correction "
+                  "(docs/data-plane.md)"
+                : "",
+            "; nothing was applied")));
+  }
   return Rejected(
       RejectReason::kOther,
       absl::InvalidArgumentError(absl::StrCat(
@@ -143,7 +159,7 @@ absl::Status DecodePushBlocks(const TableStore& store, const v1::PushRequest& re
     TableStore::BlockView table;
     PS_RETURN_IF_ERROR(store.Resolve(req.job_id(), probe, /*with_values=*/false, &table));
     const v1::TableSpec& spec = table.table->spec;
-    PS_RETURN_IF_ERROR(CheckBlockCodec(spec, block.codec(), /*push=*/true));
+    PS_RETURN_IF_ERROR(CheckBlockCodec(spec, block, /*push=*/true));
     if (!out->used) out->values = values;
     out->used = true;
     const size_t n = block.keys().size() / sizeof(uint64_t) * table.table->dim;
@@ -352,7 +368,7 @@ absl::Status ParameterService::ApplyPush(const v1::PushRequest& req,
   for (int i = 0; i < req.blocks_size(); ++i) {
     PS_RETURN_IF_ERROR(store_->Resolve(req.job_id(), req.blocks(i), /*with_values=*/true, &views[i],
                                        values == nullptr ? nullptr : &(*values)[i]));
-    PS_RETURN_IF_ERROR(CheckBlockCodec(views[i].table->spec, req.blocks(i).codec(), true));
+    PS_RETURN_IF_ERROR(CheckBlockCodec(views[i].table->spec, req.blocks(i), true));
   }
   PS_RETURN_IF_ERROR(store_->CheckNewRows(views));
   if (!deduper_.FirstTime(req.job_id(), req.worker_id(), req.request_id())) {
@@ -395,7 +411,7 @@ absl::Status ParameterService::DoPull(
   std::vector<TableStore::BlockView> views(blocks.size());
   for (int i = 0; i < blocks.size(); ++i) {
     PS_RETURN_IF_ERROR(store_->Resolve(job_id, blocks[i], /*with_values=*/false, &views[i]));
-    PS_RETURN_IF_ERROR(CheckBlockCodec(views[i].table->spec, blocks[i].codec(), false));
+    PS_RETURN_IF_ERROR(CheckBlockCodec(views[i].table->spec, blocks[i], false));
   }
   PS_RETURN_IF_ERROR(store_->CheckPullSize(views));
   PS_RETURN_IF_ERROR(store_->CheckNewRows(views));

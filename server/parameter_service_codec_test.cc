@@ -227,6 +227,41 @@ TEST_F(ParameterServiceCodecTest, BlocksInAnotherEncodingAreRefusedNamingTheCode
   EXPECT_EQ(Snapshot(), before);
 }
 
+// A client older than KeyBlock.momentum sends topk blocks without it and would train without the
+// table's momentum correction: it is told, and nothing applies, until a block says the table's.
+TEST_F(ParameterServiceCodecTest, MomentumTablesRefuseBlocksThatDoNotApplyTheirMomentum) {
+  constexpr uint32_t kDgc = 5;
+  v1::CodecSpec dgc = Codec(v1::CODEC_TOPK, 0.25f);
+  dgc.set_momentum(0.9f);
+  ASSERT_TRUE(CreateTable(Spec(kDgc, v1::DENSE, dgc, {})).ok());
+  const std::vector<float> before = Snapshot(), dgc_before = Values(kDgc, kRows);
+  const std::vector<float> g = {0, 0, -2, 0};  // k = 1
+  KeyBlock old = Encoded(kDgc, {3}, dgc, g);   // no momentum field
+  grpc::Status s = Push(old);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("with momentum correction 0.9 (its push_codec.momentum"),
+            std::string::npos)
+      << s.error_message();
+  EXPECT_NE(s.error_message().find("this client does not apply it"), std::string::npos)
+      << s.error_message();
+  EXPECT_NE(s.error_message().find("nothing was applied"), std::string::npos) << s.error_message();
+  KeyBlock other = old;
+  other.set_momentum(0.5f);
+  s = Push(other);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("block says 0.5; nothing was applied"), std::string::npos)
+      << s.error_message();
+  KeyBlock to_topk = Encoded(kTopk, {3}, Codec(v1::CODEC_TOPK, 0.25f), g);
+  to_topk.set_momentum(0.9f);  // momentum to a table without it
+  EXPECT_EQ(Push(to_topk).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Values(kDgc, kRows), dgc_before);
+  EXPECT_EQ(Snapshot(), before);
+
+  old.set_momentum(0.9f);
+  ASSERT_TRUE(Push(old).ok());
+  EXPECT_EQ(Values(kDgc, {3}), (std::vector<float>{0.25f, 0.25f, 2.25f, 0.25f}));
+}
+
 TEST_F(ParameterServiceCodecTest, BadBlocksAreRefusedWithNothingApplied) {
   const std::vector<float> before = Snapshot();
   const std::vector<float> g = {1, -1, 3, -3, 1, 2, 3, 4};

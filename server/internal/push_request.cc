@@ -30,6 +30,12 @@ absl::Status ReadKeyBlock(wire::SliceReader* r, v1::KeyBlock* block, ScatteredVa
     } else if (field == 4 && type == wire::kVarint) {
       if (!r->ReadVarint(&v)) return Malformed(message, "truncated codec");
       block->set_codec(static_cast<v1::ValueCodec>(static_cast<int32_t>(v)));
+    } else if (field == 5 && type == wire::kFixed32) {
+      uint32_t bits;
+      if (!r->ReadFixed32(&bits)) return Malformed(message, "truncated momentum");
+      float f;
+      std::memcpy(&f, &bits, sizeof(f));
+      block->set_momentum(f);
     } else if (field == 2 && type == wire::kLengthDelimited) {
       if (!r->ReadLength(&len) || !r->ReadString(len, block->mutable_keys())) {
         return Malformed(message, "truncated keys");

@@ -42,6 +42,10 @@ v1::PushRequest Request() {
     std::vector<float> grads(3 * 100 * t);
     std::iota(grads.begin(), grads.end(), 0.25f * t);
     b->set_values(std::string(reinterpret_cast<const char*>(grads.data()), grads.size() * 4));
+    if (t == 2) {  // the codec fields (the reader does not decode values)
+      b->set_codec(v1::CODEC_TOPK);
+      b->set_momentum(0.9f);
+    }
   }
   return req;
 }

@@ -49,6 +49,7 @@ PushEncoder::Residual* PushEncoder::ResidualOf(uint32_t table_id) {
 void PushEncoder::Encode(const v1::CodecSpec& codec, const TableOp& op, int dim, uint64_t num_rows,
                          KeySegment* seg) {
   seg->codec = codec.codec();
+  seg->momentum = codec.codec() == v1::CODEC_TOPK ? codec.momentum() : 0.0f;
   seg->encoded.clear();
   if (codec.codec() == v1::CODEC_NONE) return;
   const size_t row = static_cast<size_t>(dim), rows = seg->idx.size();

@@ -16,7 +16,8 @@ using wire::PutVarintField;
 using wire::VarintFieldSize;
 
 // KeyBlock fields.
-constexpr uint32_t kBlockTableId = 1, kBlockKeys = 2, kBlockValues = 3, kBlockCodec = 4;
+constexpr uint32_t kBlockTableId = 1, kBlockKeys = 2, kBlockValues = 3, kBlockCodec = 4,
+                   kBlockMomentum = 5;
 
 size_t KeyBytes(const KeySegment& seg) { return seg.idx.size() * sizeof(uint64_t); }
 size_t ValueBytes(const KeySegment& seg, int dim) {
@@ -33,7 +34,10 @@ size_t BlockSize(const TableOp& op, const KeySegment& seg, int dim, bool with_va
   if (with_values && !seg.idx.empty()) {
     n += LengthFieldSize(kBlockValues, PushValueBytes(seg, dim));
   }
-  return n + VarintFieldSize(kBlockCodec, seg.codec);
+  n += VarintFieldSize(kBlockCodec, seg.codec);
+  // A float field: its tag (one byte) and 4 bytes, nothing for 0 (wire::PutFloatField).
+  if (with_values && seg.momentum != 0.0f) n += 1 + sizeof(float);
+  return n;
 }
 
 size_t BlocksSize(uint32_t field, const std::vector<TableOp>& ops, const std::vector<int>& dims,
@@ -86,6 +90,7 @@ void AppendBlocks(uint32_t field, const std::vector<TableOp>& ops, const std::ve
       }
     }
     PutVarintField(kBlockCodec, seg.codec, b->out());
+    if (with_values) wire::PutFloatField(kBlockMomentum, seg.momentum, b->out());
   }
 }
 
