@@ -154,7 +154,7 @@ for codec in $codecs; do
   until job_ended "$job"; do
     psctl --output=json tables "$job" 2>/dev/null | tr -d '\n' >>"$dir/$codec.tables" || true
     echo >>"$dir/$codec.tables"
-    sleep 5
+    sleep 2
   done
   seconds=$(( ($(now_ms) - start) / 1000 ))
   state=$(job_state "$job")
