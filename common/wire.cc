@@ -50,6 +50,11 @@ size_t LengthFieldSize(uint32_t field, size_t len) {
   return VarintSize(static_cast<uint64_t>(field) << 3) + VarintSize(len) + len;
 }
 
+size_t FloatFieldSize(uint32_t field, float v) {
+  if (v == 0.0f && !std::signbit(v)) return 0;
+  return VarintSize(uint64_t{field} << 3) + sizeof(float);
+}
+
 void PutFloatField(uint32_t field, float v, std::string* out) {
   if (v == 0.0f && !std::signbit(v)) return;
   PutTag(field, kFixed32, out);

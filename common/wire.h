@@ -35,8 +35,10 @@ size_t VarintFieldSize(uint32_t field, uint64_t v);
 void PutLengthPrefix(uint32_t field, size_t len, std::string* out);
 // The whole field: tag, length and payload.
 size_t LengthFieldSize(uint32_t field, size_t len);
-// A float field (fixed32); nothing for 0.
+// A float field (fixed32); nothing for 0 (but for -0).
 void PutFloatField(uint32_t field, float v, std::string* out);
+// The bytes PutFloatField writes.
+size_t FloatFieldSize(uint32_t field, float v);
 
 // A message built from owned chunks and borrowed spans of the caller's memory, handed to gRPC as
 // one ByteBuffer whose borrowed slices point at that memory (no copy). Not thread-safe.

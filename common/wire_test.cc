@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -107,6 +108,21 @@ TEST(WireTest, TagsAndLengthsFollowProtobufsLimits) {
     EXPECT_EQ(r.ReadLength(&len), c.ok);
     if (c.ok) EXPECT_EQ(len, 3u);
   }
+}
+
+TEST(WireTest, FloatFieldSizeIsWhatPutFloatFieldWrites) {
+  for (uint32_t field : {1u, 5u, 16u, 2048u}) {
+    for (float v : {0.0f, -0.0f, 0.9f, -1.5f}) {
+      std::string out;
+      PutFloatField(field, v, &out);
+      EXPECT_EQ(FloatFieldSize(field, v), out.size()) << field << " " << v;
+    }
+  }
+  std::string out;
+  PutFloatField(5, -0.0f, &out);  // as protobuf writes it: -0 is not the default
+  v1::KeyBlock parsed;
+  ASSERT_TRUE(parsed.ParseFromString(out));
+  EXPECT_TRUE(std::signbit(parsed.momentum()));
 }
 
 TEST(WireTest, BuilderCopiesSmallSpansAndBorrowsLargeOnes) {

@@ -35,8 +35,7 @@ size_t BlockSize(const TableOp& op, const KeySegment& seg, int dim, bool with_va
     n += LengthFieldSize(kBlockValues, PushValueBytes(seg, dim));
   }
   n += VarintFieldSize(kBlockCodec, seg.codec);
-  // A float field: its tag (one byte) and 4 bytes, nothing for 0 (wire::PutFloatField).
-  if (with_values && seg.momentum != 0.0f) n += 1 + sizeof(float);
+  if (with_values) n += wire::FloatFieldSize(kBlockMomentum, seg.momentum);
   return n;
 }
 

@@ -28,8 +28,8 @@ struct KeySegment {
   // (its gradients, encoded once when the request is built) instead of the op's gradients; a
   // pull block asks for its answer in this codec and decodes it.
   v1::ValueCodec codec = v1::CODEC_NONE;
-  float momentum = 0.0f;  // KeyBlock.momentum: the topk momentum correction the push applied
   std::string encoded;
+  float momentum = 0.0f;  // KeyBlock.momentum: the topk momentum correction the push applied
 };
 
 // The fields every data-plane request starts with.

@@ -144,6 +144,32 @@ TEST(RequestCodecTest, PullAndPushPullRequestsParseWithProtobuf) {
   f.ExpectBlocks(pp.pull_blocks(), /*with_values=*/false);
 }
 
+// A push block says the momentum it applied (KeyBlock.momentum), -0 too (as protobuf writes
+// it), and the lengths around it stay right: the PushPull's lr_scale after the blocks is read.
+TEST(RequestCodecTest, PushBlocksSayTheirMomentumMinusZeroToo) {
+  Fixture f;
+  f.segments[0].momentum = 0.9f;
+  f.segments[1].momentum = -0.0f;
+  wire::MessageBuilder b([] {});
+  EncodePushPullRequest(Header(), 4, f.ops, f.dims, f.segments, f.ops, f.dims, f.segments, &b);
+  grpc::ByteBuffer buffer = b.Finish();
+  v1::PushPullRequest pp;
+  ASSERT_TRUE(pp.ParseFromString(Flatten(&buffer)));
+  EXPECT_TRUE(pp.advance_clock());
+  EXPECT_EQ(pp.clock_parts(), 4u);
+  EXPECT_EQ(pp.push().lr_scale(), 0.5f);
+  ASSERT_EQ(pp.push().blocks_size(), 2);
+  EXPECT_EQ(pp.push().blocks(0).momentum(), 0.9f);
+  EXPECT_EQ(pp.push().blocks(1).momentum(), 0.0f);
+  EXPECT_TRUE(std::signbit(pp.push().blocks(1).momentum()));
+  f.ExpectBlocks(pp.push().blocks(), /*with_values=*/true);
+  f.ExpectBlocks(pp.pull_blocks(), /*with_values=*/false);
+  for (const v1::KeyBlock& block : pp.pull_blocks()) {
+    EXPECT_EQ(block.momentum(), 0.0f);  // pulls: never
+    EXPECT_FALSE(std::signbit(block.momentum()));
+  }
+}
+
 v1::PullResponse Answer(const Fixture& f) {
   v1::PullResponse r;
   for (const KeySegment& seg : f.segments) {
