@@ -116,8 +116,8 @@ absl::Status CheckBlockCodec(const v1::TableSpec& spec, const v1::KeyBlock& bloc
             "correction ", momentum, " (its push_codec.momentum, applied by the workers), but the ",
             "request's block says ", block.momentum(),
             block.momentum() == 0.0f
-                ? ": this client does not apply it; use a client that knows momentum correction "
-                  "(docs/data-plane.md)"
+                ? ": this client does not say that it applies it (KeyBlock.momentum); use a "
+                  "client that does (docs/data-plane.md)"
                 : "",
             "; nothing was applied")));
   }
@@ -131,8 +131,9 @@ absl::Status CheckBlockCodec(const v1::TableSpec& spec, const v1::KeyBlock& bloc
           push ? "; nothing was applied" : "")));
 }
 
-// Most values one encoded push block may decode to (256 MiB of float32): a small topk or sign
-// block may stand for many values, and a server decodes it in memory.
+// Most values the encoded blocks of one push request may decode to together (256 MiB of float32,
+// the most a request may carry): a small topk or sign block may stand for many values, and a
+// server decodes them in memory before it checks their keys.
 constexpr size_t kMaxDecodedValues = size_t{64} << 20;
 
 // A push's blocks with their values as float32: those that arrived encoded (KeyBlock.codec set)
@@ -141,35 +142,58 @@ struct DecodedPush {
   bool used = false;                      // a block was decoded: read `values`
   std::deque<ScatteredValues> values;     // every block's values
   std::deque<std::vector<float>> floats;  // the decoded blocks' values
+  size_t decoded_values = 0;              // the sizes of `floats`, summed
+  // What each decoded block's values took as float32 and on the wire, counted into its table's
+  // stats once the push is applied (CountPushCodecBytes), not for a refused or repeated one.
+  struct Bytes {
+    int block;
+    uint64_t raw, wire;
+  };
+  std::vector<Bytes> bytes;
 };
 
+void CountPushCodecBytes(const DecodedPush& decoded,
+                         const std::vector<TableStore::BlockView>& views) {
+  for (const DecodedPush::Bytes& b : decoded.bytes) {
+    views[b.block].table->CountCodecBytes(/*push=*/true, b.raw, b.wire);
+  }
+}
+
 // Decodes the encoded blocks of a push read in place, each checked against its table's
-// push_codec. INVALID_ARGUMENT for a bad block (nothing is applied then: the caller stops).
+// push_codec. INVALID_ARGUMENT for a bad block (nothing is applied then: the caller stops). The
+// values they stand for are counted first, and nothing is decoded where they are too many.
 absl::Status DecodePushBlocks(const TableStore& store, const v1::PushRequest& req,
                               const std::deque<ScatteredValues>* in_place, DecodedPush* out) {
+  std::vector<std::shared_ptr<const TableStore::Table>> tables(req.blocks_size());
   for (int i = 0; i < req.blocks_size(); ++i) {
     const v1::KeyBlock& block = req.blocks(i);
     if (block.codec() == v1::CODEC_NONE) continue;
     if (in_place == nullptr) {
       return absl::InternalError("an encoded push block was not read in place");
     }
-    const std::deque<ScatteredValues>& values = *in_place;
     v1::KeyBlock probe;  // no keys: finds the table and checks its job
     probe.set_table_id(block.table_id());
     TableStore::BlockView table;
     PS_RETURN_IF_ERROR(store.Resolve(req.job_id(), probe, /*with_values=*/false, &table));
-    const v1::TableSpec& spec = table.table->spec;
-    PS_RETURN_IF_ERROR(CheckBlockCodec(spec, block, /*push=*/true));
+    PS_RETURN_IF_ERROR(CheckBlockCodec(table.table->spec, block, /*push=*/true));
+    const size_t n = block.keys().size() / sizeof(uint64_t) * table.table->dim;
+    if (n > kMaxDecodedValues - out->decoded_values) {  // decoded_values <= the cap
+      return Rejected(RejectReason::kBadSize,
+                      absl::InvalidArgumentError(absl::StrCat(
+                          "table ", block.table_id(), ": the request's encoded blocks stand for ",
+                          out->decoded_values + n, " values or more; at most ", kMaxDecodedValues,
+                          " a request (push fewer keys per request); nothing was applied")));
+    }
+    out->decoded_values += n;
+    tables[i] = std::move(table.table);
+  }
+  for (int i = 0; i < req.blocks_size(); ++i) {
+    if (tables[i] == nullptr) continue;
+    const v1::KeyBlock& block = req.blocks(i);
+    const std::deque<ScatteredValues>& values = *in_place;
     if (!out->used) out->values = values;
     out->used = true;
-    const size_t n = block.keys().size() / sizeof(uint64_t) * table.table->dim;
-    if (n > kMaxDecodedValues) {
-      return Rejected(
-          RejectReason::kBadSize,
-          absl::InvalidArgumentError(absl::StrCat(
-              "table ", spec.table_id(), ": an encoded block of ", n, " values; at most ",
-              kMaxDecodedValues, " (push fewer keys per request); nothing was applied")));
-    }
+    const size_t n = block.keys().size() / sizeof(uint64_t) * tables[i]->dim;
     std::string bytes(values[i].bytes(), '\0');
     values[i].CopyTo(bytes.data());
     std::vector<float>& floats = out->floats.emplace_back(n);
@@ -177,12 +201,12 @@ absl::Status DecodePushBlocks(const TableStore& store, const v1::PushRequest& re
     if (!s.ok()) {
       return Rejected(RejectReason::kBadSize,
                       absl::InvalidArgumentError(absl::StrCat(
-                          "table ", spec.table_id(), ": bad ", CodecName(block.codec()),
+                          "table ", block.table_id(), ": bad ", CodecName(block.codec()),
                           " block: ", s.message(), "; nothing was applied")));
     }
     out->values[i] = ScatteredValues();
     if (n > 0) out->values[i].Add(reinterpret_cast<const char*>(floats.data()), n * sizeof(float));
-    table.table->CountCodecBytes(/*push=*/true, n * sizeof(float), bytes.size());
+    out->bytes.push_back({i, n * sizeof(float), bytes.size()});
   }
   return absl::OkStatus();
 }
@@ -376,6 +400,7 @@ absl::Status ParameterService::ApplyPush(const v1::PushRequest& req,
     if (job != nullptr) job->duplicate_pushes->Increment();
     return absl::OkStatus();
   }
+  CountPushCodecBytes(decoded, views);
   PS_ASSIGN_OR_RETURN(auto mode, gate_.ModeOf(req.job_id()));
   size_t keys = 0;
   for (const auto& view : views) {

@@ -7,6 +7,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/half.h"
@@ -84,15 +85,29 @@ class ParameterServiceCodecTest : public testing::ServiceFixture {
     ASSERT_TRUE(CreateTable(Spec(kSign, v1::DENSE, Codec(v1::CODEC_SIGN), {})).ok());
     ASSERT_TRUE(CreateTable(Spec(kSparse, v1::SPARSE, bf16, bf16)).ok());
   }
-  grpc::Status Push(const KeyBlock& block) {
+  grpc::Status Push(const KeyBlock& block) { return Push(std::vector<KeyBlock>{block}); }
+  grpc::Status Push(const std::vector<KeyBlock>& blocks, uint64_t request_id = 0,
+                    bool* duplicate = nullptr) {
     v1::PushRequest req;
     req.set_job_id(kJob);
     req.set_worker_id(1);
-    req.set_request_id(++request_id_);
-    *req.add_blocks() = block;
+    req.set_request_id(request_id != 0 ? request_id : ++request_id_);
+    for (const KeyBlock& block : blocks) *req.add_blocks() = block;
     v1::PushResponse resp;
     CallContext c;
-    return stub_->Push(&c.ctx, req, &resp);
+    const grpc::Status s = stub_->Push(&c.ctx, req, &resp);
+    if (duplicate != nullptr) *duplicate = resp.duplicate();
+    return s;
+  }
+  // The table's push bytes as this server counted them: float32, encoded.
+  std::pair<uint64_t, uint64_t> PushBytes(uint32_t table) {
+    v1::DescribeTableRequest req;
+    req.set_table_id(table);
+    v1::DescribeTableResponse resp;
+    CallContext c;
+    const grpc::Status s = stub_->DescribeTable(&c.ctx, req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return {resp.stats().push_raw_bytes(), resp.stats().push_wire_bytes()};
   }
   grpc::Status Pull(const KeyBlock& block, v1::PullResponse* resp) {
     v1::PullRequest req;
@@ -242,7 +257,8 @@ TEST_F(ParameterServiceCodecTest, MomentumTablesRefuseBlocksThatDoNotApplyTheirM
   EXPECT_NE(s.error_message().find("with momentum correction 0.9 (its push_codec.momentum"),
             std::string::npos)
       << s.error_message();
-  EXPECT_NE(s.error_message().find("this client does not apply it"), std::string::npos)
+  EXPECT_NE(s.error_message().find("this client does not say that it applies it"),
+            std::string::npos)
       << s.error_message();
   EXPECT_NE(s.error_message().find("nothing was applied"), std::string::npos) << s.error_message();
   KeyBlock other = old;
@@ -290,6 +306,49 @@ TEST_F(ParameterServiceCodecTest, BadBlocksAreRefusedWithNothingApplied) {
         << i << ": " << s.error_message();
   }
   EXPECT_EQ(Snapshot(), before);
+}
+
+// Encoded blocks are counted before anything is decoded: a request whose small blocks stand
+// for more values together than the cap (here 2 x 40M, a topk block with k = 0 being 8 bytes) is
+// refused without the server allocating them.
+TEST_F(ParameterServiceCodecTest, TheValuesOfARequestsEncodedBlocksAreCappedTogether) {
+  constexpr uint32_t kWide = 6;
+  v1::TableSpec wide = Spec(kWide, v1::DENSE, Codec(v1::CODEC_TOPK, 0.25f), {});
+  wide.set_dim(1 << 20);
+  wide.set_num_rows(1);
+  ASSERT_TRUE(CreateTable(wide).ok());
+  KeyBlock block = Block(kWide, std::vector<uint64_t>(40, 0));
+  block.set_codec(v1::CODEC_TOPK);
+  block.set_values(std::string(8, '\0'));
+  const std::vector<float> before = Snapshot();
+  const grpc::Status s = Push(std::vector<KeyBlock>{block, block});
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("encoded blocks stand for 83886080 values or more; at most "
+                                   "67108864 a request"),
+            std::string::npos)
+      << s.error_message();
+  EXPECT_NE(s.error_message().find("nothing was applied"), std::string::npos);
+  EXPECT_EQ(Snapshot(), before);
+  EXPECT_EQ(PushBytes(kWide), std::make_pair(uint64_t{0}, uint64_t{0}));
+}
+
+// The codec's byte counts (psctl status' ratios) count what was applied: not a retry that the
+// server had applied, nor a push refused after its blocks were decoded.
+TEST_F(ParameterServiceCodecTest, CodecBytesCountAppliedPushesOnly) {
+  const std::vector<float> g = {0, 0, -2, 0, 1, 0, 0, 0};
+  const KeyBlock block = Encoded(kTopk, {3, 4}, Codec(v1::CODEC_TOPK, 0.25f), g);
+  bool duplicate = true;
+  ASSERT_TRUE(Push({block}, 1000, &duplicate).ok());
+  EXPECT_FALSE(duplicate);
+  const std::pair<uint64_t, uint64_t> once = PushBytes(kTopk);
+  EXPECT_EQ(once.first, 8 * sizeof(float));
+  EXPECT_EQ(once.second, block.values().size());
+  ASSERT_TRUE(Push({block}, 1000, &duplicate).ok());  // a retry
+  EXPECT_TRUE(duplicate);
+  EXPECT_EQ(PushBytes(kTopk), once);
+  KeyBlock past = Encoded(kTopk, {3, 8}, Codec(v1::CODEC_TOPK, 0.25f), g);  // row 8 of 0..7
+  EXPECT_EQ(Push(past).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(PushBytes(kTopk), once);
 }
 
 TEST_F(ParameterServiceCodecTest, CreateTableRefusesBadCodecs) {
