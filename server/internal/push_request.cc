@@ -14,6 +14,14 @@ absl::Status Malformed(absl::string_view message, absl::string_view what) {
       absl::StrCat("malformed ps.v1.", message, ": ", what, " (not the protobuf encoding of it)"));
 }
 
+// A float field's value (fixed32, little-endian).
+bool ReadFloat(wire::SliceReader* r, float* f) {
+  uint32_t bits;
+  if (!r->ReadFixed32(&bits)) return false;
+  std::memcpy(f, &bits, sizeof(*f));
+  return true;
+}
+
 // The fields of a message end where the reader's limit is. Wire types that do not match a known
 // field's are unknown fields, skipped (as protobuf does).
 absl::Status ReadKeyBlock(wire::SliceReader* r, v1::KeyBlock* block, ScatteredValues* values,
@@ -31,10 +39,8 @@ absl::Status ReadKeyBlock(wire::SliceReader* r, v1::KeyBlock* block, ScatteredVa
       if (!r->ReadVarint(&v)) return Malformed(message, "truncated codec");
       block->set_codec(static_cast<v1::ValueCodec>(static_cast<int32_t>(v)));
     } else if (field == 5 && type == wire::kFixed32) {
-      uint32_t bits;
-      if (!r->ReadFixed32(&bits)) return Malformed(message, "truncated momentum");
       float f;
-      std::memcpy(&f, &bits, sizeof(f));
+      if (!ReadFloat(r, &f)) return Malformed(message, "truncated momentum");
       block->set_momentum(f);
     } else if (field == 2 && type == wire::kLengthDelimited) {
       if (!r->ReadLength(&len) || !r->ReadString(len, block->mutable_keys())) {
@@ -90,10 +96,8 @@ absl::Status ReadPushFields(wire::SliceReader* r, v1::PushRequest* req,
       r->PopLimit(outer);
       if (!s.ok()) return s;
     } else if (field == 7 && type == wire::kFixed32) {
-      uint32_t bits;
-      if (!r->ReadFixed32(&bits)) return Malformed(message, "truncated lr_scale");
       float f;
-      std::memcpy(&f, &bits, sizeof(f));
+      if (!ReadFloat(r, &f)) return Malformed(message, "truncated lr_scale");
       req->set_lr_scale(f);
     } else if (!r->SkipField(type)) {
       return Malformed(message, "truncated field");

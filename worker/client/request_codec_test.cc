@@ -117,6 +117,22 @@ TEST(RequestCodecTest, PushRequestParsesWithProtobufAndBorrowsLargeRuns) {
   f.ExpectBlocks(parsed.blocks(), /*with_values=*/true);
 }
 
+// The fixture's segments pushed and pulled in one PushPullRequest, as protobuf parses it.
+v1::PushPullRequest ExpectPushPull(const Fixture& f) {
+  wire::MessageBuilder b([] {});
+  EncodePushPullRequest(Header(), 4, f.ops, f.dims, f.segments, f.ops, f.dims, f.segments, &b);
+  grpc::ByteBuffer buffer = b.Finish();
+  v1::PushPullRequest pp;
+  EXPECT_TRUE(pp.ParseFromString(Flatten(&buffer)));
+  EXPECT_TRUE(pp.advance_clock());
+  EXPECT_EQ(pp.clock_parts(), 4u);
+  EXPECT_EQ(pp.push().request_id(), 1ull << 40);
+  EXPECT_EQ(pp.push().lr_scale(), 0.5f);  // after the blocks: their lengths were right
+  f.ExpectBlocks(pp.push().blocks(), /*with_values=*/true);
+  f.ExpectBlocks(pp.pull_blocks(), /*with_values=*/false);
+  return pp;
+}
+
 TEST(RequestCodecTest, PullAndPushPullRequestsParseWithProtobuf) {
   Fixture f;
   wire::MessageBuilder pull_builder(nullptr);
@@ -131,17 +147,7 @@ TEST(RequestCodecTest, PullAndPushPullRequestsParseWithProtobuf) {
   EXPECT_EQ(pull.shard_epoch(), 9u);
   f.ExpectBlocks(pull.blocks(), /*with_values=*/false);
 
-  wire::MessageBuilder b([] {});
-  EncodePushPullRequest(Header(), 4, f.ops, f.dims, f.segments, f.ops, f.dims, f.segments, &b);
-  grpc::ByteBuffer buffer = b.Finish();
-  v1::PushPullRequest pp;
-  ASSERT_TRUE(pp.ParseFromString(Flatten(&buffer)));
-  EXPECT_TRUE(pp.advance_clock());
-  EXPECT_EQ(pp.clock_parts(), 4u);
-  EXPECT_EQ(pp.push().request_id(), 1ull << 40);
-  EXPECT_EQ(pp.push().lr_scale(), 0.5f);
-  f.ExpectBlocks(pp.push().blocks(), /*with_values=*/true);
-  f.ExpectBlocks(pp.pull_blocks(), /*with_values=*/false);
+  ExpectPushPull(f);
 }
 
 // A push block says the momentum it applied (KeyBlock.momentum), -0 too (as protobuf writes
@@ -150,20 +156,11 @@ TEST(RequestCodecTest, PushBlocksSayTheirMomentumMinusZeroToo) {
   Fixture f;
   f.segments[0].momentum = 0.9f;
   f.segments[1].momentum = -0.0f;
-  wire::MessageBuilder b([] {});
-  EncodePushPullRequest(Header(), 4, f.ops, f.dims, f.segments, f.ops, f.dims, f.segments, &b);
-  grpc::ByteBuffer buffer = b.Finish();
-  v1::PushPullRequest pp;
-  ASSERT_TRUE(pp.ParseFromString(Flatten(&buffer)));
-  EXPECT_TRUE(pp.advance_clock());
-  EXPECT_EQ(pp.clock_parts(), 4u);
-  EXPECT_EQ(pp.push().lr_scale(), 0.5f);
+  const v1::PushPullRequest pp = ExpectPushPull(f);
   ASSERT_EQ(pp.push().blocks_size(), 2);
   EXPECT_EQ(pp.push().blocks(0).momentum(), 0.9f);
   EXPECT_EQ(pp.push().blocks(1).momentum(), 0.0f);
   EXPECT_TRUE(std::signbit(pp.push().blocks(1).momentum()));
-  f.ExpectBlocks(pp.push().blocks(), /*with_values=*/true);
-  f.ExpectBlocks(pp.pull_blocks(), /*with_values=*/false);
   for (const v1::KeyBlock& block : pp.pull_blocks()) {
     EXPECT_EQ(block.momentum(), 0.0f);  // pulls: never
     EXPECT_FALSE(std::signbit(block.momentum()));
