@@ -142,7 +142,7 @@ struct DecodedPush {
   bool used = false;                      // a block was decoded: read `values`
   std::deque<ScatteredValues> values;     // every block's values
   std::deque<std::vector<float>> floats;  // the decoded blocks' values
-  size_t decoded_values = 0;              // the sizes of `floats`, summed
+  size_t decoded_values = 0;              // the values the encoded blocks stand for, summed
   // What each decoded block's values took as float32 and on the wire, counted into its table's
   // stats once the push is applied (CountPushCodecBytes), not for a refused or repeated one.
   struct Bytes {
