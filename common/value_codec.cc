@@ -71,6 +71,14 @@ absl::Status CheckCodec(const v1::CodecSpec& c, absl::string_view field, bool pu
     return absl::InvalidArgumentError(absl::StrCat(
         field, " = int8: int8 is for values (pull_codec); pushes take fp16, bf16, topk or sign"));
   }
+  if (c.delta() && !pull) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".delta: delta is for pulls (pull_codec), not pushes"));
+  }
+  if (c.delta() && !dense) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ".delta is for DENSE tables (a client keeps a copy of the rows it pulls)"));
+  }
   if (KeepsResidual(c.codec()) && !dense) {
     return absl::InvalidArgumentError(
         absl::StrCat(field, " = ", name,
@@ -390,6 +398,63 @@ void EncodeValueBlock(const v1::CodecSpec& spec, absl::Span<const float> values,
   const size_t at = out->size();
   out->resize(at + EncodedBytes(spec, values.size()));
   EncodeValueBlock(spec, values, out->data() + at, residual);
+}
+
+size_t DeltaBlockBytes(const v1::CodecSpec& spec, size_t k) {
+  return 8 + k * sizeof(uint32_t) + EncodedBytes(spec, k);
+}
+
+void EncodeDeltaBlock(const v1::CodecSpec& spec, size_t n, absl::Span<const uint32_t> indices,
+                      absl::Span<const float> values, char* out) {
+  const uint32_t header[2] = {static_cast<uint32_t>(n), static_cast<uint32_t>(indices.size())};
+  std::memcpy(out, header, sizeof(header));
+  out += sizeof(header);
+  if (!indices.empty()) std::memcpy(out, indices.data(), indices.size() * sizeof(uint32_t));
+  out += indices.size() * sizeof(uint32_t);
+  EncodeValueBlock(spec, values, out);
+}
+
+absl::Status DecodeDeltaBlock(v1::ValueCodec codec, absl::string_view bytes, size_t n,
+                              std::vector<uint32_t>* indices, std::vector<float>* values) {
+  if (bytes.size() < 8) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a delta block of ", bytes.size(), " bytes (at least 8)"));
+  }
+  const uint32_t total = ReadRaw<uint32_t>(bytes.data());
+  if (total != n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a delta block of ", total, " values where the keys have ", n));
+  }
+  const uint32_t k = ReadRaw<uint32_t>(bytes.data() + 4);
+  if (k > n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a delta block sends ", k, " of ", n, " values"));
+  }
+  v1::CodecSpec spec;
+  spec.set_codec(codec);
+  const size_t want = DeltaBlockBytes(spec, k);
+  if (bytes.size() != want) {
+    return absl::InvalidArgumentError(absl::StrCat("a delta block of ", k, " ", CodecName(codec),
+                                                   " values has ", bytes.size(), " bytes, not ",
+                                                   want));
+  }
+  indices->resize(k);
+  const char* idx = bytes.data() + 8;
+  int64_t last = -1;
+  for (size_t j = 0; j < k; ++j) {
+    const uint32_t i = ReadRaw<uint32_t>(idx + j * sizeof(uint32_t));
+    if (i >= n || static_cast<int64_t>(i) <= last) {
+      return absl::InvalidArgumentError(absl::StrCat("a delta block's index ", i,
+                                                     " is out of range (", n,
+                                                     " values) or not above the one before"));
+    }
+    last = i;
+    (*indices)[j] = i;
+  }
+  values->resize(k);
+  const char* encoded = idx + size_t{k} * sizeof(uint32_t);
+  return DecodeValueBlock(codec, absl::string_view(encoded, bytes.data() + bytes.size() - encoded),
+                          k, values->data());
 }
 
 absl::Status DecodeValueBlock(v1::ValueCodec codec, absl::string_view bytes, size_t n, float* out) {

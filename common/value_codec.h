@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
@@ -59,6 +60,20 @@ void EncodeValueBlock(const v1::CodecSpec& spec, absl::Span<const float> values,
 // SIGN or INT8 scale, a negative scale, set padding bits, an INT8 value of -128, an unknown
 // codec.
 absl::Status DecodeValueBlock(v1::ValueCodec codec, absl::string_view bytes, size_t n, float* out);
+
+// Delta pulls (CodecSpec.delta): an answer block that holds only the values changed since the
+// client's token. The bytes: uint32 n (the block's values), uint32 k, k uint32 indices into
+// the block's values in increasing order, then the k values encoded with `spec` (as a block
+// of k values).
+size_t DeltaBlockBytes(const v1::CodecSpec& spec, size_t k);
+// Writes DeltaBlockBytes(spec, indices.size()) bytes at `out` (`values`: the indices' values).
+void EncodeDeltaBlock(const v1::CodecSpec& spec, size_t n, absl::Span<const uint32_t> indices,
+                      absl::Span<const float> values, char* out);
+// The indices and values of a delta block of a block of n values; INVALID_ARGUMENT for a bad
+// one (a wrong n or length, indices out of range or not increasing, a bad encoding of the
+// values).
+absl::Status DecodeDeltaBlock(v1::ValueCodec codec, absl::string_view bytes, size_t n,
+                              std::vector<uint32_t>* indices, std::vector<float>* values);
 
 }  // namespace ps
 

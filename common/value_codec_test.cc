@@ -364,6 +364,81 @@ TEST(ValueCodecTest, ValidatesTableCodecs) {
   EXPECT_NE(s.message().find("push_codec.codec = 17"), std::string::npos) << s;
 }
 
+TEST(ValueCodecTest, ValidatesDeltaPulls) {
+  v1::CodecSpec delta = Spec(v1::CODEC_INT8);
+  delta.set_delta(true);
+  EXPECT_TRUE(ValidateTableCodecs(Table(v1::DENSE, {}, delta)).ok());
+  absl::Status s = ValidateTableCodecs(Table(v1::SPARSE, {}, delta));
+  EXPECT_NE(s.message().find("pull_codec.delta is for DENSE tables"), std::string::npos) << s;
+  v1::CodecSpec push = Spec(v1::CODEC_FP16);
+  push.set_delta(true);
+  s = ValidateTableCodecs(Table(v1::DENSE, push));
+  EXPECT_NE(s.message().find("push_codec.delta: delta is for pulls"), std::string::npos) << s;
+}
+
+TEST(ValueCodecTest, DeltaBlocksRoundTripInEveryPullCodec) {
+  const std::vector<uint32_t> indices = {0, 7, 300, 999};
+  const std::vector<float> values = {1.5f, -2.0f, 0.25f, 3.0f};
+  for (v1::ValueCodec codec : {v1::CODEC_NONE, v1::CODEC_FP16, v1::CODEC_BF16, v1::CODEC_INT8}) {
+    SCOPED_TRACE(CodecName(codec));
+    std::string bytes(DeltaBlockBytes(Spec(codec), indices.size()), '\0');
+    EncodeDeltaBlock(Spec(codec), 1000, indices, values, bytes.data());
+    EXPECT_EQ(bytes.size(), 8 + 4 * 4 + EncodedBytes(Spec(codec), 4));
+    std::vector<uint32_t> got_indices;
+    std::vector<float> got;
+    ASSERT_TRUE(DecodeDeltaBlock(codec, bytes, 1000, &got_indices, &got).ok());
+    EXPECT_EQ(got_indices, indices);
+    ASSERT_EQ(got.size(), values.size());
+    for (size_t j = 0; j < values.size(); ++j) {
+      EXPECT_NEAR(got[j], values[j], codec == v1::CODEC_INT8 ? 3.0f / 254 : 0.0f) << j;
+    }
+    // Nothing changed: 8 bytes.
+    std::string empty(DeltaBlockBytes(Spec(codec), 0), '\0');
+    EncodeDeltaBlock(Spec(codec), 1000, {}, {}, empty.data());
+    EXPECT_EQ(empty.size(), 8u);
+    ASSERT_TRUE(DecodeDeltaBlock(codec, empty, 1000, &got_indices, &got).ok());
+    EXPECT_TRUE(got_indices.empty());
+  }
+}
+
+TEST(ValueCodecTest, RejectsBadDeltaBlocks) {
+  std::string good(DeltaBlockBytes(Spec(v1::CODEC_NONE), 2), '\0');
+  EncodeDeltaBlock(Spec(v1::CODEC_NONE), 10, std::vector<uint32_t>{2, 5},
+                   std::vector<float>{1.0f, 2.0f}, good.data());
+  std::vector<uint32_t> idx;
+  std::vector<float> v;
+  ASSERT_TRUE(DecodeDeltaBlock(v1::CODEC_NONE, good, 10, &idx, &v).ok());
+  auto with_word = [&](size_t at, uint32_t word) {
+    std::string bad = good;
+    std::memcpy(bad.data() + at, &word, 4);
+    return bad;
+  };
+  struct Case {
+    std::string bytes;
+    size_t n;
+    const char* message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {good, 11, "a delta block of 10 values where the keys have 11"},
+           {good.substr(0, 7), 10, "a delta block of 7 bytes"},
+           {good.substr(0, good.size() - 1), 10, "has 23 bytes, not 24"},
+           {with_word(4, 11), 10, "sends 11 of 10 values"},
+           {with_word(8, 10), 10, "index 10 is out of range"},
+           {with_word(12, 2), 10, "index 2 is out of range (10 values) or not above"},
+       }) {
+    const absl::Status s = DecodeDeltaBlock(v1::CODEC_NONE, c.bytes, c.n, &idx, &v);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.message;
+    EXPECT_NE(s.message().find(c.message), std::string::npos) << s;
+  }
+  // The values' own encoding is checked too (an int8 block's NaN scale).
+  std::string int8(DeltaBlockBytes(Spec(v1::CODEC_INT8), 1), '\0');
+  EncodeDeltaBlock(Spec(v1::CODEC_INT8), 4, std::vector<uint32_t>{1}, std::vector<float>{1.0f},
+                   int8.data());
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::memcpy(int8.data() + 12, &nan, 4);
+  EXPECT_FALSE(DecodeDeltaBlock(v1::CODEC_INT8, int8, 4, &idx, &v).ok());
+}
+
 TEST(ValueCodecTest, ValidatesTopkMomentumAndWarmup) {
   v1::CodecSpec dgc = Spec(v1::CODEC_TOPK, 0.01f);
   dgc.set_momentum(0.9f);
