@@ -10,6 +10,8 @@
 #include <cstring>
 #include <deque>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -50,26 +52,68 @@ absl::Status WriteAnswerValues(TableStore* store, const TableStore::BlockView& v
   return absl::OkStatus();
 }
 
+// The answer to a pull block of a table with delta pulls, made before the answer is sized (its
+// size depends on what changed): every value in the pull codec, or, where the block's token
+// (KeyBlock.since) allows and it is smaller, only those changed since (a delta block).
+struct DeltaAnswer {
+  std::string values;
+  bool delta = false;
+  uint64_t token = 0;
+};
+absl::StatusOr<DeltaAnswer> AnswerDelta(TableStore* store, const TableStore::BlockView& view,
+                                        uint64_t since) {
+  const v1::CodecSpec& codec = view.table->spec.pull_codec();
+  const size_t n = view.keys.size() * view.table->dim;
+  std::unique_ptr<float[]> floats(new float[n]);  // not zeroed: PullDelta writes every value
+  std::vector<uint32_t> changed;
+  bool full = true;
+  DeltaAnswer answer;
+  PS_RETURN_IF_ERROR(store->PullDelta(view, since, floats.get(), &changed, &full, &answer.token));
+  const size_t whole = EncodedBytes(codec, n);
+  if (!full && DeltaBlockBytes(codec, changed.size()) < whole) {
+    std::vector<float> values(changed.size());
+    for (size_t j = 0; j < changed.size(); ++j) values[j] = floats[changed[j]];
+    answer.values.resize(DeltaBlockBytes(codec, changed.size()));
+    EncodeDeltaBlock(codec, n, changed, values, answer.values.data());
+    answer.delta = true;
+  } else if (n > 0) {
+    answer.values.resize(whole);
+    EncodeValueBlock(codec, absl::MakeConstSpan(floats.get(), n), answer.values.data());
+  }
+  view.table->CountCodecBytes(/*push=*/false, n * sizeof(float), answer.values.size());
+  return answer;
+}
+
 // A PullResponse whose rows are copied from the store straight into one outgoing slice: blocks
-// (table_id, values, codec), then min_clock and wait_micros, as protobuf writes them.
+// (table_id, values, codec, and for delta pulls since and delta), then min_clock and
+// wait_micros, as protobuf writes them.
 absl::StatusOr<grpc::ByteBuffer> WritePullAnswer(
     TableStore* store, const google::protobuf::RepeatedPtrField<v1::KeyBlock>& blocks,
     absl::Span<const TableStore::BlockView> views, int64_t min_clock, int64_t wait_micros) {
   std::vector<size_t> block_sizes(views.size());
+  std::vector<std::optional<DeltaAnswer>> deltas(views.size());
   size_t total = wire::VarintFieldSize(2, static_cast<uint64_t>(min_clock)) +
                  wire::VarintFieldSize(3, static_cast<uint64_t>(wait_micros));
   for (size_t i = 0; i < views.size(); ++i) {
-    const size_t values = AnswerValueBytes(views[i]);
+    size_t extra = 0;
+    if (views[i].table->delta) {
+      PS_ASSIGN_OR_RETURN(deltas[i], AnswerDelta(store, views[i], blocks[i].since()));
+      if (deltas[i]->token != 0) extra += 1 + sizeof(uint64_t);  // since: fixed64
+      if (deltas[i]->delta) extra += 2;                          // delta: true
+    }
+    const size_t values =
+        deltas[i].has_value() ? deltas[i]->values.size() : AnswerValueBytes(views[i]);
     block_sizes[i] = wire::VarintFieldSize(1, blocks[i].table_id()) +
                      (values == 0 ? 0 : wire::LengthFieldSize(3, values)) +
-                     wire::VarintFieldSize(4, blocks[i].codec());
+                     wire::VarintFieldSize(4, blocks[i].codec()) + extra;
     total += wire::LengthFieldSize(1, block_sizes[i]);
   }
   grpc::Slice slice(total);  // uninitialized
   char* const begin = reinterpret_cast<char*>(const_cast<uint8_t*>(slice.begin()));
   char* p = begin;
   for (size_t i = 0; i < views.size(); ++i) {
-    const size_t values = AnswerValueBytes(views[i]);
+    const size_t values =
+        deltas[i].has_value() ? deltas[i]->values.size() : AnswerValueBytes(views[i]);
     p = wire::EncodeVarint((1 << 3) | wire::kLengthDelimited, p);
     p = wire::EncodeVarint(block_sizes[i], p);
     if (blocks[i].table_id() != 0) {
@@ -79,12 +123,25 @@ absl::StatusOr<grpc::ByteBuffer> WritePullAnswer(
     if (values != 0) {
       p = wire::EncodeVarint((3 << 3) | wire::kLengthDelimited, p);
       p = wire::EncodeVarint(values, p);
-      PS_RETURN_IF_ERROR(WriteAnswerValues(store, views[i], p));
+      if (deltas[i].has_value()) {
+        std::memcpy(p, deltas[i]->values.data(), values);
+      } else {
+        PS_RETURN_IF_ERROR(WriteAnswerValues(store, views[i], p));
+      }
       p += values;
     }
     if (blocks[i].codec() != v1::CODEC_NONE) {  // checked: the table's pull_codec
       p = wire::EncodeVarint((4 << 3) | wire::kVarint, p);
       p = wire::EncodeVarint(blocks[i].codec(), p);
+    }
+    if (deltas[i].has_value() && deltas[i]->token != 0) {
+      p = wire::EncodeVarint((6 << 3) | wire::kFixed64, p);
+      std::memcpy(p, &deltas[i]->token, sizeof(uint64_t));
+      p += sizeof(uint64_t);
+    }
+    if (deltas[i].has_value() && deltas[i]->delta) {
+      p = wire::EncodeVarint((7 << 3) | wire::kVarint, p);
+      p = wire::EncodeVarint(1, p);
     }
   }
   if (min_clock != 0) {

@@ -56,6 +56,13 @@ v1::TableSpec Spec(uint32_t id, v1::TableKind kind, v1::CodecSpec push, v1::Code
   return spec;
 }
 
+// A dense table with delta set on its push_codec or its pull_codec.
+v1::TableSpec Delta(uint32_t id, bool push, bool sparse) {
+  v1::TableSpec spec = Spec(id, sparse ? v1::SPARSE : v1::DENSE, {}, {});
+  (push ? spec.mutable_push_codec() : spec.mutable_pull_codec())->set_delta(true);
+  return spec;
+}
+
 // A block of `keys` whose values are `values` encoded with `codec`.
 KeyBlock Encoded(uint32_t table, const std::vector<uint64_t>& keys, const v1::CodecSpec& codec,
                  const std::vector<float>& values) {
@@ -351,14 +358,79 @@ TEST_F(ParameterServiceCodecTest, CodecBytesCountAppliedPushesOnly) {
   EXPECT_EQ(PushBytes(kTopk), once);
 }
 
+// Delta pulls through the wire, as a plain protobuf client sees them: KeyBlock.since in,
+// KeyBlock.since and KeyBlock.delta out.
+TEST_F(ParameterServiceCodecTest, DeltaPullsAnswerTheValuesChangedSinceTheToken) {
+  for (const v1::ValueCodec codec : {v1::CODEC_NONE, v1::CODEC_INT8}) {
+    SCOPED_TRACE(CodecName(codec));
+    const uint32_t id = codec == v1::CODEC_NONE ? 20 : 21;
+    v1::TableSpec spec = Spec(id, v1::DENSE, {}, Codec(codec));
+    spec.mutable_pull_codec()->set_delta(true);
+    ASSERT_TRUE(CreateTable(spec).ok());
+    auto pull = [&](uint64_t since) {
+      KeyBlock b = Block(id, kRows);
+      b.set_codec(codec);
+      b.set_since(since);
+      v1::PullResponse resp;
+      const grpc::Status s = Pull(b, &resp);
+      EXPECT_TRUE(s.ok()) << s.error_message();
+      EXPECT_EQ(resp.blocks_size(), 1);
+      return resp.blocks_size() == 1 ? resp.blocks(0) : KeyBlock();
+    };
+    // No token (a plain client): every value, with a token for next time.
+    const KeyBlock whole = pull(0);
+    EXPECT_FALSE(whole.delta());
+    ASSERT_NE(whole.since(), 0u);
+    std::vector<float> values(32);
+    ASSERT_TRUE(DecodeValueBlock(codec, whole.values(), 32, values.data()).ok());
+    EXPECT_EQ(values, std::vector<float>(32, 0.25f));
+    // Two values change (a plain float32 push; its zeros change nothing).
+    std::vector<float> g(8, 0.0f);
+    g[1] = 0.5f;
+    g[6] = 0.5f;
+    ASSERT_TRUE(Push(Block(id, {2, 5}, g)).ok());
+    const KeyBlock delta = pull(whole.since());
+    ASSERT_TRUE(delta.delta());
+    EXPECT_EQ(delta.codec(), codec);
+    EXPECT_GT(delta.since(), whole.since());
+    std::vector<uint32_t> indices;
+    std::vector<float> changed;
+    ASSERT_TRUE(DecodeDeltaBlock(codec, delta.values(), 32, &indices, &changed).ok());
+    EXPECT_EQ(indices, (std::vector<uint32_t>{9, 22}));
+    EXPECT_EQ(changed, (std::vector<float>{-0.25f, -0.25f}));  // exact in int8 too
+    EXPECT_EQ(delta.values().size(), DeltaBlockBytes(Codec(codec), 2));
+    // Nothing since: an empty delta (8 bytes).
+    const KeyBlock nothing = pull(delta.since());
+    EXPECT_TRUE(nothing.delta());
+    EXPECT_EQ(nothing.values().size(), 8u);
+    // A token of another table object, or not answered yet: in full.
+    EXPECT_FALSE(pull(delta.since() ^ (uint64_t{1} << 33)).delta());
+    EXPECT_FALSE(pull(delta.since() + 100).delta());
+    // Where most values changed, the whole block is smaller than the delta: in full.
+    ASSERT_TRUE(Push(Block(id, kRows, std::vector<float>(32, 0.125f))).ok());
+    const KeyBlock most = pull(nothing.since());
+    EXPECT_FALSE(most.delta());
+    EXPECT_EQ(most.values().size(), EncodedBytes(Codec(codec), 32));
+  }
+  // The server counted the answers' bytes against float32.
+  v1::DescribeTableRequest req;
+  req.set_table_id(20);
+  v1::DescribeTableResponse resp;
+  CallContext c;
+  ASSERT_TRUE(stub_->DescribeTable(&c.ctx, req, &resp).ok());
+  EXPECT_EQ(resp.stats().pull_raw_bytes(), 6u * 32 * sizeof(float));  // 6 pulls, 4 in full
+  EXPECT_EQ(resp.stats().pull_wire_bytes(),
+            4 * 32 * sizeof(float) + DeltaBlockBytes(Codec(v1::CODEC_NONE), 2) + 8);
+}
+
 TEST_F(ParameterServiceCodecTest, CreateTableRefusesBadCodecs) {
-  for (const v1::TableSpec& spec :
-       {Spec(10, v1::DENSE, Codec(v1::CODEC_TOPK, 0.0f), {}),
-        Spec(11, v1::DENSE, Codec(v1::CODEC_TOPK, 1.5f), {}),
-        Spec(12, v1::SPARSE, Codec(v1::CODEC_TOPK, 0.1f), {}),
-        Spec(13, v1::DENSE, {}, Codec(v1::CODEC_SIGN)),
-        Spec(15, v1::DENSE, Codec(v1::CODEC_INT8), {}),
-        Spec(14, v1::DENSE, Codec(static_cast<v1::ValueCodec>(7)), {})}) {
+  for (const v1::TableSpec& spec : {Spec(10, v1::DENSE, Codec(v1::CODEC_TOPK, 0.0f), {}),
+                                    Spec(11, v1::DENSE, Codec(v1::CODEC_TOPK, 1.5f), {}),
+                                    Spec(12, v1::SPARSE, Codec(v1::CODEC_TOPK, 0.1f), {}),
+                                    Spec(13, v1::DENSE, {}, Codec(v1::CODEC_SIGN)),
+                                    Spec(15, v1::DENSE, Codec(v1::CODEC_INT8), {}),
+                                    Spec(14, v1::DENSE, Codec(static_cast<v1::ValueCodec>(7)), {}),
+                                    Delta(16, true, false), Delta(17, false, true)}) {
     grpc::Status s = CreateTable(spec);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << spec.table_id();
     EXPECT_NE(s.error_message().find("_codec"), std::string::npos) << s.error_message();

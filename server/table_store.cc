@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <random>
+#include <tuple>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "common/printable.h"
 #include "common/shard_map.h"
@@ -158,14 +161,17 @@ absl::StatusOr<std::shared_ptr<TableStore::Table>> TableStore::NewTable(
 
 absl::Status TableStore::CheckDenseTable(const Table& table) const {
   const TableSpec& spec = table.spec;
-  const uint64_t row_bytes = static_cast<uint64_t>(table.row_floats) * sizeof(float);
+  // Values and optimizer state, and the change stamps of delta pulls.
+  const uint64_t row_bytes =
+      static_cast<uint64_t>(table.row_floats) * sizeof(float) +
+      (table.delta ? static_cast<uint64_t>(table.dim) * sizeof(uint32_t) : 0);
   // Divided, not multiplied: num_rows x row bytes could wrap around.
   if (spec.num_rows() == 0 || spec.num_rows() > (uint64_t{1} << 40) ||
       spec.num_rows() > options_.max_dense_table_bytes / row_bytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("table ", spec.table_id(), ": dense num_rows ", spec.num_rows(),
                      " must be in 1.. and the table at most ", options_.max_dense_table_bytes,
-                     " bytes with optimizer state"));
+                     " bytes with optimizer state (and delta pulls' stamps)"));
   }
   // This server's expected share (keys hash uniformly over slots).
   const uint64_t share = spec.num_rows() * row_bytes / kNumSlots * NumOwnedSlots(spec.job_id());
@@ -287,6 +293,16 @@ void TableStore::SetLayout(const TableSpec& spec, bool huge_pages, Table* t) {
       (static_cast<size_t>(t->dim) * StoredValueBytes(t->storage) + 3) / 4 * 4;
   t->state_offset = sizeof(RowHeader) + value_bytes;
   t->row_bytes = t->state_offset + static_cast<size_t>(t->state_floats) * sizeof(float);
+  if (spec.pull_codec().delta()) {
+    t->delta = true;
+    t->stamp_offset = t->row_bytes;
+    t->row_bytes += static_cast<size_t>(t->dim) * sizeof(uint32_t);
+    // Random per table object; never 0 (a token of 0 means none).
+    static std::atomic<uint64_t> tables_made{0};
+    const uint64_t mixed = absl::Hash<std::tuple<uint32_t, uint64_t, int64_t>>{}(
+        {std::random_device{}(), tables_made.fetch_add(1), absl::ToUnixNanos(absl::Now())});
+    t->instance = static_cast<uint32_t>(mixed ^ (mixed >> 32)) | 1u;
+  }
   t->arena = std::make_unique<RowArena>(t->row_bytes, huge_pages);
   t->index = std::make_unique<RowIndex[]>(kNumSlots);
   if (spec.has_admission()) {

@@ -2,6 +2,7 @@
 #ifndef PS_SERVER_TABLE_STORE_H_
 #define PS_SERVER_TABLE_STORE_H_
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -139,6 +140,32 @@ class TableStore {
     // dim values to `out` as float32 (any alignment), and from `in`.
     void ReadValues(const char* row, void* out) const;
     void WriteValues(char* row, const float* in) const;
+    // Delta pulls (pull_codec.delta): a uint32 change stamp per value at `stamp_offset` of each
+    // row. Whatever writes a row's values stamps those it changes with pull_epoch (StampNow),
+    // under the slot's lock; a pull takes an epoch e first (fetch_add) and then reads the rows,
+    // each under its slot's lock: a write it did not see was stamped after, with e + 1 or more.
+    // So the next pull of the same keys, since e + 1, is answered the values stamped e + 1 or
+    // later (TableStore::PullDelta). Tokens carry `instance` (random per table object: a table
+    // created again, or a server restarted, answers older tokens in full).
+    bool delta = false;
+    size_t stamp_offset = 0;
+    uint32_t instance = 0;
+    mutable std::atomic<uint64_t> pull_epoch{1};
+    uint32_t* Stamps(char* row) const { return reinterpret_cast<uint32_t*>(row + stamp_offset); }
+    const uint32_t* Stamps(const char* row) const {
+      return reinterpret_cast<const uint32_t*>(row + stamp_offset);
+    }
+    // The stamp of a write now (epochs past 2^32 - 2 keep no tokens: PullDelta answers in full).
+    uint32_t StampNow() const {
+      return static_cast<uint32_t>(
+          std::min<uint64_t>(pull_epoch.load(std::memory_order_acquire), UINT32_MAX));
+    }
+    // Stamps every value of `row` (written whole: created, restored), if the table keeps stamps.
+    void StampRow(char* row) const {
+      if (!delta) return;
+      const uint32_t now = StampNow();
+      std::fill(Stamps(row), Stamps(row) + dim, now);
+    }
     // Set once, by DropJob, before any row of the table is erased. Whatever adds rows or sums
     // of the table to a slot checks it under that slot's lock, so nothing is added to a slot
     // that DropJob has already emptied.
@@ -212,6 +239,14 @@ class TableStore {
   absl::Status Pull(const BlockView& view, std::string* out);
   // The same into `out`, which has room for keys x dim floats (an outgoing gRPC buffer).
   absl::Status Pull(const BlockView& view, char* out);
+  // A pull of a table with pull_codec.delta: all the keys' values to `out` (keys x dim floats,
+  // as Pull), the indices into them (increasing) of the values changed since `since` (a token
+  // of an earlier answer) to `changed`, and this answer's token to `token`. `*full` is true
+  // where `since` is 0 or not a token of this table object (another instance, or one not
+  // answered yet): every value counts as changed then and `changed` is left empty. `token` is
+  // 0 once the table's pull epochs run past 2^32 - 2 (every answer is full from then on).
+  absl::Status PullDelta(const BlockView& view, uint64_t since, float* out,
+                         std::vector<uint32_t>* changed, bool* full, uint64_t* token);
   // Applies the gradients now (async / ssp), the learning rate multiplied by `lr_scale`.
   // FAILED_PRECONDITION if the table was dropped meanwhile (the rows left were dropped too).
   absl::Status Apply(const BlockView& view, float lr_scale = 1.0f);
@@ -406,8 +441,12 @@ class TableStore {
   // Counts what admission and eviction did in the table's figures and metrics.
   void CountAdmission(const Table& table, uint64_t admitted, uint64_t rejected) const;
   void CountEvicted(const Table& table, uint64_t evicted, uint64_t expired) const;
-  // `grad`: dim floats at any alignment (BlockView::Grad); `scratch`: room for dim floats (used
-  // for tables stored in half precision).
+  // `grad`: dim floats at any alignment (BlockView::Grad); `scratch`: room for
+  // ApplyScratchFloats(table) floats (tables stored in half precision, delta stamps).
+  static size_t ApplyScratchFloats(const Table& table) {
+    return table.delta ? 2 * static_cast<size_t>(table.dim)
+                       : (table.storage != v1::TableSpec::FP32 ? table.dim : 0);
+  }
   void ApplyToRow(const Table& table, const void* grad, float lr_scale, char* row,
                   float* scratch) const;
 

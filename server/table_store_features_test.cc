@@ -364,5 +364,150 @@ TEST(TableStoreEvictionTest, EvictionRacesPushesAndPullsSafely) {
   EXPECT_GT(stats->evicted() + stats->expired(), 0u);
 }
 
+// Delta pulls (pull_codec.delta): what PullDelta reports as changed since a token.
+TableSpec DeltaDense(uint32_t id, uint32_t dim, uint64_t rows, TableSpec::Storage storage) {
+  TableSpec spec;
+  spec.set_table_id(id);
+  spec.set_name("w");
+  spec.set_job_id(kJob);
+  spec.set_kind(v1::DENSE);
+  spec.set_dim(dim);
+  spec.set_num_rows(rows);
+  spec.set_storage(storage);
+  spec.mutable_initializer()->set_kind(v1::InitializerSpec::CONSTANT);
+  spec.mutable_initializer()->set_value(0.5f);
+  spec.mutable_optimizer()->set_kind(v1::OptimizerSpec::SGD);
+  spec.mutable_optimizer()->set_learning_rate(1.0f);
+  spec.mutable_pull_codec()->set_delta(true);
+  return spec;
+}
+
+struct DeltaPull {
+  std::vector<float> values;
+  std::vector<uint32_t> changed;
+  bool full = false;
+  uint64_t token = 0;
+};
+DeltaPull PullDeltaOf(TableStore& store, uint32_t id, const std::vector<uint64_t>& keys,
+                      uint64_t since) {
+  TableStore::BlockView view;
+  DeltaPull p;
+  const KeyBlock block = Block(id, keys);
+  EXPECT_TRUE(store.Resolve(kJob, block, false, &view).ok());
+  p.values.resize(keys.size() * view.table->dim);
+  const absl::Status s =
+      store.PullDelta(view, since, p.values.data(), &p.changed, &p.full, &p.token);
+  EXPECT_TRUE(s.ok()) << s;
+  return p;
+}
+
+absl::Status PushValues(TableStore& store, uint32_t id, const std::vector<uint64_t>& keys,
+                        const std::vector<float>& grads) {
+  TableStore::BlockView view;
+  const KeyBlock block = Block(id, keys, grads);
+  if (absl::Status s = store.Resolve(kJob, block, true, &view); !s.ok()) return s;
+  return store.Apply(view);
+}
+
+TEST(TableStoreDeltaTest, PullsSinceATokenReportTheValuesChangedSince) {
+  for (auto storage : {TableSpec::FP32, TableSpec::FP16}) {
+    SCOPED_TRACE(TableSpec::Storage_Name(storage));
+    TableStore store({});
+    ASSERT_TRUE(store.CreateTable(DeltaDense(1, 3, 4, storage)).ok());
+    const std::vector<uint64_t> all = {0, 1, 2, 3};
+    const DeltaPull first = PullDeltaOf(store, 1, all, 0);
+    EXPECT_TRUE(first.full);  // no token: everything
+    EXPECT_TRUE(first.changed.empty());
+    EXPECT_EQ(first.values, std::vector<float>(12, 0.5f));
+    ASSERT_NE(first.token, 0u);
+    // Nothing changed yet.
+    const DeltaPull none = PullDeltaOf(store, 1, all, first.token);
+    EXPECT_FALSE(none.full);
+    EXPECT_TRUE(none.changed.empty());
+    EXPECT_GT(none.token, first.token);
+    EXPECT_EQ(none.token >> 32, first.token >> 32);  // the same table object
+    // A gradient of 0 changes nothing: only row 1's value 2 and row 3's value 0 move.
+    ASSERT_TRUE(PushValues(store, 1, {1, 3}, {0, 0, 0.25f, 0.125f, 0, 0}).ok());
+    const DeltaPull after = PullDeltaOf(store, 1, all, none.token);
+    EXPECT_FALSE(after.full);
+    EXPECT_EQ(after.changed, (std::vector<uint32_t>{5, 9}));
+    EXPECT_EQ(after.values[5], 0.25f);
+    EXPECT_EQ(after.values[9], 0.375f);
+    // An older token asks for more, never less; a subset's indices are into its own values.
+    EXPECT_EQ(PullDeltaOf(store, 1, all, first.token).changed, (std::vector<uint32_t>{5, 9}));
+    EXPECT_EQ(PullDeltaOf(store, 1, {3}, first.token).changed, (std::vector<uint32_t>{0}));
+    EXPECT_TRUE(PullDeltaOf(store, 1, all, after.token).changed.empty());
+    // Tokens of another table object, or not answered yet (from the future), answer in full.
+    EXPECT_TRUE(PullDeltaOf(store, 1, all, after.token ^ (uint64_t{1} << 40)).full);
+    EXPECT_TRUE(PullDeltaOf(store, 1, all, after.token + 1000).full);
+    TableStore other({});
+    ASSERT_TRUE(other.CreateTable(DeltaDense(1, 3, 4, storage)).ok());
+    EXPECT_TRUE(PullDeltaOf(other, 1, all, after.token).full);
+  }
+}
+
+TEST(TableStoreDeltaTest, SyncSumsAndRestoredRowsAreStampedToo) {
+  TableStore store({});
+  ASSERT_TRUE(store.CreateTable(DeltaDense(1, 2, 3, TableSpec::FP32)).ok());
+  const std::vector<uint64_t> all = {0, 1, 2};
+  const uint64_t token = PullDeltaOf(store, 1, all, 0).token;
+  // Sync: summed, applied at the clock's end.
+  TableStore::BlockView view;
+  const KeyBlock block = Block(1, {2}, {0.0f, 1.0f});
+  ASSERT_TRUE(store.Resolve(kJob, block, true, &view).ok());
+  ASSERT_TRUE(store.Accumulate(view, 0).ok());
+  EXPECT_TRUE(PullDeltaOf(store, 1, all, token).changed.empty());  // not applied yet
+  store.ApplyAccumulated(kJob, 0);
+  const DeltaPull synced = PullDeltaOf(store, 1, all, token);
+  EXPECT_EQ(synced.changed, (std::vector<uint32_t>{5}));
+  EXPECT_EQ(synced.values[5], -0.5f);
+  // A restore rewrites rows: every value it loads counts as changed (even one loaded as it was).
+  const JobSnapshot snap = store.Snapshot(kJob);
+  ASSERT_TRUE(PushValues(store, 1, {0}, {1.0f, 1.0f}).ok());
+  ASSERT_TRUE(store.LoadSlots(kJob, snap.slots, snap.rows).ok());
+  const DeltaPull restored = PullDeltaOf(store, 1, all, synced.token);
+  EXPECT_FALSE(restored.full);
+  EXPECT_EQ(restored.changed, (std::vector<uint32_t>{0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(restored.values, (std::vector<float>{0.5f, 0.5f, 0.5f, 0.5f, 0.5f, -0.5f}));
+}
+
+// Pulls racing pushes: whatever a pull did not see is reported to the next pull since its token,
+// so a copy kept from the answers ends equal to the table (the client's PullCache does this).
+TEST(TableStoreDeltaTest, ACopyKeptFromTheAnswersFollowsConcurrentPushes) {
+  constexpr uint32_t kDim = 8;
+  constexpr uint64_t kRows = 64;
+  TableStore store({});
+  ASSERT_TRUE(store.CreateTable(DeltaDense(1, kDim, kRows, TableSpec::FP32)).ok());
+  const std::vector<uint64_t> all = Keys(0, kRows);
+  std::atomic<bool> done{false};
+  std::thread pusher([&] {
+    for (int step = 0; step < 2000; ++step) {
+      const uint64_t key = (step * 7) % kRows;
+      std::vector<float> g(kDim, 0.0f);
+      g[step % kDim] = 0.001f * static_cast<float>(step % 13 + 1);
+      EXPECT_TRUE(PushValues(store, 1, {key}, g).ok());
+    }
+    done = true;
+  });
+  DeltaPull copy = PullDeltaOf(store, 1, all, 0);
+  uint64_t token = copy.token;
+  int pulls = 0;
+  while (!done.load() || pulls < 3) {
+    const DeltaPull p = PullDeltaOf(store, 1, all, token);
+    if (p.full) {
+      copy.values = p.values;
+    } else {
+      for (uint32_t i : p.changed) copy.values[i] = p.values[i];
+    }
+    token = p.token;
+    ++pulls;
+  }
+  pusher.join();
+  const DeltaPull last = PullDeltaOf(store, 1, all, token);
+  for (uint32_t i : last.changed) copy.values[i] = last.values[i];
+  EXPECT_EQ(copy.values, PullOf(store, 1, all));
+  EXPECT_GT(pulls, 3);
+}
+
 }  // namespace
 }  // namespace ps::table_store_features_test

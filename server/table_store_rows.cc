@@ -86,6 +86,7 @@ char* TableStore::InsertRow(Slot& slot, const Table& table, uint64_t key, RowCac
     table.optimizer->InitState(initial.data(), table.State(row), table.dim);
     table.WriteValues(row, initial.data());
   }
+  table.StampRow(row);
   if (!IndexRow(slot, table, handle)) {
     table.arena->Free(handle);
     return nullptr;
@@ -295,16 +296,60 @@ void TableStore::ApplyToRow(const Table& table, const void* grad, float lr_scale
   }
   RowHeader* header = table.Header(row);
   if (header->updates != UINT32_MAX) ++header->updates;
-  if (float* values = table.Values32(row)) {
+  // Delta pulls: the values before, to stamp those that change.
+  float* const before = table.delta ? scratch + table.dim : nullptr;
+  if (before != nullptr) table.ReadValues(row, before);
+  float* values = table.Values32(row);
+  if (values != nullptr) {
     table.optimizer->ApplyScaled(grad, table.dim, header->updates, lr_scale, values,
                                  table.State(row));
-    return;
+  } else {
+    // Half precision: the arithmetic in float32, the values rounded back to nearest.
+    table.ReadValues(row, scratch);
+    table.optimizer->ApplyScaled(grad, table.dim, header->updates, lr_scale, scratch,
+                                 table.State(row));
+    table.WriteValues(row, scratch);
+    values = scratch;  // (a value rounded back to what it was is stamped too: harmless)
   }
-  // Half precision: the arithmetic in float32, the values rounded back to nearest.
-  table.ReadValues(row, scratch);
-  table.optimizer->ApplyScaled(grad, table.dim, header->updates, lr_scale, scratch,
-                               table.State(row));
-  table.WriteValues(row, scratch);
+  if (before == nullptr) return;
+  const uint32_t now = table.StampNow();
+  uint32_t* stamps = table.Stamps(row);
+  for (int i = 0; i < table.dim; ++i) {
+    uint32_t a, b;
+    std::memcpy(&a, &before[i], sizeof(a));
+    std::memcpy(&b, &values[i], sizeof(b));
+    if (a != b) stamps[i] = now;
+  }
+}
+
+absl::Status TableStore::PullDelta(const BlockView& view, uint64_t since, float* out,
+                                   std::vector<uint32_t>* changed, bool* full, uint64_t* token) {
+  const Table& t = *view.table;
+  changed->clear();
+  // First the epoch, then the rows (see Table::delta).
+  const uint64_t epoch = t.pull_epoch.fetch_add(1, std::memory_order_acq_rel);
+  const uint64_t since_epoch = since & 0xffffffffu;
+  *full = since == 0 || static_cast<uint32_t>(since >> 32) != t.instance || since_epoch == 0 ||
+          since_epoch > epoch;
+  *token = epoch + 1 < UINT32_MAX ? (uint64_t{t.instance} << 32) | (epoch + 1) : 0;
+  if (epoch + 1 >= UINT32_MAX) *full = true;
+  const size_t dim = static_cast<size_t>(t.dim);
+  std::vector<std::pair<uint32_t, uint32_t>> found;  // (key index, value in row), any order
+  PS_RETURN_IF_ERROR(ForEachRow(t, view.keys, &view.groups, t.row_bytes, /*for_write=*/false,
+                                Missing::kCreate, [&](const char* row, uint32_t i) {
+                                  t.ReadValues(row, out + i * dim);
+                                  if (*full) return;
+                                  const uint32_t* stamps = t.Stamps(row);
+                                  for (size_t j = 0; j < dim; ++j) {
+                                    if (stamps[j] >= since_epoch)
+                                      found.emplace_back(i, static_cast<uint32_t>(j));
+                                  }
+                                }));
+  if (*full) return absl::OkStatus();
+  changed->reserve(found.size());
+  for (const auto& [i, j] : found) changed->push_back(static_cast<uint32_t>(i * dim + j));
+  std::sort(changed->begin(), changed->end());
+  return absl::OkStatus();
 }
 
 absl::Status TableStore::Pull(const BlockView& view, std::string* out) {
@@ -334,7 +379,7 @@ absl::Status TableStore::Pull(const BlockView& view, char* out) {
 absl::Status TableStore::Apply(const BlockView& view, float lr_scale) {
   const Table& t = *view.table;
   std::vector<float> scratch(view.scattered != nullptr ? t.dim : 0);
-  std::vector<float> values(t.storage != v1::TableSpec::FP32 ? t.dim : 0);
+  std::vector<float> values(ApplyScratchFloats(t));
   return ForEachRow(t, view.keys, &view.groups, t.row_bytes, /*for_write=*/true, Missing::kPush,
                     [&](char* row, uint32_t i) {
                       ApplyToRow(t, view.Grad(i, scratch.data()), lr_scale, row, values.data());
@@ -382,12 +427,12 @@ void TableStore::ApplyAccumulated(const std::string& job_id, int64_t clock) {
   }
   // The job's tables, looked up once (not per row under the slot locks), held while applying.
   absl::flat_hash_map<uint32_t, TableRef> job_tables;
-  int max_dim = 0;
+  size_t max_scratch = 0;
   for (TableRef& t : TablesOf(job_id)) {
-    max_dim = std::max(max_dim, t->dim);
+    max_scratch = std::max(max_scratch, ApplyScratchFloats(*t));
     job_tables[t->spec.table_id()] = std::move(t);
   }
-  std::vector<float> scratch(max_dim);
+  std::vector<float> scratch(max_scratch);
   for (uint32_t s = 0; s < kNumSlots; ++s) {
     Slot& slot = slots_[s];
     absl::MutexLock l(&slot.mu);

@@ -162,6 +162,7 @@ absl::Status TableStore::LoadSlots(const std::string& job_id, const std::vector<
         header->used = now;
         t.WriteValues(row, r->row(i));
         std::memcpy(t.State(row), r->row(i) + t.dim, t.state_floats * sizeof(float));
+        t.StampRow(row);
       }
       CountNewRows(t, added);
     }

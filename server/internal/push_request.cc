@@ -42,6 +42,10 @@ absl::Status ReadKeyBlock(wire::SliceReader* r, v1::KeyBlock* block, ScatteredVa
       float f;
       if (!ReadFloat(r, &f)) return Malformed(message, "truncated momentum");
       block->set_momentum(f);
+    } else if (field == 6 && type == wire::kFixed64) {
+      uint64_t since;
+      if (!r->Copy(&since, sizeof(since))) return Malformed(message, "truncated since");
+      block->set_since(since);
     } else if (field == 2 && type == wire::kLengthDelimited) {
       if (!r->ReadLength(&len) || !r->ReadString(len, block->mutable_keys())) {
         return Malformed(message, "truncated keys");
