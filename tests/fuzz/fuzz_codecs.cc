@@ -99,7 +99,7 @@ void FuzzPullAnswer(const std::string& payload) {
   const std::vector<ps::TableOp> ops{ps::TableOp{1, keys, nullptr, out.data()}};
   const std::vector<ps::KeySegment> segments{{0, {0, 1, 2}}};
   int64_t min_clock = 0, wait = 0;
-  if (!ps::DecodePullResponse(&buffer, ops, {2}, segments, &min_clock, &wait).ok()) return;
+  if (!ps::DecodePullResponse(&buffer, ops, {2}, segments, nullptr, &min_clock, &wait).ok()) return;
   ps::v1::PullResponse parsed;
   Require(parsed.ParseFromString(bytes));
   Require(parsed.blocks_size() == 1 && parsed.blocks(0).values().size() == 24);
@@ -167,6 +167,19 @@ void FuzzValueBlock(const std::string& bytes) {
   const size_t n =
       static_cast<uint8_t>(bytes[1]) | static_cast<size_t>(static_cast<uint8_t>(bytes[2])) << 8;
   const absl::string_view block(bytes.data() + 3, bytes.size() - 3);
+  // The same bytes as a delta pull's block: indices in range and increasing, its length the
+  // format's.
+  std::vector<uint32_t> indices;
+  std::vector<float> changed;
+  if (ps::DecodeDeltaBlock(codec, block, n, &indices, &changed).ok()) {
+    Require(indices.size() == changed.size() && indices.size() <= n);
+    for (size_t j = 0; j < indices.size(); ++j) {
+      Require(indices[j] < n && (j == 0 || indices[j] > indices[j - 1]));
+    }
+    ps::v1::CodecSpec spec;
+    spec.set_codec(codec);
+    Require(block.size() == ps::DeltaBlockBytes(spec, indices.size()));
+  }
   std::vector<float> out(n);
   if (!ps::DecodeValueBlock(codec, block, n, out.data()).ok()) return;
   Require(ps::v1::ValueCodec_IsValid(codec));

@@ -141,13 +141,15 @@ void SetCodec(const WireCodec& c, v1::CodecSpec* spec) {
   spec->set_ratio(c.ratio);
   spec->set_momentum(c.momentum);
   spec->set_warmup_steps(c.warmup_steps);
+  spec->set_delta(c.delta);
 }
 
 // The config's storage, admission, eviction and codecs into the spec; a zero field stays unset
 // (off).
 void SetTableFeatures(const TableConfig& config, v1::TableSpec& spec) {
   auto set = [](const WireCodec& c) {
-    return c.codec != Codec::kNone || c.ratio != 0 || c.momentum != 0 || c.warmup_steps != 0;
+    return c.codec != Codec::kNone || c.ratio != 0 || c.momentum != 0 || c.warmup_steps != 0 ||
+           c.delta;
   };
   if (set(config.push_codec)) SetCodec(config.push_codec, spec.mutable_push_codec());
   if (set(config.pull_codec)) SetCodec(config.pull_codec, spec.mutable_pull_codec());

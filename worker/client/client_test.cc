@@ -6,6 +6,7 @@
 #include <limits>
 #include <memory>
 #include <numeric>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -500,6 +501,67 @@ TEST_F(ClientTest, SyncWorkersSeeTheSumOfAClocksFp16Gradients) {
     EXPECT_EQ(out0[i], -0.5f * 4.0f);  // sgd 0.5 on the sum 1 + 3
     EXPECT_EQ(out1[i], out0[i]);
   }
+}
+
+// Delta pulls end to end: a table with pull_codec.delta pulls exactly what a plain table
+// pulls, through PushPull, plain pulls of subsets in any key order, repeated keys, several parts
+// and a second client with nothing held; and its answers carry fewer bytes.
+TEST_F(ClientTest, DeltaPullsPullWhatAPlainTablePullsInFewerBytes) {
+  ClientOptions options = Options();
+  options.max_part_bytes = 4096;  // several parts (blocks) per server
+  auto client = Connect(options);
+  ASSERT_NE(client, nullptr);
+  constexpr uint64_t kRows = 300;
+  constexpr uint32_t kDim = 40;
+  TableConfig config = Dense("plain", kRows, kDim);
+  config.initializer = Initializer::Constant(0.5f);  // (a uniform one depends on the table id)
+  config.optimizer = Optimizer::Sgd(1.0f);
+  auto plain = client->CreateTable(config);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  config.name = "delta";
+  config.pull_codec.delta = true;
+  auto delta = client->CreateTable(config);
+  ASSERT_TRUE(delta.ok()) << delta.status();
+  const std::vector<uint64_t> keys = DenseKeysFor(kRows);
+  std::vector<float> grads(kRows * kDim), a(kRows * kDim), b(kRows * kDim);
+  std::mt19937 rng(7);
+  for (int step = 0; step < 20; ++step) {
+    std::fill(grads.begin(), grads.end(), 0.0f);
+    for (int j = 0; j < 60; ++j) grads[rng() % grads.size()] = 0.01f * static_cast<float>(j + 1);
+    ASSERT_TRUE(client->Push(*plain, keys, grads).ok());
+    ASSERT_TRUE(
+        client->PushPull({PushOp{*delta, keys, grads}}, {PullOp{*delta, keys, absl::MakeSpan(b)}})
+            .ok());
+    ASSERT_TRUE(client->Pull(*plain, keys, absl::MakeSpan(a)).ok());
+    ASSERT_EQ(a, b) << "step " << step;
+    // A few rows, in another order and one twice.
+    const std::vector<uint64_t> some = {rng() % kRows, 17, rng() % kRows, 17, 299};
+    std::vector<float> sa(some.size() * kDim), sb(some.size() * kDim);
+    ASSERT_TRUE(client->Pull(*plain, some, absl::MakeSpan(sa)).ok());
+    ASSERT_TRUE(client->Pull(*delta, some, absl::MakeSpan(sb)).ok());
+    ASSERT_EQ(sa, sb) << "step " << step;
+  }
+  // A client that holds nothing pulls every value.
+  auto other = Connect(options);
+  ASSERT_NE(other, nullptr);
+  auto seen = other->OpenTable("delta");
+  ASSERT_TRUE(seen.ok()) << seen.status();
+  ASSERT_TRUE(other->Pull(*seen, keys, absl::MakeSpan(b)).ok());
+  EXPECT_EQ(a, b);
+  // The servers answered most of the delta table's pulls with the changes only.
+  uint64_t raw = 0, wire = 0, plain_wire = 0;
+  for (auto& server : servers_) {
+    auto stats = server->store()->Stats(delta->id);
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    raw += stats->pull_raw_bytes();
+    wire += stats->pull_wire_bytes();
+    auto p = server->store()->Stats(plain->id);
+    ASSERT_TRUE(p.ok());
+    plain_wire += p->pull_wire_bytes();  // no codec: not counted
+  }
+  EXPECT_EQ(plain_wire, 0u);
+  EXPECT_GE(raw, 21 * kRows * kDim * sizeof(float));
+  EXPECT_LT(wire * 5, raw) << wire << " of " << raw;
 }
 
 TEST_F(ClientTest, BadCodecsAreRefusedNamingTheField) {

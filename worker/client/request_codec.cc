@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "common/value_codec.h"
+#include "worker/client/pull_cache.h"
 #include "worker/client/rpc_client.h"
 
 namespace ps {
@@ -17,7 +18,19 @@ using wire::VarintFieldSize;
 
 // KeyBlock fields.
 constexpr uint32_t kBlockTableId = 1, kBlockKeys = 2, kBlockValues = 3, kBlockCodec = 4,
-                   kBlockMomentum = 5;
+                   kBlockMomentum = 5, kBlockSince = 6, kBlockDelta = 7;
+
+// A fixed64 field: its bytes (none for 0, as protobuf leaves it out).
+size_t Fixed64FieldSize(uint32_t field, uint64_t v) {
+  return v == 0 ? 0 : wire::VarintSize((uint64_t{field} << 3) | wire::kFixed64) + 8;
+}
+void PutFixed64Field(uint32_t field, uint64_t v, std::string* out) {
+  if (v == 0) return;
+  wire::PutTag(field, wire::kFixed64, out);
+  char bytes[8];
+  std::memcpy(bytes, &v, 8);  // little-endian hosts only, as the rest of the wire code
+  out->append(bytes, 8);
+}
 
 size_t KeyBytes(const KeySegment& seg) { return seg.idx.size() * sizeof(uint64_t); }
 size_t ValueBytes(const KeySegment& seg, int dim) {
@@ -36,6 +49,7 @@ size_t BlockSize(const TableOp& op, const KeySegment& seg, int dim, bool with_va
   }
   n += VarintFieldSize(kBlockCodec, seg.codec);
   if (with_values) n += wire::FloatFieldSize(kBlockMomentum, seg.momentum);
+  if (!with_values) n += Fixed64FieldSize(kBlockSince, seg.since);
   return n;
 }
 
@@ -90,6 +104,7 @@ void AppendBlocks(uint32_t field, const std::vector<TableOp>& ops, const std::ve
     }
     PutVarintField(kBlockCodec, seg.codec, b->out());
     if (with_values) wire::PutFloatField(kBlockMomentum, seg.momentum, b->out());
+    if (!with_values) PutFixed64Field(kBlockSince, seg.since, b->out());
   }
 }
 
@@ -176,6 +191,54 @@ absl::Status DecodeEncodedBlock(wire::SliceReader* r, size_t len, const TableOp&
   return absl::OkStatus();
 }
 
+// One KeyBlock of a PullResponse to a delta segment: its values (whole or a delta block) and
+// its token, through `cache` to the `out` rows of `seg`.
+absl::Status DecodeDeltaSegmentBlock(wire::SliceReader* r, const TableOp& op, int dim,
+                                     const KeySegment& seg, PullCache* cache) {
+  std::string values;
+  bool seen_values = false, delta = false;
+  uint64_t token = 0;
+  while (!r->done()) {
+    uint32_t field;
+    wire::WireType type;
+    if (!r->ReadTag(&field, &type)) return Malformed("bad tag in a block");
+    if (field == kBlockValues && type == wire::kLengthDelimited) {
+      size_t len;
+      if (!r->ReadLength(&len)) return Malformed("truncated values");
+      if (seen_values) return Malformed("two values fields in one block");
+      seen_values = true;
+      if (!r->ReadString(len, &values)) return Malformed("truncated values");
+    } else if (field == kBlockSince && type == wire::kFixed64) {
+      if (!r->Copy(&token, sizeof(token))) return Malformed("truncated token");
+    } else if (field == kBlockDelta && type == wire::kVarint) {
+      uint64_t v;
+      if (!r->ReadVarint(&v)) return Malformed("truncated delta flag");
+      delta = v != 0;
+    } else if (!r->SkipField(type)) {
+      return Malformed("truncated block");
+    }
+  }
+  if (delta) return cache->ApplyDelta(op, seg, dim, seg.num_rows, values, token);
+  const size_t n = seg.idx.size() * static_cast<size_t>(dim);
+  v1::CodecSpec codec;
+  codec.set_codec(seg.codec);
+  if (values.size() != EncodedBytes(codec, n)) {
+    return absl::InternalError(absl::StrCat("server answered ", values.size(),
+                                            " bytes of values for ", seg.idx.size(),
+                                            " keys of dim ", dim, " (", CodecName(seg.codec), ")"));
+  }
+  std::unique_ptr<float[]> floats(new float[n]);
+  absl::Status s = DecodeValueBlock(seg.codec, values, n, floats.get());
+  if (!s.ok()) return Malformed(s.message());
+  const float* from = floats.get();
+  for (uint32_t i : seg.idx) {
+    std::memcpy(op.out + static_cast<size_t>(i) * dim, from, dim * sizeof(float));
+    from += dim;
+  }
+  cache->StoreWhole(op, seg, dim, seg.num_rows, token);
+  return absl::OkStatus();
+}
+
 // One KeyBlock of a PullResponse: its values go to the `out` rows of `seg`.
 absl::Status DecodeBlock(wire::SliceReader* r, const TableOp& op, int dim, const KeySegment& seg) {
   bool seen_values = false;
@@ -221,8 +284,8 @@ absl::Status DecodeBlock(wire::SliceReader* r, const TableOp& op, int dim, const
 
 absl::Status DecodePullResponse(grpc::ByteBuffer* response, const std::vector<TableOp>& ops,
                                 const std::vector<int>& dims,
-                                const std::vector<KeySegment>& segments, int64_t* min_clock,
-                                int64_t* wait_micros) {
+                                const std::vector<KeySegment>& segments, PullCache* cache,
+                                int64_t* min_clock, int64_t* wait_micros) {
   *min_clock = 0;
   *wait_micros = 0;
   wire::SliceReader r;
@@ -242,7 +305,9 @@ absl::Status DecodePullResponse(grpc::ByteBuffer* response, const std::vector<Ta
       }
       const KeySegment& seg = segments[blocks++];
       const size_t outer = r.PushLimit(len);
-      absl::Status s = DecodeBlock(&r, ops[seg.op], dims[seg.op], seg);
+      absl::Status s = seg.delta && cache != nullptr
+                           ? DecodeDeltaSegmentBlock(&r, ops[seg.op], dims[seg.op], seg, cache)
+                           : DecodeBlock(&r, ops[seg.op], dims[seg.op], seg);
       r.PopLimit(outer);
       if (!s.ok()) return s;
     } else if ((field == 2 || field == 3) && type == wire::kVarint) {

@@ -30,7 +30,14 @@ struct KeySegment {
   v1::ValueCodec codec = v1::CODEC_NONE;
   std::string encoded;
   float momentum = 0.0f;  // KeyBlock.momentum: the topk momentum correction the push applied
+  // Pulls of a table with delta pulls (CodecSpec.delta): the answer goes through the client's
+  // copy (PullCache), and `since` (KeyBlock.since) is the token of the rows held (0: none).
+  bool delta = false;
+  uint64_t since = 0;
+  uint64_t num_rows = 0;  // the table's (delta pulls)
 };
+
+class PullCache;
 
 // The fields every data-plane request starts with.
 struct RequestHeader {
@@ -59,12 +66,13 @@ void EncodePushPullRequest(const RequestHeader& h, uint32_t clock_parts,
                            const std::vector<KeySegment>& pull_segments, wire::MessageBuilder* b);
 
 // Parses a PullResponse, copying block j's values into the `out` rows of `segments[j]`.
-// Blocks with a codec are decoded (FP16, BF16). INTERNAL if the answer is malformed or its
-// blocks or sizes do not match the request (rows already copied may hold new values then).
+// Blocks with a codec are decoded (FP16, BF16, INT8); blocks of delta segments go through
+// `cache` (required if there are any). INTERNAL if the answer is malformed or its blocks or
+// sizes do not match the request (rows already copied may hold new values then).
 absl::Status DecodePullResponse(grpc::ByteBuffer* response, const std::vector<TableOp>& ops,
                                 const std::vector<int>& dims,
-                                const std::vector<KeySegment>& segments, int64_t* min_clock,
-                                int64_t* wait_micros);
+                                const std::vector<KeySegment>& segments, PullCache* cache,
+                                int64_t* min_clock, int64_t* wait_micros);
 
 }  // namespace ps
 

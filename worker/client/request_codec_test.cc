@@ -17,6 +17,7 @@
 #include "common/half.h"
 #include "common/value_codec.h"
 #include "ps/v1/parameter_server.pb.h"
+#include "worker/client/pull_cache.h"
 #include "worker/client/push_encoder.h"
 #include "worker/client/rpc_client.h"
 
@@ -194,7 +195,8 @@ TEST(RequestCodecTest, PullAnswersAreCopiedIntoTheCallersRowsHoweverTheyAreSlice
     ops[1].out = out1.data();
     grpc::ByteBuffer buffer = Pieces(bytes, piece);
     int64_t min_clock = 0, wait = 0;
-    ASSERT_TRUE(DecodePullResponse(&buffer, ops, f.dims, f.segments, &min_clock, &wait).ok())
+    ASSERT_TRUE(
+        DecodePullResponse(&buffer, ops, f.dims, f.segments, nullptr, &min_clock, &wait).ok())
         << piece;
     EXPECT_EQ(min_clock, -5);
     EXPECT_EQ(wait, 1234);
@@ -220,7 +222,7 @@ TEST(RequestCodecTest, MalformedOrMismatchedAnswersAreInternalErrors) {
   auto decode = [&](const std::string& bytes) {
     grpc::ByteBuffer buffer = Pieces(bytes, 5);
     int64_t min_clock, wait;
-    return DecodePullResponse(&buffer, ops, f.dims, f.segments, &min_clock, &wait);
+    return DecodePullResponse(&buffer, ops, f.dims, f.segments, nullptr, &min_clock, &wait);
   };
   const v1::PullResponse good = Answer(f);
   ASSERT_TRUE(decode(good.SerializeAsString()).ok());
@@ -286,7 +288,8 @@ TEST(RequestCodecTest, EncodedBlocksCarryTheirCodecBothWays) {
   ops[1].out = out1.data();
   grpc::ByteBuffer response = Pieces(answer.SerializeAsString(), 7);
   int64_t min_clock, wait;
-  ASSERT_TRUE(DecodePullResponse(&response, ops, f.dims, f.segments, &min_clock, &wait).ok());
+  ASSERT_TRUE(
+      DecodePullResponse(&response, ops, f.dims, f.segments, nullptr, &min_clock, &wait).ok());
   for (uint32_t i : f.segments[0].idx) {
     for (int d = 0; d < 1024; ++d) EXPECT_EQ(out0[i * 1024 + d], Half(f.grads0[i * 1024 + d]));
   }
@@ -295,8 +298,9 @@ TEST(RequestCodecTest, EncodedBlocksCarryTheirCodecBothWays) {
   }
   answer.mutable_blocks(1)->mutable_values()->pop_back();  // a short fp16 block
   response = Pieces(answer.SerializeAsString(), 7);
-  EXPECT_EQ(DecodePullResponse(&response, ops, f.dims, f.segments, &min_clock, &wait).code(),
-            absl::StatusCode::kInternal);
+  EXPECT_EQ(
+      DecodePullResponse(&response, ops, f.dims, f.segments, nullptr, &min_clock, &wait).code(),
+      absl::StatusCode::kInternal);
 }
 
 // A pull segment whose rows are one run decodes straight into them; the other rows stay.
@@ -318,7 +322,8 @@ TEST(RequestCodecTest, AnEncodedPullOfOneRunFillsJustItsRows) {
   ops[0].out = out.data();
   grpc::ByteBuffer response = Pieces(answer.SerializeAsString(), 7);
   int64_t min_clock, wait;
-  ASSERT_TRUE(DecodePullResponse(&response, ops, {1024}, segments, &min_clock, &wait).ok());
+  ASSERT_TRUE(
+      DecodePullResponse(&response, ops, {1024}, segments, nullptr, &min_clock, &wait).ok());
   for (size_t i = 0; i < out.size(); ++i) {
     const bool in_run = i >= 1024 && i < 3 * 1024;
     ASSERT_EQ(out[i], in_run ? want[i - 1024] : -1.0f) << i;
@@ -509,6 +514,67 @@ TEST(PushEncoderTest, ResetForgetsTheVelocity) {
   encoder.Reset();
   EXPECT_EQ(encoder.VelocityL1(3), 0.0);
   EXPECT_EQ(encoder.ResidualL1(3), 0.0);
+}
+
+// Delta pulls through DecodePullResponse and a PullCache: a whole answer is kept with its token,
+// a delta answer is applied to the copy and the rows go to `out`; a bad delta block or one that
+// answers a block sent without a token is an INTERNAL error that changes nothing.
+TEST(RequestCodecTest, DeltaAnswersAreAppliedToTheClientsCopy) {
+  const std::vector<uint64_t> keys = {3, 0, 2};  // rows of a dense table of 4 rows of dim 2
+  std::vector<float> out(6, -1.0f);
+  TableOp op;
+  op.table_id = 5;
+  op.keys = keys;
+  op.out = out.data();
+  KeySegment seg{0, {0, 1, 2}, v1::CODEC_NONE, {}};
+  seg.delta = true;
+  seg.num_rows = 4;
+  PullCache cache;
+  int64_t min_clock, wait;
+  auto decode = [&](const v1::PullResponse& answer) {
+    grpc::ByteBuffer response = Pieces(answer.SerializeAsString(), 5);
+    return DecodePullResponse(&response, {op}, {2}, {seg}, &cache, &min_clock, &wait);
+  };
+  const uint64_t token = (uint64_t{77} << 32) | 9;
+  v1::PullResponse whole;
+  const std::vector<float> values = {1, 2, 3, 4, 5, 6};
+  whole.add_blocks()->set_values(std::string(reinterpret_cast<const char*>(values.data()), 24));
+  whole.mutable_blocks(0)->set_since(token);
+  ASSERT_TRUE(decode(whole).ok());
+  EXPECT_EQ(out, values);
+  EXPECT_EQ(cache.Since(op, seg, 2, 4), token);
+  // A pull of fewer rows, one of them never pulled: no token.
+  KeySegment some{0, {0, 2}, v1::CODEC_NONE, {}};
+  EXPECT_EQ(cache.Since(op, some, 2, 4), token);
+  const std::vector<uint64_t> other_keys = {1};
+  TableOp other = op;
+  other.keys = other_keys;
+  EXPECT_EQ(cache.Since(other, KeySegment{0, {0}, v1::CODEC_NONE, {}}, 2, 4), 0u);
+
+  seg.since = token;
+  auto delta = [&](const std::vector<uint32_t>& idx, const std::vector<float>& v, size_t n = 6) {
+    v1::PullResponse answer;
+    v1::KeyBlock* b = answer.add_blocks();
+    v1::CodecSpec none;
+    std::string bytes(DeltaBlockBytes(none, idx.size()), '\0');
+    EncodeDeltaBlock(none, n, idx, v, bytes.data());
+    b->set_values(bytes);
+    b->set_delta(true);
+    b->set_since(token + 1);
+    return answer;
+  };
+  std::fill(out.begin(), out.end(), -1.0f);
+  ASSERT_TRUE(decode(delta({1, 4}, {20, 50})).ok());
+  EXPECT_EQ(out, (std::vector<float>{1, 20, 3, 4, 50, 6}));
+  EXPECT_EQ(cache.Since(op, seg, 2, 4), token + 1);
+  // Bad ones change nothing.
+  std::fill(out.begin(), out.end(), -1.0f);
+  EXPECT_EQ(decode(delta({6}, {1})).code(), absl::StatusCode::kInternal);     // out of range
+  EXPECT_EQ(decode(delta({1}, {1}, 8)).code(), absl::StatusCode::kInternal);  // wrong n
+  seg.since = 0;
+  EXPECT_EQ(decode(delta({1}, {1})).code(), absl::StatusCode::kInternal);  // no token sent
+  EXPECT_EQ(out, std::vector<float>(6, -1.0f));
+  EXPECT_EQ(cache.Since(op, KeySegment{0, {0, 1, 2}, v1::CODEC_NONE, {}}, 2, 4), token + 1);
 }
 
 }  // namespace

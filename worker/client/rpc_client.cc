@@ -397,7 +397,8 @@ class RpcClient::Call {
     absl::Duration wait;
     if (status.ok() && kind_ != kPush) {
       int64_t wait_micros = 0;
-      status = DecodePullResponse(&response_, ops_, dims_, pull_segments, &min_clock, &wait_micros);
+      status = DecodePullResponse(&response_, ops_, dims_, pull_segments, &client_->pull_cache_,
+                                  &min_clock, &wait_micros);
       wait = absl::Microseconds(wait_micros);
     }
     response_.Clear();
@@ -565,6 +566,11 @@ void RpcClient::EncodeSegments(const std::vector<TableOp>& ops, const std::vecto
         const TableWire& t = tables[seg.op];
         if (!push) {
           seg.codec = t.pull_codec.codec();
+          if (t.pull_codec.delta()) {
+            seg.delta = true;
+            seg.num_rows = t.num_rows;
+            seg.since = pull_cache_.Since(ops[seg.op], seg, dims[seg.op], t.num_rows);
+          }
         } else if (t.push_codec.codec() != v1::CODEC_NONE) {
           encoder_.Encode(t.push_codec, ops[seg.op], dims[seg.op], t.num_rows, &seg);
         }

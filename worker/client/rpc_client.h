@@ -23,6 +23,7 @@
 #include "common/shard_map.h"
 #include "ps/client.h"  // kDefaultRpcTimeout
 #include "ps/v1/parameter_server.grpc.pb.h"
+#include "worker/client/pull_cache.h"
 #include "worker/client/push_encoder.h"
 #include "worker/client/request_codec.h"
 
@@ -238,6 +239,7 @@ class RpcClient {
   absl::Mutex dims_mu_;
   absl::flat_hash_map<uint32_t, TableWire> dims_ ABSL_GUARDED_BY(dims_mu_);
   PushEncoder encoder_;
+  PullCache pull_cache_;  // rows of tables with delta pulls
 };
 
 template <typename Fn>

@@ -544,7 +544,7 @@ void BindClientTables(py::class_<PyClient>& cls) {
             py::object rows, py::object initializer, py::object optimizer, long long id,
             const std::string& storage, py::object admission, py::object eviction,
             const std::string& push_codec, const std::string& pull_codec, py::object topk_ratio,
-            py::object topk_momentum, py::object topk_warmup_steps) {
+            py::object topk_momentum, py::object topk_warmup_steps, bool pull_delta) {
            ps::TableConfig config;
            config.name = name;
            config.kind = ParseKind(kind);
@@ -563,6 +563,7 @@ void BindClientTables(py::class_<PyClient>& cls) {
            SetTableFeatures(storage, admission, eviction, config);
            SetTableCodecs(push_codec, pull_codec, topk_ratio, topk_momentum, topk_warmup_steps,
                           config);
+           config.pull_codec.delta = pull_delta;
            PyClient& c = ClientOf(self);
            absl::StatusOr<ps::Table> table;
            {
@@ -578,7 +579,7 @@ void BindClientTables(py::class_<PyClient>& cls) {
          py::arg("admission") = py::none(), py::arg("eviction") = py::none(),
          py::arg("push_codec") = "none", py::arg("pull_codec") = "none",
          py::arg("topk_ratio") = py::none(), py::arg("topk_momentum") = py::none(),
-         py::arg("topk_warmup_steps") = py::none(),
+         py::arg("topk_warmup_steps") = py::none(), py::arg("pull_delta") = false,
          R"doc(Creates a table on every server and returns it (a Table).
 
 name: 1..128 characters: letters, digits, '_', '-', '.', '/'.
@@ -604,7 +605,9 @@ push_codec, pull_codec: compression on the wire: "none" (default, float32), "fp1
     client keeps a velocity per value (u = momentum * u + gradient) and accumulates it into the
     residual; the optimizer must then be sgd (the momentum is the client's).
     topk_warmup_steps: a row's first pushes send more, from nearly all down to topk_ratio
-    geometrically over this many pushes (default 0: none). See docs/data-plane.md.
+    geometrically over this many pushes (default 0: none). pull_delta: dense tables: the
+    client keeps a copy of the rows it pulls and the servers answer only the values changed
+    since its last pull of them (default False). See docs/data-plane.md.
 
 Idempotent for the same config; AlreadyExistsError if a table with that id but another config
 exists. A bad config raises InvalidArgumentError (a ValueError).)doc")

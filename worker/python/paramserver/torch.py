@@ -363,7 +363,8 @@ class DenseParameters:
 
     DenseParameters(client, module, *, optimizer=None, prefix="", initializer=None, seed=0,
                     grad_scale=None, pull=True, push_codec="none", pull_codec="none",
-                    topk_ratio=None, topk_momentum=None, topk_warmup_steps=None)
+                    topk_ratio=None, topk_momentum=None, topk_warmup_steps=None,
+                    pull_delta=False)
 
     One dense table per parameter (``module.named_parameters()``), named ``prefix + name``:
     a parameter of shape (s0, s1, ...) is stored as it is laid out in memory, in a table of
@@ -389,6 +390,8 @@ class DenseParameters:
         later: error feedback), or ``push_codec="fp16", pull_codec="fp16"``. Default: float32
         both ways. With ``optimizer=Optimizer.sgd(lr), topk_momentum=0.9,
         topk_warmup_steps=100``: Deep Gradient Compression's momentum correction and warm-up.
+    pull_delta: delta pulls (``create_table``'s pull_delta): the servers answer only the values
+        changed since this client's last pull; pays with topk pushes and the sgd optimizer.
 
     Training loop (the servers' optimizer replaces a torch optimizer)::
 
@@ -411,7 +414,7 @@ class DenseParameters:
 
     def __init__(self, client, module, *, optimizer=None, prefix="", initializer=None, seed=0,
                  grad_scale=None, pull=True, push_codec="none", pull_codec="none",
-                 topk_ratio=None, topk_momentum=None, topk_warmup_steps=None):
+                 topk_ratio=None, topk_momentum=None, topk_warmup_steps=None, pull_delta=False):
         if not isinstance(client, _ps.Client):
             raise TypeError(f"client must be a paramserver.Client, got {type(client).__name__}")
         if not isinstance(module, torch.nn.Module):
@@ -440,7 +443,8 @@ class DenseParameters:
                                   rows=rows, initializer=init, push_codec=push_codec,
                                   pull_codec=pull_codec, topk_ratio=topk_ratio,
                                   topk_momentum=topk_momentum,
-                                  topk_warmup_steps=topk_warmup_steps)
+                                  topk_warmup_steps=topk_warmup_steps,
+                                  pull_delta=pull_delta)
             self._entries.append(_DenseEntry(name, param, table, rows, dim))
         if pull:
             self.pull()

@@ -94,6 +94,34 @@ def test_codecs_compress_pushes_and_pulls(client):
     assert not np.array_equal(q.pull(keys), -grad)  # it is lossy: the pull was int8
 
 
+def test_delta_pulls_pull_what_a_plain_table_pulls(client):
+    kw = dict(kind="dense", rows=64, dim=50, initializer=ps.Initializer.constant(0.5),
+              optimizer=ps.Optimizer.sgd(1.0))
+    plain = client.create_table("plainw", **kw)
+    delta = client.create_table("deltaw", pull_delta=True, **kw)
+    delta8 = client.create_table("delta8w", pull_delta=True, pull_codec="int8", **kw)
+    # fp16: what a whole fp16 pull gives, bit for bit (an unchanged value's rounding is too)
+    half = client.create_table("halfw", pull_codec="fp16", **kw)
+    delta16 = client.create_table("delta16w", pull_delta=True, pull_codec="fp16", **kw)
+    keys = u64(*range(64))
+    rng = np.random.default_rng(1)
+    for step in range(10):
+        g = np.zeros((64, 50), np.float32)
+        g.flat[rng.choice(64 * 50, 30, replace=False)] = rng.normal(size=30)
+        for t in (plain, delta, delta8, half, delta16):
+            t.push(keys, g)
+        np.testing.assert_array_equal(delta16.pull(keys), half.pull(keys))
+        want = plain.pull(keys)
+        np.testing.assert_array_equal(delta.pull(keys), want)
+        sub = np.sort(rng.choice(64, 10, replace=False)).astype(np.uint64)
+        np.testing.assert_array_equal(delta.pull(sub), plain.pull(sub))
+        # int8: a changed value is off by at most half a scale (1/254 of the largest |value|
+        # among its 256 changed ones, or of its chunk in a whole answer)
+        np.testing.assert_allclose(delta8.pull(keys), want, atol=np.abs(want).max() / 127)
+    with pytest.raises(ValueError, match="delta is for DENSE tables"):
+        client.create_table("deltas", kind="sparse", dim=2, pull_delta=True)
+
+
 def test_topk_momentum_correction_and_warm_up(client):
     # Momentum correction (Deep Gradient Compression): the client's velocity u = 0.5 u + g goes
     # into the residual v; the 25% largest |v| are sent and have v and u cleared; the servers

@@ -109,6 +109,9 @@ struct WireCodec {
   // kTopk: a row's first warmup_steps pushes from this process send a larger fraction,
   // ratio^((s + 1) / (warmup_steps + 1)) at its s-th push; 0: none.
   uint32_t warmup_steps = 0;
+  // pull_codec of a kDense table: delta pulls. The client keeps a copy of the rows it pulled
+  // and the servers answer only the values changed since (docs/data-plane.md#delta-pulls).
+  bool delta = false;
 };
 
 // Sparse tables: which keys get a row. All zero (the default): every key on its first touch.

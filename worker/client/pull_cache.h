@@ -1,0 +1,58 @@
+// The client's copy of the rows it pulled from tables with delta pulls (CodecSpec.delta): a
+// pull of such a table sends, per block, the token of the answer its rows came from, and the
+// servers answer only the values changed since (docs/data-plane.md#delta-pulls). The copy is
+// what those answers are applied to before the rows are copied into the caller's buffer.
+#ifndef PS_WORKER_CLIENT_PULL_CACHE_H_
+#define PS_WORKER_CLIENT_PULL_CACHE_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "ps/v1/types.pb.h"
+#include "worker/client/request_codec.h"
+
+namespace ps {
+
+struct TableOp;
+
+// Thread-safe: answers of one table are applied one at a time. Pulls of the same rows may
+// overlap: an answer applied after a newer one leaves the older token, so the next pull asks
+// for more, never for less.
+class PullCache {
+ public:
+  // The token to send for seg's rows of `op` (KeyBlock.since): the oldest of their tokens if
+  // every row holds one of the same server table, else 0 (answer every value).
+  uint64_t Since(const TableOp& op, const KeySegment& seg, int dim, uint64_t num_rows);
+  // A whole answer, decoded into seg's rows of op.out: kept with its token.
+  void StoreWhole(const TableOp& op, const KeySegment& seg, int dim, uint64_t num_rows,
+                  uint64_t token);
+  // A delta answer (`bytes`: KeyBlock.values, encoded with seg.codec) to the request's block
+  // `seg`, sent with seg.since: applied to the copy, whose rows then go to op.out, and kept with
+  // its token. INTERNAL (nothing changed) for a malformed block or one that answers a block
+  // sent without a token.
+  absl::Status ApplyDelta(const TableOp& op, const KeySegment& seg, int dim, uint64_t num_rows,
+                          absl::string_view bytes, uint64_t token);
+  // Forgets every copy (tests; a client could call it to free the memory).
+  void Clear();
+
+ private:
+  struct Table {
+    absl::Mutex mu;
+    std::vector<float> values ABSL_GUARDED_BY(mu);     // row r's at [r * dim, (r + 1) * dim)
+    std::vector<uint64_t> tokens ABSL_GUARDED_BY(mu);  // per row; 0: not held
+  };
+  Table* TableOf(uint32_t table_id);
+
+  absl::Mutex mu_;
+  absl::flat_hash_map<uint32_t, std::unique_ptr<Table>> tables_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace ps
+
+#endif  // PS_WORKER_CLIENT_PULL_CACHE_H_
