@@ -147,8 +147,8 @@ Commands:
                          rejected (pushes of keys not admitted yet), evicted (eviction.max_rows)
                          and expired (eviction.ttl_seconds), and per direction (PUSH, PULL) the
                          table's codec and the compression it achieved on that server (float32
-                         bytes / bytes on the wire: "topk 24.60x"; "none": no codec); asks the
-                         servers directly
+                         bytes / bytes on the wire: "topk 24.60x"; "int8+delta 40.1x": delta
+                         pulls; "none": no codec); asks the servers directly
   help                   this text
 
 The scheduler is --scheduler, else $PS_SCHEDULER, else localhost:7000.

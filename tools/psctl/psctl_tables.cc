@@ -35,13 +35,23 @@ double Ratio(uint64_t raw_bytes, uint64_t wire_bytes) {
   return static_cast<double>(raw_bytes) / static_cast<double>(wire_bytes);
 }
 
+// Whether a direction's values are encoded (counted by the servers): a codec, or delta pulls.
+bool Encoded(const v1::CodecSpec& codec) {
+  return codec.codec() != v1::CODEC_NONE || codec.delta();
+}
+
+// A direction's codec by name: "int8", "int8+delta" (delta pulls), "none+delta".
+std::string CodecLabel(const v1::CodecSpec& codec) {
+  return absl::StrCat(CodecName(codec.codec()), codec.delta() ? "+delta" : "");
+}
+
 // One direction's codec and the ratio its bytes achieved on this server: "none" (no codec),
 // "topk 24.6x", or "fp16 -" (a codec, nothing encoded yet).
 std::string CodecColumn(const v1::CodecSpec& codec, uint64_t raw_bytes, uint64_t wire_bytes) {
-  if (codec.codec() == v1::CODEC_NONE) return "none";
+  if (!Encoded(codec)) return "none";
   const double ratio = Ratio(raw_bytes, wire_bytes);
-  if (ratio < 0) return absl::StrCat(CodecName(codec.codec()), " -");
-  return absl::StrFormat("%s %.2fx", CodecName(codec.codec()), ratio);
+  if (ratio < 0) return absl::StrCat(CodecLabel(codec), " -");
+  return absl::StrFormat("%s %.2fx", CodecLabel(codec), ratio);
 }
 
 // A direction's codec and ratio as JSON fields: "push_codec":"topk","push_ratio":24.6 (null
@@ -49,12 +59,12 @@ std::string CodecColumn(const v1::CodecSpec& codec, uint64_t raw_bytes, uint64_t
 std::string JsonCodec(const char* direction, const v1::CodecSpec& codec, uint64_t raw_bytes,
                       uint64_t wire_bytes) {
   std::string ratio = "1";
-  if (codec.codec() != v1::CODEC_NONE) {
+  if (Encoded(codec)) {
     const double r = Ratio(raw_bytes, wire_bytes);
     ratio = r < 0 ? "null" : absl::StrFormat("%.4g", r);
   }
-  return absl::StrCat(R"(,")", direction, R"(_codec":")", CodecName(codec.codec()), R"(",")",
-                      direction, R"(_ratio":)", ratio);
+  return absl::StrCat(R"(,")", direction, R"(_codec":")", CodecLabel(codec), R"(",")", direction,
+                      R"(_ratio":)", ratio);
 }
 
 // One JSON object: a table on a server, its stats as protobuf JSON.
@@ -100,8 +110,7 @@ void Commands::DescribeTables(
 void Commands::PrintCompression(const JobInfo& job) const {
   bool any = false;
   for (const v1::TableSpec& t : job.spec().tables()) {
-    any =
-        any || t.push_codec().codec() != v1::CODEC_NONE || t.pull_codec().codec() != v1::CODEC_NONE;
+    any = any || Encoded(t.push_codec()) || Encoded(t.pull_codec());
   }
   if (!any || job.server_addresses_size() == 0) return;
   struct Sums {
@@ -124,9 +133,7 @@ void Commands::PrintCompression(const JobInfo& job) const {
     ++sum.answered;
   });
   for (const v1::TableSpec& t : job.spec().tables()) {
-    if (t.push_codec().codec() == v1::CODEC_NONE && t.pull_codec().codec() == v1::CODEC_NONE) {
-      continue;
-    }
+    if (!Encoded(t.push_codec()) && !Encoded(t.pull_codec())) continue;
     const Sums& sum = sums[t.table_id()];
     std::cout << "compression " << t.name() << ": push "
               << CodecColumn(t.push_codec(), sum.push_raw, sum.push_wire) << ", pull "
