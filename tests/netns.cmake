@@ -21,8 +21,8 @@ if(TARGET ps_scheduler AND TARGET psctl)
 endif()
 
 # netns_codec_shaped (issue 33): 2 servers and 2 workers on 4 hosts whose links are shaped to
-# 100 Mbit/s (tc); a short sync job per codec (none, fp16, topk, sign): the bytes the workers'
-# links carried drop by each codec's factor and every run learns.
+# 100 Mbit/s (tc); a short sync job per codec (none, fp16, topk, sign, int8, dgc, delta): the
+# bytes the workers' links carried drop by each codec's factor and every run learns.
 if(TARGET ps_server AND TARGET paramserver_core)
   add_test(NAME netns_codec_shaped
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/netns/codec_shaped_test.sh ${CMAKE_BINARY_DIR})

@@ -22,7 +22,9 @@
 #                       momentum, default 0.9) on tables whose optimizer is SGD at
 #                       BENCH_OPTIMIZER's learning rate, and warmup_steps: BENCH_WARMUP
 #                       (default 0); compare them with none under BENCH_OPTIMIZER="kind: MOMENTUM
-#                       learning_rate: LR momentum: M"
+#                       learning_rate: LR momentum: M";
+#                       any codec with "_delta" appended (e.g. dgc_int8_delta): its pulls are
+#                       delta pulls (pull_codec delta: true)
 #             ctr       examples/python/ctr_torch.py (deploy/jobs/ctr_torch.textproto, sync)
 #                       for BENCH_STEPS steps (default 400) of 1024; codecs: none, fp16 (the
 #                       sparse embedding tables ctr_wide and ctr_emb sent in fp16 both ways)
@@ -65,9 +67,18 @@ start_worker w0 worker0 --work_dir="$dir/w0"
 start_worker w1 worker1 --work_dir="$dir/w1"
 wait_alive 4
 
-# codec_lines CODEC TABLE_KIND: the textproto lines of a table's codecs.
+# codec_lines CODEC TABLE_KIND: the textproto lines of a table's codecs. CODEC_delta: CODEC with
+# delta pulls (pull_codec delta: true).
 codec_lines() {
   case "$1" in
+    *_delta)
+      local lines
+      lines=$(codec_lines "${1%_delta}")
+      if [[ "$lines" == *pull_codec*"{ codec:"* ]]; then
+        sed 's/pull_codec { codec: \([A-Z0-9_]*\)/pull_codec { codec: \1 delta: true/' <<<"$lines"
+      else
+        echo "$lines pull_codec { delta: true }"
+      fi ;;
     none) ;;
     fp16) echo "push_codec { codec: CODEC_FP16 } pull_codec { codec: CODEC_FP16 }" ;;
     topk) echo "push_codec { codec: CODEC_TOPK ratio: 0.01 } pull_codec { codec: CODEC_FP16 }" ;;

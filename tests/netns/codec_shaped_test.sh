@@ -3,11 +3,11 @@
 # host (tests/netns/lib.sh), every host's link shaped (host_shape: 100 Mbit/s, tbf; with netem
 # where the kernel has it, 0.5 ms delay too). One short sync job per codec (none, fp16, topk 1%
 # with fp16 pulls, sign with fp16 pulls, int8: topk pushes with int8 pulls, dgc: int8's with
-# momentum correction and a warm-up; tests/netns/codec_train.py) runs across them; the bytes the
-# workers' links sent (pushes) and received (pulls) are read from their interface counters.
-# Asserts that, against no codec: fp16 sends and receives at least 1.7x fewer bytes, topk, sign,
-# int8 and dgc send at least 8x fewer, and
-# receive 1.7x fewer (fp16 pulls) or 3.2x fewer (int8 pulls), and that every run learns
+# momentum correction and a warm-up, delta: dgc's with delta pulls; tests/netns/codec_train.py)
+# runs across them; the bytes the workers' links sent (pushes) and received (pulls) are read
+# from their interface counters. Asserts that, against no codec: fp16 sends and receives at
+# least 1.7x fewer bytes, topk, sign, int8, dgc and delta send at least 8x fewer, and receive
+# 1.7x fewer (fp16 pulls), 3.2x fewer (int8 pulls) or 10x fewer (delta), and that every run learns
 # (held-out accuracy >= 0.75, loss below its first batch's). Prints a line per codec with step
 # time and bytes. Needs root (exits 77 otherwise).
 # Usage: tests/netns/codec_shaped_test.sh BUILD_DIR [STEPS] [RATE]
@@ -39,7 +39,7 @@ for i in 0 1; do wait_until 30 "server$i listens" tcp_open w0 "$(host_ip "s$i"):
 counter() { hx "$1" cat "/sys/class/net/eth0/statistics/$2"; }
 
 declare -A tx rx secs
-for codec in none fp16 topk sign int8 dgc; do
+for codec in none fp16 topk sign int8 dgc delta; do
   declare -A before_tx before_rx
   for w in w0 w1; do before_tx[$w]=$(counter "$w" tx_bytes); before_rx[$w]=$(counter "$w" rx_bytes); done
   pids=()
@@ -70,7 +70,7 @@ ratio() {
     fail "$4: ratio $1 / $2 below $3"
 }
 echo "codec  step_ms  sent_bytes  received_bytes  sent_ratio  received_ratio"
-for codec in none fp16 topk sign int8 dgc; do
+for codec in none fp16 topk sign int8 dgc delta; do
   printf '%-5s  %7.1f  %10d  %14d  %10s  %14s\n' "$codec" \
     "$(/usr/bin/python3 -c "print(${secs[$codec]} * 1000 / $steps)")" "${tx[$codec]}" \
     "${rx[$codec]}" "$(ratio "${tx[none]}" "${tx[$codec]}" 0 x)" \
@@ -78,10 +78,10 @@ for codec in none fp16 topk sign int8 dgc; do
 done
 ratio "${tx[none]}" "${tx[fp16]}" 1.7 "fp16 pushes" >/dev/null
 ratio "${rx[none]}" "${rx[fp16]}" 1.7 "fp16 pulls" >/dev/null
-for codec in topk sign int8 dgc; do
+for codec in topk sign int8 dgc delta; do
   ratio "${tx[none]}" "${tx[$codec]}" 8 "$codec pushes" >/dev/null
   pulls=1.7
-  case $codec in int8 | dgc) pulls=3.2 ;; esac
+  case $codec in int8 | dgc) pulls=3.2 ;; delta) pulls=10 ;; esac
   ratio "${rx[none]}" "${rx[$codec]}" "$pulls" "$codec pulls" >/dev/null
 done
 timeline

@@ -5,7 +5,7 @@ Usage: codec_train.py SERVERS JOB WORKER NUM_WORKERS CODEC STEPS
   SERVERS  comma-separated host:port of the parameter servers
   CODEC    none | fp16 (pushes and pulls) | topk (pushes, 1%; pulls fp16) | sign (pushes;
            pulls fp16) | int8 (pushes topk 1%; pulls int8) | dgc (int8's, with momentum
-           correction 0.9 and a warm-up of 2 steps)
+           correction 0.9 and a warm-up of 2 steps) | delta (dgc's, with delta pulls)
 Logistic regression on synthetic data: 65536 features (a dense table of 256 rows of 256), the
 label decided by the first 64 (the others small noise); each worker draws its own batches (seeded). Prints one line:
 "RESULT codec=... steps=... seconds=... loss0=... loss=... accuracy=..." (accuracy on a held-out
@@ -29,6 +29,8 @@ CODECS = {
     "int8": {"push_codec": "topk", "topk_ratio": 0.01, "pull_codec": "int8"},
     "dgc": {"push_codec": "topk", "topk_ratio": 0.01, "topk_momentum": 0.9,
             "topk_warmup_steps": 2, "pull_codec": "int8"},
+    "delta": {"push_codec": "topk", "topk_ratio": 0.01, "topk_momentum": 0.9,
+              "topk_warmup_steps": 2, "pull_codec": "int8", "pull_delta": True},
 }
 
 
