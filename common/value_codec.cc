@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/half.h"
 #include "common/half_block.h"
+#include "common/status_macros.h"
 
 namespace ps {
 namespace {
@@ -226,6 +227,18 @@ absl::Status WrongLength(v1::ValueCodec codec, size_t got, size_t want, size_t n
                                                  " values is ", got, " bytes, not ", want));
 }
 
+// An index of a topk or delta block (`what`): below n and above the one before (`*last`, -1
+// for the first), which it then becomes.
+absl::Status CheckNextIndex(const char* what, uint32_t i, size_t n, int64_t* last) {
+  if (i >= n || static_cast<int64_t>(i) <= *last) {
+    return absl::InvalidArgumentError(absl::StrCat("a ", what, " block's index ", i,
+                                                   " is out of range (", n,
+                                                   " values) or not above the one before"));
+  }
+  *last = i;
+  return absl::OkStatus();
+}
+
 absl::Status DecodeTopk(absl::string_view bytes, size_t n, float* out) {
   if (bytes.size() < 8) return WrongLength(v1::CODEC_TOPK, bytes.size(), 8, n);
   const uint32_t total = ReadRaw<uint32_t>(bytes.data());
@@ -244,12 +257,7 @@ absl::Status DecodeTopk(absl::string_view bytes, size_t n, float* out) {
   int64_t last = -1;
   for (size_t j = 0; j < k; ++j) {
     const uint32_t i = ReadRaw<uint32_t>(idx + j * sizeof(uint32_t));
-    if (i >= n || static_cast<int64_t>(i) <= last) {
-      return absl::InvalidArgumentError(absl::StrCat("a topk block's index ", i,
-                                                     " is out of range (", n,
-                                                     " values) or not above the one before"));
-    }
-    last = i;
+    PS_RETURN_IF_ERROR(CheckNextIndex("topk", i, n, &last));
     const float v = ReadRaw<float>(val + j * sizeof(float));
     if (!std::isfinite(v))
       return absl::InvalidArgumentError(absl::StrCat("a topk block's value ", j, " is ", v));
@@ -443,12 +451,7 @@ absl::Status DecodeDeltaBlock(v1::ValueCodec codec, absl::string_view bytes, siz
   int64_t last = -1;
   for (size_t j = 0; j < k; ++j) {
     const uint32_t i = ReadRaw<uint32_t>(idx + j * sizeof(uint32_t));
-    if (i >= n || static_cast<int64_t>(i) <= last) {
-      return absl::InvalidArgumentError(absl::StrCat("a delta block's index ", i,
-                                                     " is out of range (", n,
-                                                     " values) or not above the one before"));
-    }
-    last = i;
+    PS_RETURN_IF_ERROR(CheckNextIndex("delta", i, n, &last));
     (*indices)[j] = i;
   }
   values->resize(k);
