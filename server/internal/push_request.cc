@@ -46,6 +46,9 @@ absl::Status ReadKeyBlock(wire::SliceReader* r, v1::KeyBlock* block, ScatteredVa
       uint64_t since;
       if (!r->Copy(&since, sizeof(since))) return Malformed(message, "truncated since");
       block->set_since(since);
+    } else if (field == 7 && type == wire::kVarint) {  // answers' field, read as protobuf does
+      if (!r->ReadVarint(&v)) return Malformed(message, "truncated delta");
+      block->set_delta(v != 0);
     } else if (field == 2 && type == wire::kLengthDelimited) {
       if (!r->ReadLength(&len) || !r->ReadString(len, block->mutable_keys())) {
         return Malformed(message, "truncated keys");
