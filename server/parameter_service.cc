@@ -68,8 +68,19 @@ absl::StatusOr<DeltaAnswer> AnswerDelta(TableStore* store, const TableStore::Blo
   std::vector<uint32_t> changed;
   bool full = true;
   DeltaAnswer answer;
-  PS_RETURN_IF_ERROR(store->PullDelta(view, since, floats.get(), &changed, &full, &answer.token));
   const size_t whole = EncodedBytes(codec, n);
+  // The most changed values for which a delta block is smaller than the whole one.
+  size_t lo = 0, hi = n;
+  while (lo < hi) {
+    const size_t mid = hi - (hi - lo) / 2;
+    if (DeltaBlockBytes(codec, mid) < whole) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  PS_RETURN_IF_ERROR(store->PullDelta(view, since, /*max_changed=*/lo, floats.get(), &changed,
+                                      &full, &answer.token));
   if (!full && DeltaBlockBytes(codec, changed.size()) < whole) {
     std::vector<float> values(changed.size());
     for (size_t j = 0; j < changed.size(); ++j) values[j] = floats[changed[j]];

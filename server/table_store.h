@@ -243,9 +243,11 @@ class TableStore {
   // as Pull), the indices into them (increasing) of the values changed since `since` (a token
   // of an earlier answer) to `changed`, and this answer's token to `token`. `*full` is true
   // where `since` is 0 or not a token of this table object (another instance, or one not
-  // answered yet): every value counts as changed then and `changed` is left empty. `token` is
-  // 0 once the table's pull epochs run past 2^32 - 2 (every answer is full from then on).
-  absl::Status PullDelta(const BlockView& view, uint64_t since, float* out,
+  // answered yet), or more than `max_changed` values changed (the whole block is the smaller
+  // answer then; they are not all collected): every value counts as changed and `changed` is
+  // left empty. `token` is 0 once the table's pull epochs run past 2^32 - 2 (every answer is
+  // full from then on).
+  absl::Status PullDelta(const BlockView& view, uint64_t since, size_t max_changed, float* out,
                          std::vector<uint32_t>* changed, bool* full, uint64_t* token);
   // Applies the gradients now (async / ssp), the learning rate multiplied by `lr_scale`.
   // FAILED_PRECONDITION if the table was dropped meanwhile (the rows left were dropped too).

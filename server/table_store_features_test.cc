@@ -395,8 +395,8 @@ DeltaPull PullDeltaOf(TableStore& store, uint32_t id, const std::vector<uint64_t
   const KeyBlock block = Block(id, keys);
   EXPECT_TRUE(store.Resolve(kJob, block, false, &view).ok());
   p.values.resize(keys.size() * view.table->dim);
-  const absl::Status s =
-      store.PullDelta(view, since, p.values.data(), &p.changed, &p.full, &p.token);
+  const absl::Status s = store.PullDelta(view, since, /*max_changed=*/keys.size() * 2,
+                                         p.values.data(), &p.changed, &p.full, &p.token);
   EXPECT_TRUE(s.ok()) << s;
   return p;
 }
@@ -437,6 +437,22 @@ TEST(TableStoreDeltaTest, PullsSinceATokenReportTheValuesChangedSince) {
     EXPECT_EQ(PullDeltaOf(store, 1, all, first.token).changed, (std::vector<uint32_t>{5, 9}));
     EXPECT_EQ(PullDeltaOf(store, 1, {3}, first.token).changed, (std::vector<uint32_t>{0}));
     EXPECT_TRUE(PullDeltaOf(store, 1, all, after.token).changed.empty());
+    {  // More changed than the delta can be worth: whole, and not all collected.
+      TableStore::BlockView view;
+      const KeyBlock block = Block(1, all);
+      ASSERT_TRUE(store.Resolve(kJob, block, false, &view).ok());
+      std::vector<float> values(12);
+      std::vector<uint32_t> changed;
+      bool full = false;
+      uint64_t token = 0;
+      ASSERT_TRUE(store
+                      .PullDelta(view, none.token, /*max_changed=*/1, values.data(), &changed,
+                                 &full, &token)
+                      .ok());
+      EXPECT_TRUE(full);
+      EXPECT_TRUE(changed.empty());
+      EXPECT_EQ(values, after.values);
+    }
     // Tokens of another table object, or not answered yet (from the future), answer in full.
     EXPECT_TRUE(PullDeltaOf(store, 1, all, after.token ^ (uint64_t{1} << 40)).full);
     EXPECT_TRUE(PullDeltaOf(store, 1, all, after.token + 1000).full);

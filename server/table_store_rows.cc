@@ -322,8 +322,9 @@ void TableStore::ApplyToRow(const Table& table, const void* grad, float lr_scale
   }
 }
 
-absl::Status TableStore::PullDelta(const BlockView& view, uint64_t since, float* out,
-                                   std::vector<uint32_t>* changed, bool* full, uint64_t* token) {
+absl::Status TableStore::PullDelta(const BlockView& view, uint64_t since, size_t max_changed,
+                                   float* out, std::vector<uint32_t>* changed, bool* full,
+                                   uint64_t* token) {
   const Table& t = *view.table;
   changed->clear();
   // First the epoch, then the rows (see Table::delta).
@@ -334,7 +335,6 @@ absl::Status TableStore::PullDelta(const BlockView& view, uint64_t since, float*
   *token = epoch + 1 < UINT32_MAX ? (uint64_t{t.instance} << 32) | (epoch + 1) : 0;
   if (epoch + 1 >= UINT32_MAX) *full = true;
   const size_t dim = static_cast<size_t>(t.dim);
-  std::vector<std::pair<uint32_t, uint32_t>> found;  // (key index, value in row), any order
   PS_RETURN_IF_ERROR(ForEachRow(t, view.keys, &view.groups, t.row_bytes, /*for_write=*/false,
                                 Missing::kCreate, [&](const char* row, uint32_t i) {
                                   t.ReadValues(row, out + i * dim);
@@ -342,13 +342,17 @@ absl::Status TableStore::PullDelta(const BlockView& view, uint64_t since, float*
                                   const uint32_t* stamps = t.Stamps(row);
                                   for (size_t j = 0; j < dim; ++j) {
                                     if (stamps[j] >= since_epoch)
-                                      found.emplace_back(i, static_cast<uint32_t>(j));
+                                      changed->push_back(static_cast<uint32_t>(i * dim + j));
+                                  }
+                                  if (changed->size() >
+                                      max_changed) {  // the whole block is smaller: stop collecting
+                                    *full = true;
+                                    changed->clear();
+                                    changed->shrink_to_fit();
                                   }
                                 }));
-  if (*full) return absl::OkStatus();
-  changed->reserve(found.size());
-  for (const auto& [i, j] : found) changed->push_back(static_cast<uint32_t>(i * dim + j));
-  std::sort(changed->begin(), changed->end());
+  // Rows come slot by slot, not in key order.
+  if (!*full) std::sort(changed->begin(), changed->end());
   return absl::OkStatus();
 }
 

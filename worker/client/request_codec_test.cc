@@ -552,7 +552,8 @@ TEST(RequestCodecTest, DeltaAnswersAreAppliedToTheClientsCopy) {
   EXPECT_EQ(cache.Since(other, KeySegment{0, {0}, v1::CODEC_NONE, {}}, 2, 4), 0u);
 
   seg.since = token;
-  auto delta = [&](const std::vector<uint32_t>& idx, const std::vector<float>& v, size_t n = 6) {
+  auto delta = [&](const std::vector<uint32_t>& idx, const std::vector<float>& v, size_t n = 6,
+                   uint64_t answer_token = 0) {
     v1::PullResponse answer;
     v1::KeyBlock* b = answer.add_blocks();
     v1::CodecSpec none;
@@ -560,7 +561,7 @@ TEST(RequestCodecTest, DeltaAnswersAreAppliedToTheClientsCopy) {
     EncodeDeltaBlock(none, n, idx, v, bytes.data());
     b->set_values(bytes);
     b->set_delta(true);
-    b->set_since(token + 1);
+    b->set_since(answer_token != 0 ? answer_token : token + 1);
     return answer;
   };
   std::fill(out.begin(), out.end(), -1.0f);
@@ -575,6 +576,33 @@ TEST(RequestCodecTest, DeltaAnswersAreAppliedToTheClientsCopy) {
   EXPECT_EQ(decode(delta({1}, {1})).code(), absl::StatusCode::kInternal);  // no token sent
   EXPECT_EQ(out, std::vector<float>(6, -1.0f));
   EXPECT_EQ(cache.Since(op, KeySegment{0, {0, 1, 2}, v1::CODEC_NONE, {}}, 2, 4), token + 1);
+
+  // Answers of overlapping pulls, out of order: an older answer arriving after a newer one
+  // gives the newer values and leaves the copy and its token as they were.
+  v1::PullResponse newer = whole;
+  const std::vector<float> newest = {7, 8, 9, 10, 11, 12};
+  newer.mutable_blocks(0)->set_values(
+      std::string(reinterpret_cast<const char*>(newest.data()), 24));
+  newer.mutable_blocks(0)->set_since(token + 5);
+  seg.since = 0;
+  ASSERT_TRUE(decode(newer).ok());
+  EXPECT_EQ(out, newest);
+  seg.since = token;  // sent before `newer` arrived
+  ASSERT_TRUE(decode(delta({1}, {77}, 6, token + 2)).ok());
+  EXPECT_EQ(out, newest);
+  seg.since = 0;
+  ASSERT_TRUE(decode(whole).ok());  // the first answer (token), once more
+  EXPECT_EQ(out, newest);
+  EXPECT_EQ(cache.Since(op, KeySegment{0, {0, 1, 2}, v1::CODEC_NONE, {}}, 2, 4), token + 5);
+  // Another server table's answer replaces the rows (they moved); a delta of the old one that
+  // arrives later keeps them, and they are pulled whole next time.
+  v1::PullResponse moved = newer;
+  moved.mutable_blocks(0)->set_since((uint64_t{78} << 32) | 3);
+  ASSERT_TRUE(decode(moved).ok());
+  seg.since = token + 5;
+  ASSERT_TRUE(decode(delta({1}, {77}, 6, token + 6)).ok());
+  EXPECT_EQ(out, newest);
+  EXPECT_EQ(cache.Since(op, KeySegment{0, {0, 1, 2}, v1::CODEC_NONE, {}}, 2, 4), 0u);
 }
 
 }  // namespace
