@@ -541,6 +541,21 @@ TEST_F(ClientTest, DeltaPullsPullWhatAPlainTablePullsInFewerBytes) {
     ASSERT_TRUE(client->Pull(*delta, some, absl::MakeSpan(sb)).ok());
     ASSERT_EQ(sa, sb) << "step " << step;
   }
+  // Overlapping pulls of the same rows while pushes go on: each answer is a real state, and
+  // once the pushes end a pull gives the plain table's values.
+  for (int round = 0; round < 5; ++round) {
+    std::fill(grads.begin(), grads.end(), 0.0f);
+    for (int j = 0; j < 60; ++j) grads[rng() % grads.size()] = 0.02f;
+    std::vector<std::vector<float>> outs(4, std::vector<float>(kRows * kDim));
+    std::vector<Pending> pulls;
+    for (auto& o : outs) pulls.push_back(client->PullAsync(*delta, keys, absl::MakeSpan(o)));
+    ASSERT_TRUE(client->Push(*delta, keys, grads).ok());
+    ASSERT_TRUE(client->Push(*plain, keys, grads).ok());
+    for (Pending& p : pulls) ASSERT_TRUE(p.Wait().ok());
+  }
+  ASSERT_TRUE(client->Pull(*plain, keys, absl::MakeSpan(a)).ok());
+  ASSERT_TRUE(client->Pull(*delta, keys, absl::MakeSpan(b)).ok());
+  ASSERT_EQ(a, b);
   // A client that holds nothing pulls every value.
   auto other = Connect(options);
   ASSERT_NE(other, nullptr);
