@@ -562,8 +562,7 @@ void BindClientTables(py::class_<PyClient>& cls) {
            config.id = ToUint32(id, "id");
            SetTableFeatures(storage, admission, eviction, config);
            SetTableCodecs(push_codec, pull_codec, topk_ratio, topk_momentum, topk_warmup_steps,
-                          config);
-           config.pull_codec.delta = pull_delta;
+                          pull_delta, config);
            PyClient& c = ClientOf(self);
            absl::StatusOr<ps::Table> table;
            {
@@ -605,9 +604,8 @@ push_codec, pull_codec: compression on the wire: "none" (default, float32), "fp1
     client keeps a velocity per value (u = momentum * u + gradient) and accumulates it into the
     residual; the optimizer must then be sgd (the momentum is the client's).
     topk_warmup_steps: a row's first pushes send more, from nearly all down to topk_ratio
-    geometrically over this many pushes (default 0: none). pull_delta: dense tables: the
-    client keeps a copy of the rows it pulls and the servers answer only the values changed
-    since its last pull of them (default False). See docs/data-plane.md.
+    geometrically over this many pushes (default 0: none). pull_delta: dense tables: pulls get
+    only the values changed since this client's last pull (default False). docs/data-plane.md.
 
 Idempotent for the same config; AlreadyExistsError if a table with that id but another config
 exists. A bad config raises InvalidArgumentError (a ValueError).)doc")

@@ -188,9 +188,10 @@ ps::Codec CodecOf(const std::string& name, const char* arg) {
 
 void SetTableCodecs(const std::string& push_codec, const std::string& pull_codec,
                     py::object topk_ratio, py::object topk_momentum, py::object topk_warmup_steps,
-                    ps::TableConfig& config) {
+                    bool pull_delta, ps::TableConfig& config) {
   config.push_codec.codec = CodecOf(push_codec, "push_codec");
   config.pull_codec.codec = CodecOf(pull_codec, "pull_codec");
+  config.pull_codec.delta = pull_delta;
   if (!topk_ratio.is_none()) {
     const float r = topk_ratio.cast<float>();
     if (config.push_codec.codec != ps::Codec::kTopk) {

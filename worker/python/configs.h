@@ -26,10 +26,11 @@ void SetTableFeatures(const std::string& storage, py::object admission, py::obje
                       ps::TableConfig& config);
 // create_table's push_codec= and pull_codec= ("none", "fp16", "bf16", "topk", "sign", "int8")
 // and topk_ratio= (None, or the fraction of a block's values a topk push sends),
-// topk_momentum= and topk_warmup_steps= (None, or ps::WireCodec's momentum and warmup_steps).
+// topk_momentum= and topk_warmup_steps= (None, or ps::WireCodec's momentum and warmup_steps),
+// pull_delta= (ps::WireCodec::delta of the pull codec).
 void SetTableCodecs(const std::string& push_codec, const std::string& pull_codec,
                     py::object topk_ratio, py::object topk_momentum, py::object topk_warmup_steps,
-                    ps::TableConfig& config);
+                    bool pull_delta, ps::TableConfig& config);
 // A float as Python prints it (shortest round-trip form).
 std::string FloatString(float v);
 
