@@ -191,3 +191,18 @@ def test_torch_dense_parameters_pass_the_codecs_to_their_tables(client):
     assert not torch.equal(before, model.weight.detach())  # the half that was sent moved it
     with pytest.raises(ValueError, match="needs topk_ratio"):
         pst.DenseParameters(client, model, prefix="td.", push_codec="topk")
+    # pull_delta reaches the tables: the same training with and without it pulls the same
+    # (float32 pushes: topk would pick per block, and the two tables' rows sit on other servers).
+    models = [torch.nn.Linear(8, 2), torch.nn.Linear(8, 2)]
+    both = [pst.DenseParameters(client, m, optimizer=ps.Optimizer.sgd(0.1), prefix=p,
+                                initializer=ps.Initializer.constant(0.1), pull_delta=d)
+            for m, p, d in zip(models, ["tp.", "tq."], [False, True])]
+    for _ in range(3):
+        for m, p in zip(models, both):
+            m.zero_grad()
+            m(torch.ones(4, 8)).pow(2).sum().backward()
+            p.push_pull()
+    assert torch.equal(models[0].weight, models[1].weight)
+    with pytest.raises(ps.AlreadyExistsError):  # "tq." tables are delta ones: another spec
+        pst.DenseParameters(client, models[1], optimizer=ps.Optimizer.sgd(0.1), prefix="tq.",
+                            initializer=ps.Initializer.constant(0.1))
