@@ -52,22 +52,20 @@ absl::Status WriteAnswerValues(TableStore* store, const TableStore::BlockView& v
   return absl::OkStatus();
 }
 
-// The answer to a pull block of a table with delta pulls, made before the answer is sized (its
-// size depends on what changed): every value in the pull codec, or, where the block's token
+// A pull block of a table with delta pulls, read before the answer is sized (its size depends on
+// what changed): answered with every value in the pull codec, or, where the block's token
 // (KeyBlock.since) allows and it is smaller, only those changed since (a delta block).
 struct DeltaAnswer {
-  std::string values;
+  std::unique_ptr<float[]> floats;  // the block's values, as float32
+  std::vector<uint32_t> changed;    // a delta block: the indices of the values it sends
   bool delta = false;
   uint64_t token = 0;
+  size_t bytes = 0;  // of the answer's values field
 };
-absl::StatusOr<DeltaAnswer> AnswerDelta(TableStore* store, const TableStore::BlockView& view,
-                                        uint64_t since) {
+absl::StatusOr<DeltaAnswer> ReadDelta(TableStore* store, const TableStore::BlockView& view,
+                                      uint64_t since) {
   const v1::CodecSpec& codec = view.table->spec.pull_codec();
   const size_t n = view.keys.size() * view.table->dim;
-  std::unique_ptr<float[]> floats(new float[n]);  // not zeroed: PullDelta writes every value
-  std::vector<uint32_t> changed;
-  bool full = true;
-  DeltaAnswer answer;
   const size_t whole = EncodedBytes(codec, n);
   // The most changed values for which a delta block is smaller than the whole one.
   size_t lo = 0, hi = n;
@@ -79,20 +77,25 @@ absl::StatusOr<DeltaAnswer> AnswerDelta(TableStore* store, const TableStore::Blo
       hi = mid - 1;
     }
   }
-  PS_RETURN_IF_ERROR(store->PullDelta(view, since, /*max_changed=*/lo, floats.get(), &changed,
-                                      &full, &answer.token));
-  if (!full && DeltaBlockBytes(codec, changed.size()) < whole) {
-    std::vector<float> values(changed.size());
-    for (size_t j = 0; j < changed.size(); ++j) values[j] = floats[changed[j]];
-    answer.values.resize(DeltaBlockBytes(codec, changed.size()));
-    EncodeDeltaBlock(codec, n, changed, values, answer.values.data());
-    answer.delta = true;
-  } else if (n > 0) {
-    answer.values.resize(whole);
-    EncodeValueBlock(codec, absl::MakeConstSpan(floats.get(), n), answer.values.data());
-  }
-  view.table->CountCodecBytes(/*push=*/false, n * sizeof(float), answer.values.size());
+  DeltaAnswer answer;
+  answer.floats.reset(new float[n]);  // not zeroed: PullDelta writes every value
+  bool full = true;
+  PS_RETURN_IF_ERROR(store->PullDelta(view, since, /*max_changed=*/lo, answer.floats.get(),
+                                      &answer.changed, &full, &answer.token));
+  answer.delta = !full && DeltaBlockBytes(codec, answer.changed.size()) < whole;
+  answer.bytes = answer.delta ? DeltaBlockBytes(codec, answer.changed.size()) : whole;
+  view.table->CountCodecBytes(/*push=*/false, n * sizeof(float), answer.bytes);
   return answer;
+}
+
+// Writes a delta table's answer values at `p` (answer.bytes of room).
+void WriteDelta(const TableStore::BlockView& view, const DeltaAnswer& answer, char* p) {
+  const v1::CodecSpec& codec = view.table->spec.pull_codec();
+  const size_t n = view.keys.size() * view.table->dim;
+  if (!answer.delta) return EncodeValueBlock(codec, absl::MakeConstSpan(answer.floats.get(), n), p);
+  std::vector<float> values(answer.changed.size());
+  for (size_t j = 0; j < values.size(); ++j) values[j] = answer.floats[answer.changed[j]];
+  EncodeDeltaBlock(codec, n, answer.changed, values, p);
 }
 
 // A PullResponse whose rows are copied from the store straight into one outgoing slice: blocks
@@ -108,12 +111,11 @@ absl::StatusOr<grpc::ByteBuffer> WritePullAnswer(
   for (size_t i = 0; i < views.size(); ++i) {
     size_t extra = 0;
     if (views[i].table->delta) {
-      PS_ASSIGN_OR_RETURN(deltas[i], AnswerDelta(store, views[i], blocks[i].since()));
+      PS_ASSIGN_OR_RETURN(deltas[i], ReadDelta(store, views[i], blocks[i].since()));
       if (deltas[i]->token != 0) extra += 1 + sizeof(uint64_t);  // since: fixed64
       if (deltas[i]->delta) extra += 2;                          // delta: true
     }
-    const size_t values =
-        deltas[i].has_value() ? deltas[i]->values.size() : AnswerValueBytes(views[i]);
+    const size_t values = deltas[i].has_value() ? deltas[i]->bytes : AnswerValueBytes(views[i]);
     block_sizes[i] = wire::VarintFieldSize(1, blocks[i].table_id()) +
                      (values == 0 ? 0 : wire::LengthFieldSize(3, values)) +
                      wire::VarintFieldSize(4, blocks[i].codec()) + extra;
@@ -123,8 +125,7 @@ absl::StatusOr<grpc::ByteBuffer> WritePullAnswer(
   char* const begin = reinterpret_cast<char*>(const_cast<uint8_t*>(slice.begin()));
   char* p = begin;
   for (size_t i = 0; i < views.size(); ++i) {
-    const size_t values =
-        deltas[i].has_value() ? deltas[i]->values.size() : AnswerValueBytes(views[i]);
+    const size_t values = deltas[i].has_value() ? deltas[i]->bytes : AnswerValueBytes(views[i]);
     p = wire::EncodeVarint((1 << 3) | wire::kLengthDelimited, p);
     p = wire::EncodeVarint(block_sizes[i], p);
     if (blocks[i].table_id() != 0) {
@@ -135,7 +136,7 @@ absl::StatusOr<grpc::ByteBuffer> WritePullAnswer(
       p = wire::EncodeVarint((3 << 3) | wire::kLengthDelimited, p);
       p = wire::EncodeVarint(values, p);
       if (deltas[i].has_value()) {
-        std::memcpy(p, deltas[i]->values.data(), values);
+        WriteDelta(views[i], *deltas[i], p);
       } else {
         PS_RETURN_IF_ERROR(WriteAnswerValues(store, views[i], p));
       }

@@ -335,22 +335,21 @@ absl::Status TableStore::PullDelta(const BlockView& view, uint64_t since, size_t
   *token = epoch + 1 < UINT32_MAX ? (uint64_t{t.instance} << 32) | (epoch + 1) : 0;
   if (epoch + 1 >= UINT32_MAX) *full = true;
   const size_t dim = static_cast<size_t>(t.dim);
+  auto read = [&](const char* row, uint32_t i) {
+    t.ReadValues(row, out + i * dim);
+    if (*full) return;
+    const uint32_t* stamps = t.Stamps(row);
+    for (size_t j = 0; j < dim; ++j) {
+      if (stamps[j] >= since_epoch) changed->push_back(static_cast<uint32_t>(i * dim + j));
+    }
+    if (changed->size() > max_changed) {  // the whole block is smaller: stop collecting
+      *full = true;
+      changed->clear();
+      changed->shrink_to_fit();
+    }
+  };
   PS_RETURN_IF_ERROR(ForEachRow(t, view.keys, &view.groups, t.row_bytes, /*for_write=*/false,
-                                Missing::kCreate, [&](const char* row, uint32_t i) {
-                                  t.ReadValues(row, out + i * dim);
-                                  if (*full) return;
-                                  const uint32_t* stamps = t.Stamps(row);
-                                  for (size_t j = 0; j < dim; ++j) {
-                                    if (stamps[j] >= since_epoch)
-                                      changed->push_back(static_cast<uint32_t>(i * dim + j));
-                                  }
-                                  if (changed->size() >
-                                      max_changed) {  // the whole block is smaller: stop collecting
-                                    *full = true;
-                                    changed->clear();
-                                    changed->shrink_to_fit();
-                                  }
-                                }));
+                                Missing::kCreate, read));
   // Rows come slot by slot, not in key order.
   if (!*full) std::sort(changed->begin(), changed->end());
   return absl::OkStatus();

@@ -167,10 +167,21 @@ absl::Status Malformed(absl::string_view what) {
 }
 
 // The `len` bytes of an encoded values field, decoded into the `out` rows of `seg`.
-absl::Status DecodeEncodedBlock(wire::SliceReader* r, size_t len, const TableOp& op, int dim,
-                                const KeySegment& seg) {
-  std::string bytes;
-  if (!r->ReadString(len, &bytes)) return Malformed("truncated values");
+// INTERNAL unless `len` is the bytes of the values of seg's rows in seg's codec.
+absl::Status CheckAnswerBytes(size_t len, int dim, const KeySegment& seg) {
+  v1::CodecSpec codec;
+  codec.set_codec(seg.codec);
+  if (len == EncodedBytes(codec, seg.idx.size() * static_cast<size_t>(dim))) {
+    return absl::OkStatus();
+  }
+  return absl::InternalError(absl::StrCat("server answered ", len, " bytes of values for ",
+                                          seg.idx.size(), " keys of dim ", dim, " (",
+                                          CodecName(seg.codec), ")"));
+}
+
+// `bytes`, the encoded values of seg's rows, decoded into the `out` rows of `seg`.
+absl::Status DecodeIntoRows(absl::string_view bytes, const TableOp& op, int dim,
+                            const KeySegment& seg) {
   const size_t n = seg.idx.size() * static_cast<size_t>(dim);
   bool one_run = n > 0;
   for (size_t j = 1; j < seg.idx.size() && one_run; ++j) one_run = seg.idx[j] == seg.idx[0] + j;
@@ -189,6 +200,14 @@ absl::Status DecodeEncodedBlock(wire::SliceReader* r, size_t len, const TableOp&
     from += count * dim;
   });
   return absl::OkStatus();
+}
+
+// The `len` bytes of an encoded values field, decoded into the `out` rows of `seg`.
+absl::Status DecodeEncodedBlock(wire::SliceReader* r, size_t len, const TableOp& op, int dim,
+                                const KeySegment& seg) {
+  std::string bytes;
+  if (!r->ReadString(len, &bytes)) return Malformed("truncated values");
+  return DecodeIntoRows(bytes, op, dim, seg);
 }
 
 // One KeyBlock of a PullResponse to a delta segment: its values (whole or a delta block) and
@@ -219,22 +238,8 @@ absl::Status DecodeDeltaSegmentBlock(wire::SliceReader* r, const TableOp& op, in
     }
   }
   if (delta) return cache->ApplyDelta(op, seg, dim, seg.num_rows, values, token);
-  const size_t n = seg.idx.size() * static_cast<size_t>(dim);
-  v1::CodecSpec codec;
-  codec.set_codec(seg.codec);
-  if (values.size() != EncodedBytes(codec, n)) {
-    return absl::InternalError(absl::StrCat("server answered ", values.size(),
-                                            " bytes of values for ", seg.idx.size(),
-                                            " keys of dim ", dim, " (", CodecName(seg.codec), ")"));
-  }
-  std::unique_ptr<float[]> floats(new float[n]);
-  absl::Status s = DecodeValueBlock(seg.codec, values, n, floats.get());
-  if (!s.ok()) return Malformed(s.message());
-  const float* from = floats.get();
-  for (uint32_t i : seg.idx) {
-    std::memcpy(op.out + static_cast<size_t>(i) * dim, from, dim * sizeof(float));
-    from += dim;
-  }
+  PS_RETURN_IF_ERROR(CheckAnswerBytes(values.size(), dim, seg));
+  PS_RETURN_IF_ERROR(DecodeIntoRows(values, op, dim, seg));
   cache->StoreWhole(op, seg, dim, seg.num_rows, token);
   return absl::OkStatus();
 }
@@ -254,14 +259,7 @@ absl::Status DecodeBlock(wire::SliceReader* r, const TableOp& op, int dim, const
     if (!r->ReadLength(&len)) return Malformed("truncated values");
     if (seen_values) return Malformed("two values fields in one block");
     seen_values = true;
-    const size_t n = seg.idx.size() * static_cast<size_t>(dim);
-    v1::CodecSpec codec;
-    codec.set_codec(seg.codec);
-    if (len != EncodedBytes(codec, n)) {
-      return absl::InternalError(absl::StrCat("server answered ", len, " bytes of values for ",
-                                              seg.idx.size(), " keys of dim ", dim, " (",
-                                              CodecName(seg.codec), ")"));
-    }
+    PS_RETURN_IF_ERROR(CheckAnswerBytes(len, dim, seg));
     if (seg.codec != v1::CODEC_NONE) {
       PS_RETURN_IF_ERROR(DecodeEncodedBlock(r, len, op, dim, seg));
       continue;
