@@ -412,6 +412,16 @@ TEST_F(ParameterServiceCodecTest, DeltaPullsAnswerTheValuesChangedSinceTheToken)
     EXPECT_FALSE(most.delta());
     EXPECT_EQ(most.values().size(), EncodedBytes(Codec(codec), 32));
   }
+  // A token sent to a table without delta pulls (a confused or hostile client) changes nothing:
+  // every value, no token back.
+  KeyBlock plain = Block(kTopk, kRows);
+  plain.set_since((uint64_t{5} << 32) | 3);
+  v1::PullResponse answer;
+  ASSERT_TRUE(Pull(plain, &answer).ok());
+  ASSERT_EQ(answer.blocks_size(), 1);
+  EXPECT_FALSE(answer.blocks(0).delta());
+  EXPECT_EQ(answer.blocks(0).since(), 0u);
+  EXPECT_EQ(Floats(answer.blocks(0).values()), std::vector<float>(32, 0.25f));
   // The server counted the answers' bytes against float32.
   v1::DescribeTableRequest req;
   req.set_table_id(20);
