@@ -11,7 +11,7 @@
 #include "scheduler/data_ledger.h"
 #include "scheduler/internal/scheduler_fixture.h"
 #include "scheduler/scheduler.h"
-#include "worker/client/data_ranges.h"
+#include "client/data_ranges.h"
 
 namespace ps {
 namespace {

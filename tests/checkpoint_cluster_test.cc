@@ -13,8 +13,8 @@
 #include "common/shard_map.h"
 #include "gtest/gtest.h"
 #include "tests/local_cluster.h"
-#include "worker/client/job_admin.h"
-#include "worker/client/rpc_client.h"
+#include "client/job_admin.h"
+#include "client/rpc_client.h"
 
 namespace ps {
 namespace {

@@ -16,8 +16,8 @@
 #include "gtest/gtest.h"
 #include "server/table_store.h"
 #include "tests/local_cluster.h"
-#include "worker/client/job_admin.h"
-#include "worker/client/rpc_client.h"
+#include "client/job_admin.h"
+#include "client/rpc_client.h"
 
 namespace ps {
 namespace {

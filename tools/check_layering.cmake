@@ -3,27 +3,28 @@ cmake_minimum_required(VERSION 3.22)
 # Run as: cmake -DSOURCE_DIR=<repo root> -P tools/check_layering.cmake
 # Each folder below may include (with #include "...") only the repository paths listed for it;
 # tests (*_test.cc) and test helpers (testing/ folders) may include anything.
-# The public client header (worker/client/include/ps/) may include no gRPC, protobuf or
+# The public client header (client/include/ps/) may include no gRPC, protobuf or
 # repository header at all: programs built against the installed library see only absl.
 set(rules
-  "worker/client/include/=NONE"
-  "worker/client/=worker/client/,common/,ps/v1/,ps/client.h,ps/session.h"
+  "client/include/=NONE"
+  "client/=client/,common/,ps/v1/,ps/client.h,ps/session.h"
   "worker/compute/=worker/compute/,common/"
   "worker/data/=worker/data/,common/"
-  "worker/models/=worker/models/,worker/client/,worker/compute/,worker/data/,common/,ps/v1/"
-  "worker/daemon/=worker/,common/,ps/v1/"
-  "worker/python/=ps/client.h,ps/session.h"
+  "worker/models/=worker/models/,client/,worker/compute/,worker/data/,common/,ps/v1/"
+  "worker/daemon/=worker/,client/,common/,ps/v1/"
+  "client/python/=ps/client.h,ps/session.h"
   "common/=common/,ps/v1/"
   "server/=server/,common/,ps/v1/"
   "scheduler/=scheduler/,common/,ps/v1/"
   "tools/=tools/,common/,ps/v1/")
-set(roots common server scheduler tools worker ps)
+set(roots client common server scheduler tools worker ps)
 
 file(GLOB_RECURSE files RELATIVE ${SOURCE_DIR}
   ${SOURCE_DIR}/common/*.h ${SOURCE_DIR}/common/*.cc
   ${SOURCE_DIR}/server/*.h ${SOURCE_DIR}/server/*.cc
   ${SOURCE_DIR}/scheduler/*.h ${SOURCE_DIR}/scheduler/*.cc
   ${SOURCE_DIR}/tools/*.h ${SOURCE_DIR}/tools/*.cc
+  ${SOURCE_DIR}/client/*.h ${SOURCE_DIR}/client/*.cc
   ${SOURCE_DIR}/worker/*.h ${SOURCE_DIR}/worker/*.cc ${SOURCE_DIR}/worker/*.cu)
 set(violations "")
 foreach(f ${files})
@@ -52,7 +53,7 @@ foreach(f ${files})
   foreach(line ${includes})
     string(REGEX REPLACE "^#include [\"<]([^\">]*)[\">].*" "\\1" inc "${line}")
     if(allowed STREQUAL "NONE")
-      if(inc MATCHES "^(grpc|grpcpp|google/protobuf|ps/v1|common|worker|server|scheduler)/")
+      if(inc MATCHES "^(grpc|grpcpp|google/protobuf|ps/v1|client|common|worker|server|scheduler)/")
         list(APPEND violations "${f}: public header includes ${inc}")
       endif()
       continue()

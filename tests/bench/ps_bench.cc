@@ -46,8 +46,8 @@
 #include "common/status_macros.h"
 #include "tests/bench/server_fleet.h"
 #include "tests/bench/tcp_loopback.h"
-#include "worker/client/job_admin.h"
-#include "worker/client/rpc_client.h"
+#include "client/job_admin.h"
+#include "client/rpc_client.h"
 
 ABSL_FLAG(
     std::string, workloads,

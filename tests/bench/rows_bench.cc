@@ -28,8 +28,8 @@
 #include "common/flags_usage.h"
 #include "common/status_macros.h"
 #include "tests/bench/server_fleet.h"
-#include "worker/client/job_admin.h"
-#include "worker/client/rpc_client.h"
+#include "client/job_admin.h"
+#include "client/rpc_client.h"
 
 ABSL_FLAG(uint64_t, rows, uint64_t{20} << 20, "rows to create (new keys pulled)");
 ABSL_FLAG(int, dim, 16, "floats per row");

@@ -1,7 +1,7 @@
 // The key/value codecs (common/codec.h), the slot bitmap (common/shard_map.h), the shard-map
 // file parser, the checks a restore order's shard list passes (HeldSlots, as Restorer
 // validates an order), and the client's hand-written parser of pull answers
-// (worker/client/request_codec.h, over common/wire.h), the server's in-place reader of
+// (client/request_codec.h, over common/wire.h), the server's in-place reader of
 // pushes (server/internal/push_request.h), and the wire codecs' decoder of a block's values
 // (common/value_codec.h). Input: [selector byte][payload].
 #include <google/protobuf/stubs/logging.h>
@@ -22,8 +22,8 @@
 #include "ps/v1/parameter_server.pb.h"
 #include "server/checkpoint_io.h"
 #include "server/internal/push_request.h"
-#include "worker/client/request_codec.h"
-#include "worker/client/rpc_client.h"
+#include "client/request_codec.h"
+#include "client/rpc_client.h"
 
 namespace {
 

@@ -10,7 +10,7 @@
 #            chaos, recovery_e2e, client_install and (unless SAN_E2E=1) the three whole
 #            trainings control_plane_faults, fashion_mnist_e2e, metrics_e2e (docs/testing.md
 #            says why).
-#   thread:  TSan: the server, client (worker/client) and scheduler gtest suites, and the
+#   thread:  TSan: the server, client (client/) and scheduler gtest suites, and the
 #            check of its Abseil shim (tsan_shim_selftest).
 # Usage: tests/sanitizers/run.sh address|thread [extra ctest arguments]
 # Environment: BUILD_DIR (build-asan / build-tsan); UNITY_BUILD=OFF (file by file); SAN_FUZZ=1

@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
-#include "worker/client/job_admin.h"
+#include "client/job_admin.h"
 
 namespace ps {
 namespace {

@@ -16,7 +16,7 @@
 #include "common/scheduler_link.h"
 #include "ps/v1/job.pb.h"
 #include "ps/v1/scheduler.grpc.pb.h"
-#include "worker/client/rpc_client.h"
+#include "client/rpc_client.h"
 
 namespace ps {
 

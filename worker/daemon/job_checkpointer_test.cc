@@ -13,7 +13,7 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "ps/v1/parameter_server.grpc.pb.h"
-#include "worker/client/rpc_client.h"
+#include "client/rpc_client.h"
 
 namespace ps {
 namespace {

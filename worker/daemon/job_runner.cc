@@ -11,7 +11,7 @@
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
-#include "worker/client/data_ranges.h"
+#include "client/data_ranges.h"
 
 namespace ps {
 

@@ -17,7 +17,7 @@
 #include "ps/v1/job.pb.h"
 #include "ps/v1/scheduler.pb.h"
 #include "ps/v1/types.pb.h"
-#include "worker/client/rpc_client.h"
+#include "client/rpc_client.h"
 #include "worker/daemon/worker_metrics.h"
 #include "worker/models/model.h"
 

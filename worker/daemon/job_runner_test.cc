@@ -12,9 +12,9 @@
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_status.h"
 #include "gtest/gtest.h"
-#include "worker/client/data_ranges.h"
-#include "worker/client/job_admin.h"
-#include "worker/client/rpc_client.h"
+#include "client/data_ranges.h"
+#include "client/job_admin.h"
+#include "client/rpc_client.h"
 #include "worker/models/model.h"
 #include "worker/testing/server_fixture.h"
 

@@ -16,7 +16,7 @@
 #include "common/health_server.h"
 #include "common/scheduler_link.h"
 #include "ps/v1/scheduler.grpc.pb.h"
-#include "worker/client/rpc_client.h"  // RpcClient; kDefaultRpcTimeout (ps/client.h)
+#include "client/rpc_client.h"  // RpcClient; kDefaultRpcTimeout (ps/client.h)
 #include "worker/compute/device.h"
 #include "worker/daemon/job_runner.h"
 #include "worker/daemon/worker_metrics.h"

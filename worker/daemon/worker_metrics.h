@@ -19,7 +19,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "worker/client/rpc_client.h"
+#include "client/rpc_client.h"
 
 namespace ps {
 

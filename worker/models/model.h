@@ -10,7 +10,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "ps/v1/types.pb.h"
-#include "worker/client/rpc_client.h"
+#include "client/rpc_client.h"
 
 namespace ps {
 

@@ -11,7 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "ps/v1/types.pb.h"
-#include "worker/client/rpc_client.h"
+#include "client/rpc_client.h"
 #include "worker/compute/compute_backend.h"
 #include "worker/compute/device.h"
 #include "worker/data/spam_dataset.h"

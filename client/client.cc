@@ -18,9 +18,9 @@
 #include "common/process_tuning.h"
 #include "common/status_macros.h"
 #include "common/table_features.h"
-#include "worker/client/client_internal.h"
-#include "worker/client/job_admin.h"
-#include "worker/client/rpc_client.h"
+#include "client/client_internal.h"
+#include "client/job_admin.h"
+#include "client/rpc_client.h"
 
 namespace ps {
 namespace {

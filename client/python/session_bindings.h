@@ -1,6 +1,6 @@
 // paramserver.Session: a program job's session (ps::Session) and its Python Client.
-#ifndef PS_WORKER_PYTHON_SESSION_BINDINGS_H_
-#define PS_WORKER_PYTHON_SESSION_BINDINGS_H_
+#ifndef PS_CLIENT_PYTHON_SESSION_BINDINGS_H_
+#define PS_CLIENT_PYTHON_SESSION_BINDINGS_H_
 
 #include <pybind11/pybind11.h>
 
@@ -13,4 +13,4 @@ void RegisterSession(py::module_& m);
 
 }  // namespace paramserver_py
 
-#endif  // PS_WORKER_PYTHON_SESSION_BINDINGS_H_
+#endif  // PS_CLIENT_PYTHON_SESSION_BINDINGS_H_

@@ -1,7 +1,7 @@
 // What the Session needs of a Client beyond the public API: a client whose engine it swaps on
 // a new shard map, and which consults it about failed requests and tables.
-#ifndef PS_WORKER_CLIENT_CLIENT_INTERNAL_H_
-#define PS_WORKER_CLIENT_CLIENT_INTERNAL_H_
+#ifndef PS_CLIENT_CLIENT_INTERNAL_H_
+#define PS_CLIENT_CLIENT_INTERNAL_H_
 
 #include <cstdint>
 #include <memory>
@@ -11,7 +11,7 @@
 #include "absl/status/statusor.h"
 #include "ps/client.h"
 #include "ps/v1/types.pb.h"
-#include "worker/client/rpc_client.h"
+#include "client/rpc_client.h"
 
 namespace ps {
 
@@ -49,4 +49,4 @@ std::shared_ptr<RpcClient> EngineOf(Client& client);
 
 }  // namespace ps
 
-#endif  // PS_WORKER_CLIENT_CLIENT_INTERNAL_H_
+#endif  // PS_CLIENT_CLIENT_INTERNAL_H_

@@ -1,7 +1,7 @@
 // The Python binding's errors and array arguments: absl::Status to paramserver.Error, and
 // numpy arrays (or CPU torch tensors) checked and borrowed without a copy.
-#ifndef PS_WORKER_PYTHON_ARRAYS_H_
-#define PS_WORKER_PYTHON_ARRAYS_H_
+#ifndef PS_CLIENT_PYTHON_ARRAYS_H_
+#define PS_CLIENT_PYTHON_ARRAYS_H_
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -105,4 +105,4 @@ ValuesArg NewValues(size_t n, uint32_t dim);
 
 }  // namespace paramserver_py
 
-#endif  // PS_WORKER_PYTHON_ARRAYS_H_
+#endif  // PS_CLIENT_PYTHON_ARRAYS_H_

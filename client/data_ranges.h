@@ -7,8 +7,8 @@
 // [position * batch_size, (position + 1) * batch_size) of that order (the last range may be
 // shorter). The worker daemon's runner and the Session of program jobs both use it, so the
 // scheduler's ledger only deals in range numbers.
-#ifndef PS_WORKER_CLIENT_DATA_RANGES_H_
-#define PS_WORKER_CLIENT_DATA_RANGES_H_
+#ifndef PS_CLIENT_DATA_RANGES_H_
+#define PS_CLIENT_DATA_RANGES_H_
 
 #include <cstdint>
 #include <vector>
@@ -25,4 +25,4 @@ std::vector<int64_t> RangeExamples(uint64_t seed, int32_t epoch, int64_t example
 
 }  // namespace ps
 
-#endif  // PS_WORKER_CLIENT_DATA_RANGES_H_
+#endif  // PS_CLIENT_DATA_RANGES_H_

@@ -2,8 +2,8 @@
 // worker daemon: routing by shard map, requests cut into parts sent in parallel, retries, clocks.
 // The repository's own (it exposes gRPC and protobuf types); programs use ps::Client instead.
 // Job administration (ConfigureJob, checkpoints, restore orders) is in job_admin.h.
-#ifndef PS_WORKER_CLIENT_RPC_CLIENT_H_
-#define PS_WORKER_CLIENT_RPC_CLIENT_H_
+#ifndef PS_CLIENT_RPC_CLIENT_H_
+#define PS_CLIENT_RPC_CLIENT_H_
 
 #include <grpcpp/generic/generic_stub.h>
 
@@ -23,9 +23,9 @@
 #include "common/shard_map.h"
 #include "ps/client.h"  // kDefaultRpcTimeout
 #include "ps/v1/parameter_server.grpc.pb.h"
-#include "worker/client/pull_cache.h"
-#include "worker/client/push_encoder.h"
-#include "worker/client/request_codec.h"
+#include "client/pull_cache.h"
+#include "client/push_encoder.h"
+#include "client/request_codec.h"
 
 namespace ps {
 
@@ -259,4 +259,4 @@ std::vector<uint64_t> DenseKeys(uint64_t n);
 
 }  // namespace ps
 
-#endif  // PS_WORKER_CLIENT_RPC_CLIENT_H_
+#endif  // PS_CLIENT_RPC_CLIENT_H_

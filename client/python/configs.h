@@ -1,7 +1,7 @@
 // paramserver.Initializer and paramserver.Optimizer: registered by RegisterConfigs; the
 // conversions of create_table's initializer= and optimizer= arguments.
-#ifndef PS_WORKER_PYTHON_CONFIGS_H_
-#define PS_WORKER_PYTHON_CONFIGS_H_
+#ifndef PS_CLIENT_PYTHON_CONFIGS_H_
+#define PS_CLIENT_PYTHON_CONFIGS_H_
 
 #include <pybind11/pybind11.h>
 
@@ -36,4 +36,4 @@ std::string FloatString(float v);
 
 }  // namespace paramserver_py
 
-#endif  // PS_WORKER_PYTHON_CONFIGS_H_
+#endif  // PS_CLIENT_PYTHON_CONFIGS_H_

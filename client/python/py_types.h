@@ -1,7 +1,7 @@
 // The Python objects the module's parts share: a Table handle, a Request in flight and the
 // Client (_core.cc binds them; session_bindings.cc makes a Client for a Session).
-#ifndef PS_WORKER_PYTHON_PY_TYPES_H_
-#define PS_WORKER_PYTHON_PY_TYPES_H_
+#ifndef PS_CLIENT_PYTHON_PY_TYPES_H_
+#define PS_CLIENT_PYTHON_PY_TYPES_H_
 
 #include <pybind11/pybind11.h>
 
@@ -144,4 +144,4 @@ inline std::string ConsistencyName(ps::Consistency c) {
 
 }  // namespace paramserver_py
 
-#endif  // PS_WORKER_PYTHON_PY_TYPES_H_
+#endif  // PS_CLIENT_PYTHON_PY_TYPES_H_

@@ -1,8 +1,8 @@
 // ps::JobAdmin: the calls that administer a job on its parameter servers (its consistency mode
 // and worker set, checkpoints, restore orders). The worker daemon and tests use it; programs do
 // not (the public client library declares a job at Connect and nothing more).
-#ifndef PS_WORKER_CLIENT_JOB_ADMIN_H_
-#define PS_WORKER_CLIENT_JOB_ADMIN_H_
+#ifndef PS_CLIENT_JOB_ADMIN_H_
+#define PS_CLIENT_JOB_ADMIN_H_
 
 #include <cstdint>
 #include <string>
@@ -12,7 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "ps/v1/parameter_server.pb.h"
-#include "worker/client/rpc_client.h"
+#include "client/rpc_client.h"
 
 namespace ps {
 
@@ -56,4 +56,4 @@ class JobAdmin {
 
 }  // namespace ps
 
-#endif  // PS_WORKER_CLIENT_JOB_ADMIN_H_
+#endif  // PS_CLIENT_JOB_ADMIN_H_

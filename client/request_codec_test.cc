@@ -1,7 +1,7 @@
 // The hand-encoded data-plane messages are the protobuf messages of parameter_server.proto:
 // what we encode parses with protobuf, what protobuf serializes we decode, however gRPC cuts it
 // into slices; malformed answers are errors, never reads past the buffer.
-#include "worker/client/request_codec.h"
+#include "client/request_codec.h"
 
 #include <gtest/gtest.h>
 
@@ -17,9 +17,9 @@
 #include "common/half.h"
 #include "common/value_codec.h"
 #include "ps/v1/parameter_server.pb.h"
-#include "worker/client/pull_cache.h"
-#include "worker/client/push_encoder.h"
-#include "worker/client/rpc_client.h"
+#include "client/pull_cache.h"
+#include "client/push_encoder.h"
+#include "client/rpc_client.h"
 
 namespace ps {
 namespace {

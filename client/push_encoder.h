@@ -3,8 +3,8 @@
 // the next push of the same rows. For TOPK also its momentum correction (a velocity per value,
 // accumulated into the residual; a value sent clears both) and its warm-up (a row's first
 // warmup_steps pushes send a larger fraction).
-#ifndef PS_WORKER_CLIENT_PUSH_ENCODER_H_
-#define PS_WORKER_CLIENT_PUSH_ENCODER_H_
+#ifndef PS_CLIENT_PUSH_ENCODER_H_
+#define PS_CLIENT_PUSH_ENCODER_H_
 
 #include <cstdint>
 #include <memory>
@@ -14,7 +14,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "ps/v1/types.pb.h"
-#include "worker/client/request_codec.h"
+#include "client/request_codec.h"
 
 namespace ps {
 
@@ -57,4 +57,4 @@ class PushEncoder {
 
 }  // namespace ps
 
-#endif  // PS_WORKER_CLIENT_PUSH_ENCODER_H_
+#endif  // PS_CLIENT_PUSH_ENCODER_H_

@@ -20,9 +20,9 @@
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
 #include "ps/v1/agent.grpc.pb.h"
-#include "worker/client/client_internal.h"
-#include "worker/client/data_ranges.h"
-#include "worker/client/job_run.h"
+#include "client/client_internal.h"
+#include "client/data_ranges.h"
+#include "client/job_run.h"
 
 namespace ps {
 namespace {

@@ -1,4 +1,4 @@
-#include "worker/client/job_admin.h"
+#include "client/job_admin.h"
 
 #include <algorithm>
 #include <thread>

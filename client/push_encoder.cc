@@ -1,4 +1,4 @@
-#include "worker/client/push_encoder.h"
+#include "client/push_encoder.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,7 +10,7 @@
 
 #include "common/codec.h"
 #include "common/value_codec.h"
-#include "worker/client/rpc_client.h"
+#include "client/rpc_client.h"
 
 namespace ps {
 

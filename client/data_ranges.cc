@@ -1,4 +1,4 @@
-#include "worker/client/data_ranges.h"
+#include "client/data_ranges.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "worker/client/job_run.h"
+#include "client/job_run.h"
 
 #include <algorithm>
 
@@ -7,7 +7,7 @@
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
-#include "worker/client/job_admin.h"
+#include "client/job_admin.h"
 
 namespace ps {
 namespace {

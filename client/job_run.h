@@ -2,8 +2,8 @@
 // daemon (zoo models) and the Session of a program job: connect to the map's servers, declare
 // the job's membership (learning this worker's clock), create the job's tables and carry out
 // the map's restore order.
-#ifndef PS_WORKER_CLIENT_JOB_RUN_H_
-#define PS_WORKER_CLIENT_JOB_RUN_H_
+#ifndef PS_CLIENT_JOB_RUN_H_
+#define PS_CLIENT_JOB_RUN_H_
 
 #include <cstdint>
 #include <functional>
@@ -15,7 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "ps/v1/scheduler.pb.h"
-#include "worker/client/rpc_client.h"
+#include "client/rpc_client.h"
 
 namespace ps {
 
@@ -58,4 +58,4 @@ bool IsRecoverableRpcError(const absl::Status& s);
 
 }  // namespace ps
 
-#endif  // PS_WORKER_CLIENT_JOB_RUN_H_
+#endif  // PS_CLIENT_JOB_RUN_H_

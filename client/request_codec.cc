@@ -1,12 +1,12 @@
-#include "worker/client/request_codec.h"
+#include "client/request_codec.h"
 
 #include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "common/value_codec.h"
-#include "worker/client/pull_cache.h"
-#include "worker/client/rpc_client.h"
+#include "client/pull_cache.h"
+#include "client/rpc_client.h"
 
 namespace ps {
 namespace {

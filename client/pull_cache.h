@@ -2,8 +2,8 @@
 // pull of such a table sends, per block, the token of the answer its rows came from, and the
 // servers answer only the values changed since (docs/data-plane.md#delta-pulls). The copy is
 // what those answers are applied to before the rows are copied into the caller's buffer.
-#ifndef PS_WORKER_CLIENT_PULL_CACHE_H_
-#define PS_WORKER_CLIENT_PULL_CACHE_H_
+#ifndef PS_CLIENT_PULL_CACHE_H_
+#define PS_CLIENT_PULL_CACHE_H_
 
 #include <cstdint>
 #include <memory>
@@ -15,7 +15,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "ps/v1/types.pb.h"
-#include "worker/client/request_codec.h"
+#include "client/request_codec.h"
 
 namespace ps {
 
@@ -59,4 +59,4 @@ class PullCache {
 
 }  // namespace ps
 
-#endif  // PS_WORKER_CLIENT_PULL_CACHE_H_
+#endif  // PS_CLIENT_PULL_CACHE_H_

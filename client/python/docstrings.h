@@ -1,6 +1,6 @@
 // The Python binding's docstrings (what help(paramserver) shows).
-#ifndef PS_WORKER_PYTHON_DOCSTRINGS_H_
-#define PS_WORKER_PYTHON_DOCSTRINGS_H_
+#ifndef PS_CLIENT_PYTHON_DOCSTRINGS_H_
+#define PS_CLIENT_PYTHON_DOCSTRINGS_H_
 
 namespace paramserver_py {
 
@@ -109,4 +109,4 @@ job.
 
 }  // namespace paramserver_py
 
-#endif  // PS_WORKER_PYTHON_DOCSTRINGS_H_
+#endif  // PS_CLIENT_PYTHON_DOCSTRINGS_H_

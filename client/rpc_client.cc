@@ -1,4 +1,4 @@
-#include "worker/client/rpc_client.h"
+#include "client/rpc_client.h"
 
 #include <grpcpp/completion_queue.h>
 #include <grpcpp/create_channel.h>

@@ -1,4 +1,4 @@
-#include "worker/client/pull_cache.h"
+#include "client/pull_cache.h"
 
 #include <algorithm>
 #include <cstring>
@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/value_codec.h"
-#include "worker/client/rpc_client.h"
+#include "client/rpc_client.h"
 
 namespace ps {
 namespace {
