@@ -23,6 +23,7 @@
 #include "common/value_codec.h"
 #include "common/wire.h"
 #include "server/internal/push_request.h"
+#include "server/pull_answer.h"
 #include "server/reject_reason.h"
 
 namespace ps {
@@ -33,140 +34,6 @@ constexpr absl::Duration kMaxAwait = absl::Minutes(30);
 
 // Method indexes in the generated service (the order of ps.v1.ParameterServer's rpcs).
 constexpr int kPullMethod = 3, kPushMethod = 4, kPushPullMethod = 5;
-
-// Bytes of a pull block's values in the answer: float32, or as the table's pull_codec says.
-size_t AnswerValueBytes(const TableStore::BlockView& view) {
-  return EncodedBytes(view.table->spec.pull_codec(), view.keys.size() * view.table->dim);
-}
-
-// Writes a pull block's values at `p` (AnswerValueBytes of room): the rows copied from the store
-// straight there, or, for a table with a pull_codec, encoded from a float32 copy.
-absl::Status WriteAnswerValues(TableStore* store, const TableStore::BlockView& view, char* p) {
-  const v1::CodecSpec& codec = view.table->spec.pull_codec();
-  if (codec.codec() == v1::CODEC_NONE) return store->Pull(view, p);
-  const size_t n = view.keys.size() * view.table->dim;
-  std::unique_ptr<float[]> floats(new float[n]);  // not zeroed: Pull writes every value
-  PS_RETURN_IF_ERROR(store->Pull(view, reinterpret_cast<char*>(floats.get())));
-  EncodeValueBlock(codec, absl::MakeConstSpan(floats.get(), n), p);
-  view.table->CountCodecBytes(/*push=*/false, n * sizeof(float), AnswerValueBytes(view));
-  return absl::OkStatus();
-}
-
-// A pull block of a table with delta pulls, read before the answer is sized (its size depends on
-// what changed): answered with every value in the pull codec, or, where the block's token
-// (KeyBlock.since) allows and it is smaller, only those changed since (a delta block).
-struct DeltaAnswer {
-  std::unique_ptr<float[]> floats;  // the block's values, as float32
-  std::vector<uint32_t> changed;    // a delta block: the indices of the values it sends
-  bool delta = false;
-  uint64_t token = 0;
-  size_t bytes = 0;  // of the answer's values field
-};
-absl::StatusOr<DeltaAnswer> ReadDelta(TableStore* store, const TableStore::BlockView& view,
-                                      uint64_t since) {
-  const v1::CodecSpec& codec = view.table->spec.pull_codec();
-  const size_t n = view.keys.size() * view.table->dim;
-  const size_t whole = EncodedBytes(codec, n);
-  // The most changed values for which a delta block is smaller than the whole one.
-  size_t lo = 0, hi = n;
-  while (lo < hi) {
-    const size_t mid = hi - (hi - lo) / 2;
-    if (DeltaBlockBytes(codec, mid) < whole) {
-      lo = mid;
-    } else {
-      hi = mid - 1;
-    }
-  }
-  DeltaAnswer answer;
-  answer.floats.reset(new float[n]);  // not zeroed: PullDelta writes every value
-  bool full = true;
-  PS_RETURN_IF_ERROR(store->PullDelta(view, since, /*max_changed=*/lo, answer.floats.get(),
-                                      &answer.changed, &full, &answer.token));
-  answer.delta = !full && DeltaBlockBytes(codec, answer.changed.size()) < whole;
-  answer.bytes = answer.delta ? DeltaBlockBytes(codec, answer.changed.size()) : whole;
-  view.table->CountCodecBytes(/*push=*/false, n * sizeof(float), answer.bytes);
-  return answer;
-}
-
-// Writes a delta table's answer values at `p` (answer.bytes of room).
-void WriteDelta(const TableStore::BlockView& view, const DeltaAnswer& answer, char* p) {
-  const v1::CodecSpec& codec = view.table->spec.pull_codec();
-  const size_t n = view.keys.size() * view.table->dim;
-  if (!answer.delta) return EncodeValueBlock(codec, absl::MakeConstSpan(answer.floats.get(), n), p);
-  std::vector<float> values(answer.changed.size());
-  for (size_t j = 0; j < values.size(); ++j) values[j] = answer.floats[answer.changed[j]];
-  EncodeDeltaBlock(codec, n, answer.changed, values, p);
-}
-
-// A PullResponse whose rows are copied from the store straight into one outgoing slice: blocks
-// (table_id, values, codec, and for delta pulls since and delta), then min_clock and
-// wait_micros, as protobuf writes them.
-absl::StatusOr<grpc::ByteBuffer> WritePullAnswer(
-    TableStore* store, const google::protobuf::RepeatedPtrField<v1::KeyBlock>& blocks,
-    absl::Span<const TableStore::BlockView> views, int64_t min_clock, int64_t wait_micros) {
-  std::vector<size_t> block_sizes(views.size());
-  std::vector<std::optional<DeltaAnswer>> deltas(views.size());
-  size_t total = wire::VarintFieldSize(2, static_cast<uint64_t>(min_clock)) +
-                 wire::VarintFieldSize(3, static_cast<uint64_t>(wait_micros));
-  for (size_t i = 0; i < views.size(); ++i) {
-    size_t extra = 0;
-    if (views[i].table->delta) {
-      PS_ASSIGN_OR_RETURN(deltas[i], ReadDelta(store, views[i], blocks[i].since()));
-      if (deltas[i]->token != 0) extra += 1 + sizeof(uint64_t);  // since: fixed64
-      if (deltas[i]->delta) extra += 2;                          // delta: true
-    }
-    const size_t values = deltas[i].has_value() ? deltas[i]->bytes : AnswerValueBytes(views[i]);
-    block_sizes[i] = wire::VarintFieldSize(1, blocks[i].table_id()) +
-                     (values == 0 ? 0 : wire::LengthFieldSize(3, values)) +
-                     wire::VarintFieldSize(4, blocks[i].codec()) + extra;
-    total += wire::LengthFieldSize(1, block_sizes[i]);
-  }
-  grpc::Slice slice(total);  // uninitialized
-  char* const begin = reinterpret_cast<char*>(const_cast<uint8_t*>(slice.begin()));
-  char* p = begin;
-  for (size_t i = 0; i < views.size(); ++i) {
-    const size_t values = deltas[i].has_value() ? deltas[i]->bytes : AnswerValueBytes(views[i]);
-    p = wire::EncodeVarint((1 << 3) | wire::kLengthDelimited, p);
-    p = wire::EncodeVarint(block_sizes[i], p);
-    if (blocks[i].table_id() != 0) {
-      p = wire::EncodeVarint((1 << 3) | wire::kVarint, p);
-      p = wire::EncodeVarint(blocks[i].table_id(), p);
-    }
-    if (values != 0) {
-      p = wire::EncodeVarint((3 << 3) | wire::kLengthDelimited, p);
-      p = wire::EncodeVarint(values, p);
-      if (deltas[i].has_value()) {
-        WriteDelta(views[i], *deltas[i], p);
-      } else {
-        PS_RETURN_IF_ERROR(WriteAnswerValues(store, views[i], p));
-      }
-      p += values;
-    }
-    if (blocks[i].codec() != v1::CODEC_NONE) {  // checked: the table's pull_codec
-      p = wire::EncodeVarint((4 << 3) | wire::kVarint, p);
-      p = wire::EncodeVarint(blocks[i].codec(), p);
-    }
-    if (deltas[i].has_value() && deltas[i]->token != 0) {
-      p = wire::EncodeVarint((6 << 3) | wire::kFixed64, p);
-      std::memcpy(p, &deltas[i]->token, sizeof(uint64_t));
-      p += sizeof(uint64_t);
-    }
-    if (deltas[i].has_value() && deltas[i]->delta) {
-      p = wire::EncodeVarint((7 << 3) | wire::kVarint, p);
-      p = wire::EncodeVarint(1, p);
-    }
-  }
-  if (min_clock != 0) {
-    p = wire::EncodeVarint((2 << 3) | wire::kVarint, p);
-    p = wire::EncodeVarint(static_cast<uint64_t>(min_clock), p);
-  }
-  if (wait_micros != 0) {
-    p = wire::EncodeVarint((3 << 3) | wire::kVarint, p);
-    p = wire::EncodeVarint(static_cast<uint64_t>(wait_micros), p);
-  }
-  CHECK_EQ(static_cast<size_t>(p - begin), total);  // a sizing bug of ours, not input
-  return grpc::ByteBuffer(&slice, 1);
-}
 
 // INVALID_ARGUMENT where a block's codec is not its table's for that direction: a client that
 // does not know the table's codec (a plain protobuf client sends and asks for float32) learns
@@ -524,8 +391,11 @@ absl::Status ParameterService::DoPull(
                                                   job == nullptr ? nullptr : job->waiting_pulls));
   }
   const int64_t wait_micros = absl::ToInt64Microseconds(ticket.waited);
-  PS_ASSIGN_OR_RETURN(*answer,
-                      WritePullAnswer(store_, blocks, views, ticket.min_clock, wait_micros));
+  PS_ASSIGN_OR_RETURN(PullAnswer pulled,
+                      PullAnswer::Read(store_, blocks, views, ticket.min_clock, wait_micros));
+  grpc::Slice slice(pulled.bytes());  // uninitialized
+  PS_RETURN_IF_ERROR(pulled.Write(reinterpret_cast<char*>(const_cast<uint8_t*>(slice.begin()))));
+  *answer = grpc::ByteBuffer(&slice, 1);
   if (job != nullptr) {
     job->pull_wait->Observe(absl::ToDoubleSeconds(ticket.waited));
     job->pulled_keys->Increment(static_cast<double>(keys));
