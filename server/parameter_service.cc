@@ -1,30 +1,21 @@
 #include "server/parameter_service.h"
 
 #include <glog/logging.h>
-#include <grpcpp/impl/codegen/proto_utils.h>
 #include <grpcpp/support/method_handler.h>
 #include <grpcpp/support/server_callback.h>
 
 #include <algorithm>
-#include <cmath>
-#include <cstring>
-#include <deque>
 #include <memory>
-#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "common/node_identity.h"
 #include "common/printable.h"
 #include "common/shard_map.h"
 #include "common/status_macros.h"
-#include "common/value_codec.h"
-#include "common/wire.h"
-#include "server/internal/push_request.h"
-#include "server/pull_answer.h"
-#include "server/reject_reason.h"
+#include "server/data_call.h"
 
 namespace ps {
 namespace {
@@ -34,149 +25,6 @@ constexpr absl::Duration kMaxAwait = absl::Minutes(30);
 
 // Method indexes in the generated service (the order of ps.v1.ParameterServer's rpcs).
 constexpr int kPullMethod = 3, kPushMethod = 4, kPushPullMethod = 5;
-
-// INVALID_ARGUMENT where a block's codec is not its table's for that direction: a client that
-// does not know the table's codec (a plain protobuf client sends and asks for float32) learns
-// which one it is. A push block must also say the table's topk momentum correction
-// (KeyBlock.momentum): a client that does not apply it learns so.
-absl::Status CheckBlockCodec(const v1::TableSpec& spec, const v1::KeyBlock& block, bool push) {
-  const v1::ValueCodec want = push ? spec.push_codec().codec() : spec.pull_codec().codec();
-  const v1::ValueCodec sent = block.codec();
-  if (sent == want) {
-    const float momentum = spec.push_codec().momentum();
-    if (!push || block.momentum() == momentum) return absl::OkStatus();
-    return Rejected(
-        RejectReason::kOther,
-        absl::InvalidArgumentError(absl::StrCat(
-            "table ", spec.table_id(), " ('", spec.name(), "') takes topk pushes with momentum ",
-            "correction ", momentum, " (its push_codec.momentum, applied by the workers), but the ",
-            "request's block says ", block.momentum(),
-            block.momentum() == 0.0f
-                ? ": this client does not say that it applies it (KeyBlock.momentum); use a "
-                  "client that does (docs/data-plane.md)"
-                : "",
-            "; nothing was applied")));
-  }
-  return Rejected(
-      RejectReason::kOther,
-      absl::InvalidArgumentError(absl::StrCat(
-          "table ", spec.table_id(), " ('", spec.name(), "') ",
-          push ? "takes pushes encoded as " : "answers pulls encoded as ", CodecName(want),
-          " (its ", push ? "push_codec" : "pull_codec", "), but the request's block is ",
-          CodecName(sent), ": use a client that knows value codecs (docs/data-plane.md)",
-          push ? "; nothing was applied" : "")));
-}
-
-// Most values the encoded blocks of one push request may decode to together (256 MiB of float32,
-// the most a request may carry): a small topk or sign block may stand for many values, and a
-// server decodes them in memory before it checks their keys.
-constexpr size_t kMaxDecodedValues = size_t{64} << 20;
-
-// A push's blocks with their values as float32: those that arrived encoded (KeyBlock.codec set)
-// decoded, the others where they arrived.
-struct DecodedPush {
-  bool used = false;                      // a block was decoded: read `values`
-  std::deque<ScatteredValues> values;     // every block's values
-  std::deque<std::vector<float>> floats;  // the decoded blocks' values
-  size_t decoded_values = 0;              // the values the encoded blocks stand for, summed
-  // What each decoded block's values took as float32 and on the wire, counted into its table's
-  // stats once the push is applied (CountPushCodecBytes), not for a refused or repeated one.
-  struct Bytes {
-    int block;
-    uint64_t raw, wire;
-  };
-  std::vector<Bytes> bytes;
-};
-
-void CountPushCodecBytes(const DecodedPush& decoded,
-                         const std::vector<TableStore::BlockView>& views) {
-  for (const DecodedPush::Bytes& b : decoded.bytes) {
-    views[b.block].table->CountCodecBytes(/*push=*/true, b.raw, b.wire);
-  }
-}
-
-// Decodes the encoded blocks of a push read in place, each checked against its table's
-// push_codec. INVALID_ARGUMENT for a bad block (nothing is applied then: the caller stops). The
-// values they stand for are counted first, and nothing is decoded where they are too many.
-absl::Status DecodePushBlocks(const TableStore& store, const v1::PushRequest& req,
-                              const std::deque<ScatteredValues>* in_place, DecodedPush* out) {
-  std::vector<std::shared_ptr<const TableStore::Table>> tables(req.blocks_size());
-  for (int i = 0; i < req.blocks_size(); ++i) {
-    const v1::KeyBlock& block = req.blocks(i);
-    if (block.codec() == v1::CODEC_NONE) continue;
-    if (in_place == nullptr) {
-      return absl::InternalError("an encoded push block was not read in place");
-    }
-    v1::KeyBlock probe;  // no keys: finds the table and checks its job
-    probe.set_table_id(block.table_id());
-    TableStore::BlockView table;
-    PS_RETURN_IF_ERROR(store.Resolve(req.job_id(), probe, /*with_values=*/false, &table));
-    PS_RETURN_IF_ERROR(CheckBlockCodec(table.table->spec, block, /*push=*/true));
-    const size_t n = block.keys().size() / sizeof(uint64_t) * table.table->dim;
-    if (n > kMaxDecodedValues - out->decoded_values) {  // decoded_values <= the cap
-      return Rejected(RejectReason::kBadSize,
-                      absl::InvalidArgumentError(absl::StrCat(
-                          "table ", block.table_id(), ": the request's encoded blocks stand for ",
-                          out->decoded_values + n, " values or more; at most ", kMaxDecodedValues,
-                          " a request (push fewer keys per request); nothing was applied")));
-    }
-    out->decoded_values += n;
-    tables[i] = std::move(table.table);
-  }
-  for (int i = 0; i < req.blocks_size(); ++i) {
-    if (tables[i] == nullptr) continue;
-    const v1::KeyBlock& block = req.blocks(i);
-    const std::deque<ScatteredValues>& values = *in_place;
-    if (!out->used) out->values = values;
-    out->used = true;
-    const size_t n = block.keys().size() / sizeof(uint64_t) * tables[i]->dim;
-    std::string bytes(values[i].bytes(), '\0');
-    values[i].CopyTo(bytes.data());
-    std::vector<float>& floats = out->floats.emplace_back(n);
-    absl::Status s = DecodeValueBlock(block.codec(), bytes, n, floats.data());
-    if (!s.ok()) {
-      return Rejected(RejectReason::kBadSize,
-                      absl::InvalidArgumentError(absl::StrCat(
-                          "table ", block.table_id(), ": bad ", CodecName(block.codec()),
-                          " block: ", s.message(), "; nothing was applied")));
-    }
-    out->values[i] = ScatteredValues();
-    if (n > 0) out->values[i].Add(reinterpret_cast<const char*>(floats.data()), n * sizeof(float));
-    out->bytes.push_back({i, n * sizeof(float), bytes.size()});
-  }
-  return absl::OkStatus();
-}
-
-// A Push or PushPull request read in place (internal/push_request.h) from a received buffer,
-// which must outlive this: the gradients are applied from its slices.
-template <typename Request>
-struct InPlaceRequest {
-  using Parser = absl::Status (*)(wire::SliceReader*, Request*, std::deque<ScatteredValues>*);
-
-  absl::Status Parse(grpc::ByteBuffer* in, Parser parse) {
-    if (!CoalesceIfFragmented(in) || !reader.Reset(in)) {
-      return absl::InvalidArgumentError("unreadable request");
-    }
-    return parse(&reader, &req, &values);
-  }
-
-  wire::SliceReader reader;
-  Request req;
-  std::deque<ScatteredValues> values;  // block i's gradients
-};
-
-// Parses a request buffer with protobuf.
-template <typename Request>
-absl::Status ParseRequest(grpc::ByteBuffer* in, Request* req) {
-  const size_t bytes = in->Length();
-  grpc::Status s = grpc::SerializationTraits<Request>::Deserialize(in, req);
-  if (!s.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("malformed ", req->GetTypeName(), " (", bytes,
-                     " bytes): not the protobuf encoding of that message"));
-  }
-  return absl::OkStatus();
-}
 
 }  // namespace
 
@@ -188,6 +36,7 @@ ParameterService::ParameterService(TableStore* store, absl::Duration max_pull_wa
       gate_([store](const std::string& job_id, int64_t from, int64_t to) {
         store->ApplyAccumulated(job_id, from, to);
       }),
+      data_plane_(store, &gate_, &deduper_, metrics),
       restorer_(store, &gate_, metrics, checkpoints.roots),
       checkpointer_(store, std::move(checkpoints), metrics) {
   for (const auto& [index, method] :
@@ -291,192 +140,37 @@ grpc::Status ParameterService::DescribeTable(grpc::ServerContext* ctx,
   return Finish(ServerMethod::kDescribeTable, start, *req, *resp, r.status());
 }
 
-absl::Status ParameterService::DoPush(const v1::PushRequest& req, bool* duplicate,
-                                      const std::deque<ScatteredValues>* values) {
-  *duplicate = false;
-  PS_RETURN_IF_ERROR(CheckJob(req.job_id()));
-  const std::shared_ptr<ServerMetrics::Job> job =
-      metrics_ == nullptr ? nullptr : metrics_->FindJob(req.job_id());
-  // A retry of an applied push is acknowledged before the clock checks: its worker may have
-  // advanced since (a PushPull whose answer was lost), which would make it look late.
-  if (deduper_.Seen(req.job_id(), req.worker_id(), req.request_id())) {
-    *duplicate = true;
-    if (job != nullptr) job->duplicate_pushes->Increment();
-    return absl::OkStatus();
-  }
-  PS_RETURN_IF_ERROR(store_->CheckShardEpoch(req.job_id(), req.shard_epoch()));
-  return gate_.CheckPushAndRun(req.job_id(), req.worker_id(), req.clock(), req.shard_epoch(),
-                               [&] { return ApplyPush(req, values, job.get(), duplicate); });
-}
+// One Pull, Push or PushPull call on gRPC's side: its reactor, its answer buffer and when it
+// started, around the DataCall that serves it.
+struct ParameterService::Call {
+  Call(grpc::ServerUnaryReactor* reactor, grpc::ByteBuffer* answer, DataPlane* plane,
+       ServerMethod method, const grpc::ByteBuffer& request, absl::Time deadline,
+       std::string job_scope)
+      : reactor(reactor),
+        answer(answer),
+        data(plane, method, request, answer, deadline, std::move(job_scope)) {}
 
-absl::Status ParameterService::ApplyPush(const v1::PushRequest& req,
-                                         const std::deque<ScatteredValues>* values,
-                                         ServerMetrics::Job* job, bool* duplicate) {
-  const float lr_scale = req.lr_scale() == 0.0f ? 1.0f : req.lr_scale();
-  if (!std::isfinite(lr_scale) || lr_scale < 0.0f || lr_scale > 1000.0f) {
-    return Rejected(RejectReason::kBadLrScale,
-                    absl::InvalidArgumentError(absl::StrCat(
-                        "lr_scale ", req.lr_scale(), " is not in [0, 1000]; nothing was applied")));
-  }
-  if (values != nullptr && values->size() != static_cast<size_t>(req.blocks_size())) {
-    return absl::InternalError("a push read in place lost track of its blocks' values");
-  }
-  DecodedPush decoded;
-  PS_RETURN_IF_ERROR(DecodePushBlocks(*store_, req, values, &decoded));
-  if (decoded.used) values = &decoded.values;
-  std::vector<TableStore::BlockView> views(req.blocks_size());
-  for (int i = 0; i < req.blocks_size(); ++i) {
-    PS_RETURN_IF_ERROR(store_->Resolve(req.job_id(), req.blocks(i), /*with_values=*/true, &views[i],
-                                       values == nullptr ? nullptr : &(*values)[i]));
-    PS_RETURN_IF_ERROR(CheckBlockCodec(views[i].table->spec, req.blocks(i), true));
-  }
-  PS_RETURN_IF_ERROR(store_->CheckNewRows(views));
-  if (!deduper_.FirstTime(req.job_id(), req.worker_id(), req.request_id())) {
-    *duplicate = true;
-    if (job != nullptr) job->duplicate_pushes->Increment();
-    return absl::OkStatus();
-  }
-  CountPushCodecBytes(decoded, views);
-  PS_ASSIGN_OR_RETURN(auto mode, gate_.ModeOf(req.job_id()));
-  size_t keys = 0;
-  for (const auto& view : views) {
-    // Fails only for a job dropped meanwhile, whose rows are gone anyway.
-    PS_RETURN_IF_ERROR(mode == v1::ConsistencySpec::SYNC
-                           ? store_->Accumulate(view, req.clock(), lr_scale)
-                           : store_->Apply(view, lr_scale));
-    keys += view.keys.size();
-  }
-  if (job != nullptr) job->pushed_keys->Increment(static_cast<double>(keys));
-  return absl::OkStatus();
-}
-
-absl::Status ParameterService::DoPull(
-    const std::string& job_id, int64_t clock,
-    const google::protobuf::RepeatedPtrField<v1::KeyBlock>& blocks, absl::Time deadline,
-    grpc::ByteBuffer* answer, bool* deferred) {
-  // With `deferred`, nothing may change before the pull is handed off: the caller runs it again
-  // where it may block. A pull that must wait is handed off before its keys are checked, so a
-  // waiting pull (most pulls of a sync job) checks them once, there.
-  ConsistencyGate::PullTicket ticket;
-  if (deferred != nullptr) {
-    PS_ASSIGN_OR_RETURN(std::optional<ConsistencyGate::PullTicket> now,
-                        gate_.TryPull(job_id, clock));
-    if (!now.has_value()) {
-      *deferred = true;
-      return absl::OkStatus();
-    }
-    ticket = *now;
-  }
-  const std::shared_ptr<ServerMetrics::Job> job =
-      metrics_ == nullptr ? nullptr : metrics_->FindJob(job_id);
-  std::vector<TableStore::BlockView> views(blocks.size());
-  for (int i = 0; i < blocks.size(); ++i) {
-    PS_RETURN_IF_ERROR(store_->Resolve(job_id, blocks[i], /*with_values=*/false, &views[i]));
-    PS_RETURN_IF_ERROR(CheckBlockCodec(views[i].table->spec, blocks[i], false));
-  }
-  PS_RETURN_IF_ERROR(store_->CheckPullSize(views));
-  PS_RETURN_IF_ERROR(store_->CheckNewRows(views));
-  size_t keys = 0;
-  size_t bytes = 0;
-  for (const auto& view : views) {
-    keys += view.keys.size();
-    bytes += view.keys.size() * view.table->dim * sizeof(float);
-  }
-  if (deferred != nullptr && bytes > kServeHereBytes) {
-    *deferred = true;
-    return absl::OkStatus();
-  }
-  if (deferred == nullptr) {
-    PS_ASSIGN_OR_RETURN(ticket, gate_.WaitForPull(job_id, clock, deadline,
-                                                  job == nullptr ? nullptr : job->waiting_pulls));
-  }
-  const int64_t wait_micros = absl::ToInt64Microseconds(ticket.waited);
-  PS_ASSIGN_OR_RETURN(PullAnswer pulled,
-                      PullAnswer::Read(store_, blocks, views, ticket.min_clock, wait_micros));
-  grpc::Slice slice(pulled.bytes());  // uninitialized
-  PS_RETURN_IF_ERROR(pulled.Write(reinterpret_cast<char*>(const_cast<uint8_t*>(slice.begin()))));
-  *answer = grpc::ByteBuffer(&slice, 1);
-  if (job != nullptr) {
-    job->pull_wait->Observe(absl::ToDoubleSeconds(ticket.waited));
-    job->pulled_keys->Increment(static_cast<double>(keys));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ParameterService::PushPart(const v1::PushPullRequest& req,
-                                        const std::deque<ScatteredValues>* values,
-                                        int64_t* pull_clock) {
-  const v1::PushRequest& push = req.push();
-  PS_RETURN_IF_ERROR(CheckJob(push.job_id()));
-  // Before anything else: a retried (duplicate) push skips the clock checks, and the pull's
-  // clock is push.clock + 1.
-  PS_RETURN_IF_ERROR(ConsistencyGate::CheckClockRange("push clock", push.clock()));
-  // Also for a retried (duplicate) push: the pull part must not be served from a stale map.
-  PS_RETURN_IF_ERROR(store_->CheckShardEpoch(push.job_id(), push.shard_epoch()));
-  bool duplicate = false;
-  PS_RETURN_IF_ERROR(DoPush(push, &duplicate, values));
-  *pull_clock = push.clock();
-  if (req.advance_clock()) {
-    *pull_clock = push.clock() + 1;
-    if (!duplicate) {
-      PS_ASSIGN_OR_RETURN(bool last, gate_.CountClockPart(push.job_id(), push.worker_id(),
-                                                          push.clock(), req.clock_parts()));
-      if (last) {
-        PS_RETURN_IF_ERROR(
-            gate_.AdvanceClock(push.job_id(), push.worker_id(), *pull_clock, push.shard_epoch())
-                .status());
-      }
-    }
-  }
-  return absl::OkStatus();
-}
-
-// One Pull, Push or PushPull call, from its callback handler to its answer. The steps run on the
-// gRPC thread that read the request where they can (Advance with may_block false), else on a
-// thread of `handoff_`.
-struct ParameterService::DataCall {
-  ServerMethod method;
-  grpc::ServerUnaryReactor* reactor = nullptr;
-  grpc::ByteBuffer request;  // the received bytes (pushes are applied from its slices)
-  grpc::ByteBuffer* answer;  // gRPC's response buffer
-  absl::Time start;
-  absl::Time deadline;  // of a pull's wait
-  size_t request_bytes = 0;
-  bool read = false;  // the request read, and its push (if any) applied
-  // The pull to serve once read.
-  v1::PullRequest pull;
-  InPlaceRequest<v1::PushPullRequest> push_pull;
-  int64_t pull_clock = 0;
-  std::string job_scope;  // the job whose credential the call carries ("": any job)
+  grpc::ServerUnaryReactor* const reactor;
+  grpc::ByteBuffer* const answer;
+  const absl::Time start = absl::Now();
+  DataCall data;
 };
-
-absl::Status ParameterService::CheckScope(const std::string& job_scope, const std::string& job_id) {
-  if (job_scope.empty() || job_scope == job_id) return absl::OkStatus();
-  return absl::PermissionDeniedError(absl::StrCat("the call carries job ", job_scope,
-                                                  "'s credential; it cannot act on job '",
-                                                  Printable(job_id, 64), "'"));
-}
 
 grpc::ServerUnaryReactor* ParameterService::StartDataCall(ServerMethod method,
                                                           grpc::CallbackServerContext* ctx,
                                                           const grpc::ByteBuffer* request,
                                                           grpc::ByteBuffer* answer) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  std::string job_scope;
   if (authorizer_ != nullptr) {
     if (grpc::Status denied = authorizer_->Check(*ctx, Access::kJob); !denied.ok()) {
       reactor->Finish(denied);
       return reactor;
     }
+    job_scope = authorizer_->JobScope(*ctx);
   }
-  auto call = std::make_unique<DataCall>();
-  if (authorizer_ != nullptr) call->job_scope = authorizer_->JobScope(*ctx);
-  call->method = method;
-  call->reactor = reactor;
-  call->request = *request;  // shares the slices
-  call->answer = answer;
-  call->start = absl::Now();
-  call->deadline = PullDeadline(ctx);
-  call->request_bytes = request->Length();
+  auto call = std::make_unique<Call>(reactor, answer, &data_plane_, method, *request,
+                                     PullDeadline(ctx), std::move(job_scope));
   if (!Advance(call.get(), /*may_block=*/false)) {
     handoff_.Run([this, c = call.release()] { CHECK(Advance(c, /*may_block=*/true)); });
   } else {
@@ -485,82 +179,20 @@ grpc::ServerUnaryReactor* ParameterService::StartDataCall(ServerMethod method,
   return reactor;
 }
 
-bool ParameterService::Advance(DataCall* call, bool may_block) {
-  absl::Status s;
-  if (!call->read) {
-    if (!may_block && call->request_bytes > kServeHereBytes) return false;
-    call->read = true;
-    switch (call->method) {
-      case ServerMethod::kPush:
-        FinishCall(call, ServePush(&call->request, call->answer, call->job_scope));
-        return true;
-      case ServerMethod::kPull:
-        s = ParseRequest(&call->request, &call->pull);
-        if (s.ok()) s = CheckScope(call->job_scope, call->pull.job_id());
-        if (s.ok()) s = CheckJob(call->pull.job_id());
-        if (s.ok()) s = store_->CheckShardEpoch(call->pull.job_id(), call->pull.shard_epoch());
-        call->pull_clock = call->pull.clock();
-        break;
-      default:
-        s = call->push_pull.Parse(&call->request, ReadPushPullRequest);
-        if (s.ok()) s = CheckScope(call->job_scope, call->push_pull.req.push().job_id());
-        if (s.ok()) s = PushPart(call->push_pull.req, &call->push_pull.values, &call->pull_clock);
-    }
-    if (!s.ok()) {
-      FinishCall(call, s);
-      return true;
-    }
-  }
-  const bool is_pull = call->method == ServerMethod::kPull;
-  const std::string& job_id = is_pull ? call->pull.job_id() : call->push_pull.req.push().job_id();
-  const auto& blocks = is_pull ? call->pull.blocks() : call->push_pull.req.pull_blocks();
-  bool deferred = false;
-  s = DoPull(job_id, call->pull_clock, blocks, call->deadline, call->answer,
-             may_block ? nullptr : &deferred);
-  if (deferred) return false;
-  FinishCall(call, s);
+bool ParameterService::Advance(Call* call, bool may_block) {
+  if (!call->data.Serve(may_block)) return false;
+  FinishCall(call);
   return true;
 }
 
-void ParameterService::FinishCall(DataCall* call, const absl::Status& status) {
-  std::unique_ptr<DataCall> owned(call);
+void ParameterService::FinishCall(Call* call) {
+  std::unique_ptr<Call> owned(call);
+  const absl::Status& status = call->data.status();
   if (metrics_ != nullptr) {
-    metrics_->RecordRequest(call->method, status, call->request_bytes,
+    metrics_->RecordRequest(call->data.method(), status, call->data.request_bytes(),
                             status.ok() ? call->answer->Length() : 0, absl::Now() - call->start);
   }
   call->reactor->Finish(ToGrpcStatus(status));
-}
-
-absl::Status ParameterService::ServePull(grpc::ByteBuffer* request, absl::Time deadline,
-                                         grpc::ByteBuffer* answer) {
-  v1::PullRequest req;
-  PS_RETURN_IF_ERROR(ParseRequest(request, &req));
-  PS_RETURN_IF_ERROR(CheckJob(req.job_id()));
-  PS_RETURN_IF_ERROR(store_->CheckShardEpoch(req.job_id(), req.shard_epoch()));
-  return DoPull(req.job_id(), req.clock(), req.blocks(), deadline, answer);
-}
-
-absl::Status ParameterService::ServePush(grpc::ByteBuffer* request, grpc::ByteBuffer* answer,
-                                         const std::string& job_scope) {
-  InPlaceRequest<v1::PushRequest> r;
-  bool duplicate = false;
-  PS_RETURN_IF_ERROR(r.Parse(request, ReadPushRequest));
-  PS_RETURN_IF_ERROR(CheckScope(job_scope, r.req.job_id()));
-  PS_RETURN_IF_ERROR(DoPush(r.req, &duplicate, &r.values));
-  // A PushResponse: `duplicate` (field 1) when set, else nothing.
-  static constexpr char kDuplicate[] = {0x08, 0x01};
-  grpc::Slice answer_slice(kDuplicate, duplicate ? sizeof(kDuplicate) : 0);
-  *answer = grpc::ByteBuffer(&answer_slice, 1);
-  return absl::OkStatus();
-}
-
-absl::Status ParameterService::ServePushPull(grpc::ByteBuffer* request, absl::Time deadline,
-                                             grpc::ByteBuffer* answer) {
-  InPlaceRequest<v1::PushPullRequest> r;
-  PS_RETURN_IF_ERROR(r.Parse(request, ReadPushPullRequest));
-  int64_t pull_clock = 0;
-  PS_RETURN_IF_ERROR(PushPart(r.req, &r.values, &pull_clock));
-  return DoPull(r.req.push().job_id(), pull_clock, r.req.pull_blocks(), deadline, answer);
 }
 
 grpc::Status ParameterService::Clock(grpc::ServerContext* ctx, const v1::ClockRequest* req,

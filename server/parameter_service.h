@@ -1,16 +1,16 @@
-// The gRPC ParameterServer service: thin handlers over TableStore and ConsistencyGate.
+// The gRPC ParameterServer service: authorization, the data-plane calls' reactors and their
+// hand-off to a thread that may block, and metrics, over DataPlane (Pull, Push, PushPull) and
+// thin handlers over TableStore, ConsistencyGate, Checkpointer and Restorer (the control plane).
 #ifndef PS_SERVER_PARAMETER_SERVICE_H_
 #define PS_SERVER_PARAMETER_SERVICE_H_
 
 #include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/server_callback.h>
 
-#include <deque>
 #include <memory>
 #include <string>
 #include <utility>
 
-#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -18,6 +18,7 @@
 #include "ps/v1/parameter_server.grpc.pb.h"
 #include "server/checkpointer.h"
 #include "server/consistency_gate.h"
+#include "server/data_plane.h"
 #include "server/internal/handoff_pool.h"
 #include "server/request_deduper.h"
 #include "server/restorer.h"
@@ -71,61 +72,30 @@ class ParameterService final : public v1::ParameterServer::Service {
   grpc::Status DropJob(grpc::ServerContext* ctx, const v1::DropJobRequest* req,
                        v1::DropJobResponse* resp) override;
 
-  // The library calls behind the handlers (usable without gRPC).
-  // `values` (if not null): block i's gradients are (*values)[i] (a request read in place; the
-  // blocks' own values are empty).
-  absl::Status DoPush(const v1::PushRequest& req, bool* duplicate,
-                      const std::deque<ScatteredValues>* values = nullptr);
-  // Writes the answer in `answer` (the bytes of a PullResponse, rows copied straight into the
-  // outgoing buffer). With `deferred`, never blocks and answers no more than kServeHereBytes:
-  // where it would, sets *deferred and returns OK having changed nothing, for the caller to call
-  // it again (without `deferred`) on a thread that may block.
-  absl::Status DoPull(const std::string& job_id, int64_t clock,
-                      const google::protobuf::RepeatedPtrField<v1::KeyBlock>& blocks,
-                      absl::Time deadline, grpc::ByteBuffer* answer, bool* deferred = nullptr);
-  // What gRPC's Pull, Push and PushPull handlers do with a received request (the bytes of a
-  // PullRequest, PushRequest or PushPullRequest, cut into any slices): read it (pushes in place,
-  // `request` possibly coalesced first; pulls by protobuf), serve it, and put the bytes of the
-  // RPC's response in `answer` (pull rows copied straight there). For in-process callers too.
-  absl::Status ServePull(grpc::ByteBuffer* request, absl::Time deadline, grpc::ByteBuffer* answer);
-  // `job_scope` (non-empty): the job whose credential the call carries; a push for another job
-  // is PERMISSION_DENIED.
-  absl::Status ServePush(grpc::ByteBuffer* request, grpc::ByteBuffer* answer,
-                         const std::string& job_scope = "");
-  absl::Status ServePushPull(grpc::ByteBuffer* request, absl::Time deadline,
-                             grpc::ByteBuffer* answer);
+  // The data plane behind Pull, Push and PushPull: in-process callers (the fuzzer) serve those
+  // calls through it as gRPC's handlers do, with a DataCall (server/data_call.h).
+  DataPlane* data_plane() { return &data_plane_; }
 
  private:
   std::shared_ptr<const Authorizer> authorizer_;
   absl::Mutex secret_mu_;
   std::string node_secret_ ABSL_GUARDED_BY(secret_mu_);
   absl::Time PullDeadline(const grpc::ServerContextBase* ctx) const;
-  // PERMISSION_DENIED unless `job_scope` is empty (not a job's credential) or `job_id`.
-  static absl::Status CheckScope(const std::string& job_scope, const std::string& job_id);
   // A well-formed job id of a job not dropped.
   absl::Status CheckJob(const std::string& job_id) const;
-  // DoPush after the clock check, with the job's sync applies held off.
-  absl::Status ApplyPush(const v1::PushRequest& req, const std::deque<ScatteredValues>* values,
-                         ServerMetrics::Job* job, bool* duplicate);
   absl::Status DoConfigureJob(const v1::ConfigureJobRequest& req, v1::ConfigureJobResponse* resp);
-  // A PushPull's push, with its clock counted: the clock its pull is served at in *pull_clock.
-  absl::Status PushPart(const v1::PushPullRequest& req, const std::deque<ScatteredValues>* values,
-                        int64_t* pull_clock);
   // Pull, Push and PushPull are registered as raw callback methods (a client sees plain unary
   // calls and the same bytes). A call is served on the gRPC thread that read it, with no thread
-  // hop, unless it would block there: a request or pull answer over kServeHereBytes, or a pull
-  // that must wait in the consistency gate, goes on from where it stands on a thread of
-  // `handoff_` (DataCall, Advance). Our clients' parts (2 MiB by default) stay below it: handed
-  // off, a 2 MiB part took longer in ps_bench runs (docs/benchmarks.md, "Fifth round").
-  static constexpr size_t kServeHereBytes = size_t{4} << 20;
-  struct DataCall;
+  // hop, unless it would block there (DataCall::Serve): then it goes on from where it stands on
+  // a thread of `handoff_`.
+  struct Call;
   grpc::ServerUnaryReactor* StartDataCall(ServerMethod method, grpc::CallbackServerContext* ctx,
                                           const grpc::ByteBuffer* request,
                                           grpc::ByteBuffer* answer);
   // Runs the call's next steps; false (the call kept) where it stopped because !may_block.
-  bool Advance(DataCall* call, bool may_block);
-  // Counts the call, sends its answer (or `status`) and frees it.
-  void FinishCall(DataCall* call, const absl::Status& status);
+  bool Advance(Call* call, bool may_block);
+  // Counts the call, sends its answer (or its error) and frees it.
+  void FinishCall(Call* call);
   absl::Status DoCheckpoint(const v1::CheckpointRequest& req, v1::CheckpointResponse* resp);
   absl::Status DoRestore(const v1::RestoreRequest& req, absl::Time deadline,
                          v1::RestoreResponse* resp);
@@ -142,6 +112,7 @@ class ParameterService final : public v1::ParameterServer::Service {
   absl::Mutex lifecycle_mu_;
   ConsistencyGate gate_;
   RequestDeduper deduper_;
+  DataPlane data_plane_;       // uses store_, gate_, deduper_
   Restorer restorer_;          // uses gate_
   Checkpointer checkpointer_;  // stops its writer thread when destroyed
   HandoffPool handoff_;        // destroyed first: waits for the calls it runs

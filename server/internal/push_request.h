@@ -30,6 +30,26 @@ absl::Status ReadPushRequest(wire::SliceReader* r, v1::PushRequest* req,
 absl::Status ReadPushPullRequest(wire::SliceReader* r, v1::PushPullRequest* req,
                                  std::deque<ScatteredValues>* values);
 
+// A Push or PushPull request read in place from a received buffer (Parse), which must outlive
+// this: the gradients are applied from its slices.
+template <typename Request>
+struct InPlaceRequest {
+  using Reader = absl::Status (*)(wire::SliceReader*, Request*, std::deque<ScatteredValues>*);
+
+  // Reads `in` (coalesced first if fragmented) with `read` (ReadPushRequest or
+  // ReadPushPullRequest).
+  absl::Status Parse(grpc::ByteBuffer* in, Reader read) {
+    if (!CoalesceIfFragmented(in) || !reader.Reset(in)) {
+      return absl::InvalidArgumentError("unreadable request");
+    }
+    return read(&reader, &req, &values);
+  }
+
+  wire::SliceReader reader;
+  Request req;
+  std::deque<ScatteredValues> values;  // block i's gradients
+};
+
 }  // namespace ps
 
 #endif  // PS_SERVER_INTERNAL_PUSH_REQUEST_H_

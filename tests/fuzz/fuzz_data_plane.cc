@@ -5,10 +5,13 @@
 // "probe" are sent to "job" instead. Afterwards the probe job must still answer a pull with
 // its untouched initial values: no request of another job may reach its rows.
 //
-// Pull, Push and PushPull go where gRPC sends them: ServePull / ServePush / ServePushPull on a
-// ByteBuffer (pushes read in place), cut into pieces of a size the rpc byte picks (rpc / 10 % 8:
-// 0 one slice, k pieces of 3 << (k - 1) bytes). Bytes protobuf cannot parse are sent as they
-// are (they must be refused); the others are re-encoded after the probe job is renamed.
+// Pull, Push and PushPull take the path gRPC's handlers take (ParameterService::StartDataCall):
+// a DataCall over the service's DataPlane, on a ByteBuffer (pushes read in place) cut into
+// pieces of a size the rpc byte picks (rpc / 10 % 8: 0 one slice, k pieces of 3 << (k - 1)
+// bytes), served first as on the gRPC thread that read it (may not block) and, where it stops
+// there, on as on the hand-off thread. rpc / 80 == 1: the call carries job "job"'s credential
+// (its scope), else none. Bytes protobuf cannot parse are sent as they are (they must be
+// refused); the others are re-encoded after the probe job is renamed.
 //
 // Checkpoint and Restore run with no checkpoint roots, so they are validated up to the path
 // check and never write or read a RocksDB (which would cost milliseconds an input).
@@ -26,6 +29,7 @@
 #include "absl/time/time.h"
 #include "common/codec.h"
 #include "ps/v1/parameter_server.pb.h"
+#include "server/data_call.h"
 #include "server/parameter_service.h"
 #include "server/table_store.h"
 #include "tests/fuzz/fuzz_input.h"
@@ -139,10 +143,22 @@ std::string RawRequest(const std::string& bytes, Unprobe unprobe) {
   return req.SerializeAsString();
 }
 
+// Serves a Pull, Push or PushPull call as gRPC's handlers do: a DataCall with the arguments
+// StartDataCall gives it, served without blocking, then (where it stopped) as the hand-off
+// thread serves it. The call's status.
+absl::Status Serve(ps::ParameterService& service, ps::ServerMethod method,
+                   const grpc::ByteBuffer& request, absl::Time deadline,
+                   const std::string& job_scope, grpc::ByteBuffer* answer) {
+  ps::DataCall call(service.data_plane(), method, request, answer, deadline, job_scope);
+  if (!call.Serve(/*may_block=*/false)) Require(call.Serve(/*may_block=*/true));
+  return call.status();
+}
+
 void Dispatch(ps::ParameterService& s, uint8_t rpc, const std::string& bytes) {
   using namespace ps::v1;  // NOLINT: the request and response types
   const int slicing = rpc / 10 % 8;
   const size_t piece = slicing == 0 ? 0 : size_t{3} << (slicing - 1);
+  const std::string scope = rpc / 80 == 1 ? kJob : "";
   const absl::Time deadline = absl::Now() + absl::Milliseconds(1);
   grpc::ByteBuffer answer;
   switch (rpc % 10) {
@@ -150,14 +166,14 @@ void Dispatch(ps::ParameterService& s, uint8_t rpc, const std::string& bytes) {
       grpc::ByteBuffer in = Sliced(
           RawRequest<PushRequest>(bytes, [](PushRequest* r) { Unprobe(r->mutable_job_id()); }),
           piece);
-      (void)s.ServePush(&in, &answer);
+      (void)Serve(s, ps::ServerMethod::kPush, in, deadline, scope, &answer);
       return;
     }
     case 1: {
       grpc::ByteBuffer in = Sliced(
           RawRequest<PullRequest>(bytes, [](PullRequest* r) { Unprobe(r->mutable_job_id()); }),
           piece);
-      (void)s.ServePull(&in, deadline, &answer);
+      (void)Serve(s, ps::ServerMethod::kPull, in, deadline, scope, &answer);
       return;
     }
     case 2: {
@@ -169,7 +185,7 @@ void Dispatch(ps::ParameterService& s, uint8_t rpc, const std::string& bytes) {
                                                }
                                              }),
                  piece);
-      (void)s.ServePushPull(&in, deadline, &answer);
+      (void)Serve(s, ps::ServerMethod::kPushPull, in, deadline, scope, &answer);
       return;
     }
     case 3:
@@ -226,7 +242,8 @@ void CheckProbe(ps::ParameterService& service) {
   // As gRPC calls it: the request's bytes in, the answer's bytes out.
   grpc::ByteBuffer in = Sliced(req.SerializeAsString(), 0);
   grpc::ByteBuffer answer;
-  Require(service.ServePull(&in, absl::Now() + absl::Seconds(1), &answer).ok());
+  Require(Serve(service, ps::ServerMethod::kPull, in, absl::Now() + absl::Seconds(1), "", &answer)
+              .ok());
   ps::v1::PullResponse resp;
   Require(grpc::SerializationTraits<ps::v1::PullResponse>::Deserialize(&answer, &resp).ok());
   Require(resp.blocks_size() == 1);

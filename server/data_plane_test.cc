@@ -1,0 +1,215 @@
+// DataPlane and DataCall in process, on a real TableStore and ConsistencyGate: the steps gRPC's
+// handlers run, with the stop where a call would block the thread that read it, and a push's
+// resolution (encoded blocks decoded, codecs checked).
+#include "server/data_plane.h"
+
+#include <grpcpp/support/byte_buffer.h>
+
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/testing/key_blocks.h"
+#include "common/value_codec.h"
+#include "gtest/gtest.h"
+#include "server/data_call.h"
+
+namespace ps::data_plane_test {
+namespace {
+
+using testing::Block;
+using v1::ConsistencySpec;
+using v1::KeyBlock;
+
+constexpr char kJob[] = "job";
+constexpr uint32_t kSmall = 1, kBig = 2, kFp16 = 3;
+constexpr uint32_t kBigDim = 1024, kBigRows = 2048;  // 8 MiB of values: over kServeHereBytes
+
+v1::TableSpec Dense(uint32_t id, uint32_t dim, uint32_t rows) {
+  v1::TableSpec spec;
+  spec.set_table_id(id);
+  spec.set_name(absl::StrCat("t", id));
+  spec.set_job_id(kJob);
+  spec.set_kind(v1::DENSE);
+  spec.set_dim(dim);
+  spec.set_num_rows(rows);
+  spec.mutable_initializer()->set_kind(v1::InitializerSpec::CONSTANT);
+  spec.mutable_initializer()->set_value(0.5f);
+  spec.mutable_optimizer()->set_kind(v1::OptimizerSpec::SGD);
+  spec.mutable_optimizer()->set_learning_rate(1.0f);
+  return spec;
+}
+
+grpc::ByteBuffer Bytes(const google::protobuf::Message& message) {
+  grpc::Slice slice(message.SerializeAsString());
+  return grpc::ByteBuffer(&slice, 1);
+}
+
+template <typename Message>
+Message Parse(grpc::ByteBuffer& bytes) {
+  std::vector<grpc::Slice> slices;
+  EXPECT_TRUE(bytes.Dump(&slices).ok());
+  std::string all;
+  for (const grpc::Slice& s : slices) all.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  Message m;
+  EXPECT_TRUE(m.ParseFromString(all));
+  return m;
+}
+
+class DataPlaneTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(store_.CreateTable(Dense(kSmall, 4, 8)).ok());
+    ASSERT_TRUE(store_.CreateTable(Dense(kBig, kBigDim, kBigRows)).ok());
+    v1::TableSpec fp16 = Dense(kFp16, 4, 8);
+    fp16.mutable_push_codec()->set_codec(v1::CODEC_FP16);
+    ASSERT_TRUE(store_.CreateTable(fp16).ok());
+  }
+  void Configure(ConsistencySpec::Mode mode) {
+    ConsistencySpec spec;
+    spec.set_mode(mode);
+    ASSERT_TRUE(gate_.Configure(kJob, spec, {1, 2}, 1).ok());
+  }
+  v1::PullRequest Pull(uint32_t table, const std::vector<uint64_t>& keys, int64_t clock = 0) {
+    v1::PullRequest req;
+    req.set_job_id(kJob);
+    req.set_worker_id(1);
+    req.set_clock(clock);
+    *req.add_blocks() = Block(table, keys);
+    return req;
+  }
+  v1::PushRequest Push(const KeyBlock& block, uint64_t request_id) {
+    v1::PushRequest req;
+    req.set_job_id(kJob);
+    req.set_worker_id(1);
+    req.set_request_id(request_id);
+    *req.add_blocks() = block;
+    return req;
+  }
+  // A call as ParameterService's reactor makes it (no credential: any job).
+  std::unique_ptr<DataCall> Call(ServerMethod method, const google::protobuf::Message& req,
+                                 const std::string& scope = "") {
+    return std::make_unique<DataCall>(&plane_, method, Bytes(req), &answer_,
+                                      absl::Now() + absl::Seconds(10), scope);
+  }
+  std::vector<float> Values(uint32_t table, const std::vector<uint64_t>& keys) {
+    auto call = Call(ServerMethod::kPull, Pull(table, keys));
+    EXPECT_TRUE(call->Serve(/*may_block=*/true));
+    EXPECT_TRUE(call->status().ok()) << call->status();
+    const v1::PullResponse resp = Parse<v1::PullResponse>(answer_);
+    return resp.blocks_size() == 1 ? testing::Floats(resp.blocks(0).values())
+                                   : std::vector<float>();
+  }
+
+  TableStore store_{TableStoreOptions{}};
+  ConsistencyGate gate_{[this](const std::string& job, int64_t from, int64_t to) {
+    store_.ApplyAccumulated(job, from, to);
+  }};
+  RequestDeduper deduper_;
+  DataPlane plane_{&store_, &gate_, &deduper_, /*metrics=*/nullptr};
+  grpc::ByteBuffer answer_;
+};
+
+TEST_F(DataPlaneTest, APushIsServedWhereItWasReadAndAppliedOnce) {
+  Configure(ConsistencySpec::ASYNC);
+  const v1::PushRequest req = Push(Block(kSmall, {2}, {1, 2, 3, 4}), 7);
+  for (bool duplicate : {false, true}) {
+    auto call = Call(ServerMethod::kPush, req);
+    ASSERT_TRUE(call->Serve(/*may_block=*/false));
+    ASSERT_TRUE(call->status().ok()) << call->status();
+    EXPECT_EQ(Parse<v1::PushResponse>(answer_).duplicate(), duplicate);
+  }
+  EXPECT_EQ(Values(kSmall, {2}), (std::vector<float>{-0.5f, -1.5f, -2.5f, -3.5f}));
+}
+
+TEST_F(DataPlaneTest, APullThatMustWaitStopsThenGoesOnWhereItMayBlock) {
+  Configure(ConsistencySpec::SYNC);
+  auto call = Call(ServerMethod::kPull, Pull(kSmall, {0}, /*clock=*/1));
+  EXPECT_FALSE(call->Serve(/*may_block=*/false));  // the workers are at clock 0
+  ASSERT_TRUE(gate_.AdvanceClock(kJob, 1, 1).ok());
+  ASSERT_TRUE(gate_.AdvanceClock(kJob, 2, 1).ok());
+  ASSERT_TRUE(call->Serve(/*may_block=*/true));
+  ASSERT_TRUE(call->status().ok()) << call->status();
+  const v1::PullResponse resp = Parse<v1::PullResponse>(answer_);
+  EXPECT_EQ(resp.min_clock(), 1);
+  ASSERT_EQ(resp.blocks_size(), 1);
+  EXPECT_EQ(testing::Floats(resp.blocks(0).values()), std::vector<float>(4, 0.5f));
+}
+
+TEST_F(DataPlaneTest, ABigAnswerStopsThenIsWrittenWhereTheCallMayBlock) {
+  Configure(ConsistencySpec::ASYNC);
+  std::vector<uint64_t> keys(kBigRows);
+  for (uint64_t k = 0; k < kBigRows; ++k) keys[k] = k;
+  auto call = Call(ServerMethod::kPull, Pull(kBig, keys));
+  EXPECT_FALSE(call->Serve(/*may_block=*/false));
+  ASSERT_TRUE(call->Serve(/*may_block=*/true));
+  ASSERT_TRUE(call->status().ok()) << call->status();
+  EXPECT_GT(answer_.Length(), DataPlane::kServeHereBytes);
+  const v1::PullResponse resp = Parse<v1::PullResponse>(answer_);
+  ASSERT_EQ(resp.blocks_size(), 1);
+  EXPECT_EQ(resp.blocks(0).values().size(), size_t{kBigRows} * kBigDim * sizeof(float));
+}
+
+TEST_F(DataPlaneTest, ACallScopedToAnotherJobIsRefusedAndChangesNothing) {
+  Configure(ConsistencySpec::ASYNC);
+  const v1::PushRequest push = Push(Block(kSmall, {2}, {1, 2, 3, 4}), 1);
+  v1::PushPullRequest push_pull;
+  *push_pull.mutable_push() = push;
+  for (auto [method, req] :
+       std::vector<std::pair<ServerMethod, const google::protobuf::Message*>>{
+           {ServerMethod::kPush, &push},
+           {ServerMethod::kPushPull, &push_pull},
+           {ServerMethod::kPull, nullptr}}) {
+    const v1::PullRequest pull = Pull(kSmall, {2});
+    auto call = Call(method, req != nullptr ? *req : pull, /*scope=*/"other");
+    ASSERT_TRUE(call->Serve(/*may_block=*/false));
+    EXPECT_EQ(call->status().code(), absl::StatusCode::kPermissionDenied) << call->status();
+  }
+  EXPECT_EQ(Values(kSmall, {2}), std::vector<float>(4, 0.5f));
+}
+
+TEST_F(DataPlaneTest, AnEncodedBlockIsDecodedAndAPlainOneToAnEncodedTableRefused) {
+  Configure(ConsistencySpec::ASYNC);
+  KeyBlock encoded = Block(kFp16, {1, 3});
+  encoded.set_codec(v1::CODEC_FP16);
+  v1::CodecSpec fp16;
+  fp16.set_codec(v1::CODEC_FP16);
+  EncodeValueBlock(fp16, std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8}, encoded.mutable_values());
+  // Read in place, the values are the block's bytes; here they are moved there by hand.
+  v1::PushRequest req = Push(encoded, 1);
+  std::deque<ScatteredValues> values(1);
+  const std::string bytes = req.blocks(0).values();
+  values[0].Add(bytes.data(), bytes.size());
+  req.mutable_blocks(0)->clear_values();
+
+  ResolvedPush push;
+  ASSERT_TRUE(plane_.ResolvePush(req, values, &push).ok());
+  ASSERT_EQ(push.views.size(), 1u);
+  EXPECT_EQ(push.keys, 2u);
+  ASSERT_EQ(push.codec_bytes.size(), 1u);
+  EXPECT_EQ(push.codec_bytes[0].raw, 8 * sizeof(float));
+  EXPECT_EQ(push.codec_bytes[0].wire, bytes.size());
+  std::vector<float> grads(8);
+  for (size_t i = 0; i < 2; ++i) {
+    float scratch[4];
+    std::memcpy(&grads[i * 4], push.views[0].Grad(i, scratch), 4 * sizeof(float));
+  }
+  EXPECT_EQ(grads, (std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8}));
+
+  // The same table sent float32: refused, naming the table's push_codec.
+  v1::PushRequest plain = Push(Block(kFp16, {1}), 2);
+  std::deque<ScatteredValues> plain_values(1);
+  const std::vector<float> floats = {1, 2, 3, 4};
+  plain_values[0].Add(reinterpret_cast<const char*>(floats.data()), 16);
+  ResolvedPush refused;
+  const absl::Status s = plane_.ResolvePush(plain, plain_values, &refused);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("its push_codec"), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace ps::data_plane_test
