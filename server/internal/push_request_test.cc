@@ -3,6 +3,7 @@
 // INVALID_ARGUMENT at every length, never a read past the buffer.
 #include "server/internal/push_request.h"
 
+#include <google/protobuf/descriptor.h>
 #include <gtest/gtest.h>
 
 #include <numeric>
@@ -161,6 +162,34 @@ TEST(PushRequestTest, TinyPiecesAreCoalescedNormalOnesLeftInPlace) {
   grpc::ByteBuffer few = Pieces(bytes, 100);  // 38 pieces: left alone
   ASSERT_TRUE(CoalesceIfFragmented(&few));
   EXPECT_EQ(count(&few), (bytes.size() + 99) / 100);
+}
+
+// The reader takes each field with the wire type of its declared type (KeyBlock's fields:
+// PullAnswerTest.WireTypesAreTheDeclaredOnes); the static_asserts beside it check the C++ types.
+TEST(PushRequestTest, WireTypesAreTheDeclaredOnes) {
+  using google::protobuf::FieldDescriptor;
+  const auto type = [](const google::protobuf::Descriptor* d, int number) {
+    const FieldDescriptor* f = d->FindFieldByNumber(number);
+    return f == nullptr ? FieldDescriptor::Type(0) : f->type();
+  };
+  const google::protobuf::Descriptor* push = v1::PushRequest::descriptor();
+  EXPECT_EQ(type(push, v1::PushRequest::kJobIdFieldNumber), FieldDescriptor::TYPE_STRING);
+  EXPECT_EQ(type(push, v1::PushRequest::kWorkerIdFieldNumber), FieldDescriptor::TYPE_UINT32);
+  EXPECT_EQ(type(push, v1::PushRequest::kRequestIdFieldNumber), FieldDescriptor::TYPE_UINT64);
+  EXPECT_EQ(type(push, v1::PushRequest::kClockFieldNumber), FieldDescriptor::TYPE_INT64);
+  EXPECT_EQ(type(push, v1::PushRequest::kShardEpochFieldNumber), FieldDescriptor::TYPE_UINT64);
+  EXPECT_EQ(type(push, v1::PushRequest::kBlocksFieldNumber), FieldDescriptor::TYPE_MESSAGE);
+  EXPECT_EQ(type(push, v1::PushRequest::kLrScaleFieldNumber), FieldDescriptor::TYPE_FLOAT);
+  const google::protobuf::Descriptor* push_pull = v1::PushPullRequest::descriptor();
+  EXPECT_EQ(type(push_pull, v1::PushPullRequest::kPushFieldNumber), FieldDescriptor::TYPE_MESSAGE);
+  EXPECT_EQ(type(push_pull, v1::PushPullRequest::kAdvanceClockFieldNumber),
+            FieldDescriptor::TYPE_BOOL);
+  EXPECT_EQ(type(push_pull, v1::PushPullRequest::kClockPartsFieldNumber),
+            FieldDescriptor::TYPE_UINT32);
+  EXPECT_EQ(type(push_pull, v1::PushPullRequest::kPullBlocksFieldNumber),
+            FieldDescriptor::TYPE_MESSAGE);
+  const google::protobuf::Descriptor* answer = v1::PushResponse::descriptor();
+  EXPECT_EQ(type(answer, v1::PushResponse::kDuplicateFieldNumber), FieldDescriptor::TYPE_BOOL);
 }
 
 }  // namespace
