@@ -82,8 +82,8 @@ absl::Status DataCall::Read() {
     }
     case ServerMethod::kPushPull: {
       PS_RETURN_IF_ERROR(push_pull_.Parse(&request_, ReadPushPullRequest));
-      PS_ASSIGN_OR_RETURN(pull_,
-                          plane_->PushPull(job_scope_, push_pull_.req, push_pull_.values, deadline_));
+      PS_ASSIGN_OR_RETURN(
+          pull_, plane_->PushPull(job_scope_, push_pull_.req, push_pull_.values, deadline_));
       return absl::OkStatus();
     }
     default:

@@ -69,9 +69,9 @@ absl::Status DecodeBlock(const v1::KeyBlock& block, const ScatteredValues& value
   const absl::Status s = DecodeValueBlock(block.codec(), bytes, n, floats->data());
   if (s.ok()) return s;
   return Rejected(RejectReason::kBadSize,
-                  absl::InvalidArgumentError(absl::StrCat("table ", block.table_id(), ": bad ",
-                                                          CodecName(block.codec()), " block: ",
-                                                          s.message(), "; nothing was applied")));
+                  absl::InvalidArgumentError(
+                      absl::StrCat("table ", block.table_id(), ": bad ", CodecName(block.codec()),
+                                   " block: ", s.message(), "; nothing was applied")));
 }
 
 }  // namespace
@@ -80,8 +80,7 @@ DataPlane::DataPlane(TableStore* store, ConsistencyGate* gate, RequestDeduper* d
                      ServerMetrics* metrics)
     : store_(store), gate_(gate), deduper_(deduper), metrics_(metrics) {}
 
-absl::Status DataPlane::CheckCaller(const std::string& job_scope,
-                                    const std::string& job_id) const {
+absl::Status DataPlane::CheckCaller(const std::string& job_scope, const std::string& job_id) const {
   if (!job_scope.empty() && job_scope != job_id) {
     return absl::PermissionDeniedError(absl::StrCat("the call carries job ", job_scope,
                                                     "'s credential; it cannot act on job '",
@@ -159,6 +158,32 @@ bool DataPlane::Repeated(const v1::PushRequest& req, ServerMetrics::Job* job) {
   return true;
 }
 
+absl::StatusOr<std::vector<size_t>> DataPlane::CountEncodedValues(
+    const v1::PushRequest& req) const {
+  std::vector<size_t> counts(req.blocks_size(), 0);
+  size_t total = 0;
+  for (int i = 0; i < req.blocks_size(); ++i) {
+    const v1::KeyBlock& block = req.blocks(i);
+    if (block.codec() == v1::CODEC_NONE) continue;
+    v1::KeyBlock probe;  // no keys: finds the table (its dim) and checks its job
+    probe.set_table_id(block.table_id());
+    TableStore::BlockView table;
+    PS_RETURN_IF_ERROR(store_->Resolve(req.job_id(), probe, /*with_values=*/false, &table));
+    PS_RETURN_IF_ERROR(CheckBlockCodec(table.table->spec, block, /*push=*/true));
+    const size_t n = block.keys().size() / sizeof(uint64_t) * table.table->dim;
+    if (n > kMaxDecodedValues - total) {  // total <= the cap
+      return Rejected(RejectReason::kBadSize,
+                      absl::InvalidArgumentError(absl::StrCat(
+                          "table ", block.table_id(), ": the request's encoded blocks stand for ",
+                          total + n, " values or more; at most ", kMaxDecodedValues,
+                          " a request (push fewer keys per request); nothing was applied")));
+    }
+    total += n;
+    counts[i] = n;
+  }
+  return counts;
+}
+
 absl::Status DataPlane::ResolvePush(const v1::PushRequest& req,
                                     const std::deque<ScatteredValues>& values,
                                     ResolvedPush* out) const {
@@ -169,35 +194,14 @@ absl::Status DataPlane::ResolvePush(const v1::PushRequest& req,
     return absl::InternalError("a push read in place lost track of its blocks' values");
   }
   // The encoded blocks' tables and codecs first, and the values they stand for counted: nothing
-  // is decoded where they are too many.
-  std::vector<size_t> decoded_values(n, 0);  // an encoded block's, else 0
-  size_t total = 0;
-  for (int i = 0; i < n; ++i) {
-    const v1::KeyBlock& block = req.blocks(i);
-    if (block.codec() == v1::CODEC_NONE) continue;
-    v1::KeyBlock probe;  // no keys: finds the table (its dim) and checks its job
-    probe.set_table_id(block.table_id());
-    TableStore::BlockView table;
-    PS_RETURN_IF_ERROR(store_->Resolve(req.job_id(), probe, /*with_values=*/false, &table));
-    PS_RETURN_IF_ERROR(CheckBlockCodec(table.table->spec, block, /*push=*/true));
-    const size_t values_n = block.keys().size() / sizeof(uint64_t) * table.table->dim;
-    if (values_n > kMaxDecodedValues - total) {  // total <= the cap
-      return Rejected(RejectReason::kBadSize,
-                      absl::InvalidArgumentError(absl::StrCat(
-                          "table ", block.table_id(), ": the request's encoded blocks stand for ",
-                          total + values_n, " values or more; at most ", kMaxDecodedValues,
-                          " a request (push fewer keys per request); nothing was applied")));
-    }
-    total += values_n;
-    decoded_values[i] = values_n;
-  }
-  // Block i's gradients: where they arrived, or decoded.
+  // is decoded where they are too many. Then block i's gradients: decoded, or where they arrived.
+  PS_ASSIGN_OR_RETURN(const std::vector<size_t> counts, CountEncodedValues(req));
   std::vector<const ScatteredValues*> grads(n);
   for (int i = 0; i < n; ++i) {
     grads[i] = &values[i];
     if (req.blocks(i).codec() == v1::CODEC_NONE) continue;
     std::vector<float>& floats = out->floats.emplace_back();
-    PS_RETURN_IF_ERROR(DecodeBlock(req.blocks(i), values[i], decoded_values[i], &floats));
+    PS_RETURN_IF_ERROR(DecodeBlock(req.blocks(i), values[i], counts[i], &floats));
     ScatteredValues& decoded = out->decoded.emplace_back();
     if (!floats.empty()) {
       decoded.Add(reinterpret_cast<const char*>(floats.data()), floats.size() * sizeof(float));
@@ -208,13 +212,13 @@ absl::Status DataPlane::ResolvePush(const v1::PushRequest& req,
   }
   out->views.resize(n);
   for (int i = 0; i < n; ++i) {
-    PS_RETURN_IF_ERROR(
-        store_->Resolve(req.job_id(), req.blocks(i), /*with_values=*/true, &out->views[i], grads[i]));
-    // An encoded block's codec was checked above.
-    if (req.blocks(i).codec() == v1::CODEC_NONE) {
-      PS_RETURN_IF_ERROR(CheckBlockCodec(out->views[i].table->spec, req.blocks(i), /*push=*/true));
+    const v1::KeyBlock& block = req.blocks(i);
+    TableStore::BlockView& view = out->views[i];
+    PS_RETURN_IF_ERROR(store_->Resolve(req.job_id(), block, /*with_values=*/true, &view, grads[i]));
+    if (block.codec() == v1::CODEC_NONE) {  // an encoded block's codec was checked above
+      PS_RETURN_IF_ERROR(CheckBlockCodec(view.table->spec, block, /*push=*/true));
     }
-    out->keys += out->views[i].keys.size();
+    out->keys += view.keys.size();
   }
   return store_->CheckNewRows(out->views);
 }
@@ -244,17 +248,16 @@ absl::StatusOr<bool> DataPlane::ResolveAndApply(const v1::PushRequest& req,
   // worker that is not live, is told so whatever its blocks hold), and holds the job's sync
   // applies off until the push's last row: a push that passed cannot land in a clock that
   // another request applied meanwhile.
-  PS_RETURN_IF_ERROR(gate_->CheckPushAndRun(
-      req.job_id(), req.worker_id(), req.clock(), req.shard_epoch(), [&]() -> absl::Status {
-        ResolvedPush push;
-        PS_RETURN_IF_ERROR(ResolvePush(req, values, &push));
-        return Apply(push, job, &duplicate);
-      }));
+  PS_RETURN_IF_ERROR(gate_->CheckPushAndRun(req.job_id(), req.worker_id(), req.clock(),
+                                            req.shard_epoch(), [&]() -> absl::Status {
+                                              ResolvedPush push;
+                                              PS_RETURN_IF_ERROR(ResolvePush(req, values, &push));
+                                              return Apply(push, job, &duplicate);
+                                            }));
   return duplicate;
 }
 
-absl::Status DataPlane::Apply(const ResolvedPush& push, ServerMetrics::Job* job,
-                              bool* duplicate) {
+absl::Status DataPlane::Apply(const ResolvedPush& push, ServerMetrics::Job* job, bool* duplicate) {
   const v1::PushRequest& req = *push.req;
   if (!deduper_->FirstTime(req.job_id(), req.worker_id(), req.request_id())) {
     *duplicate = true;
@@ -280,10 +283,10 @@ absl::StatusOr<std::optional<PullAnswer>> DataPlane::Pull(PendingPull* pull, boo
   // after the wait, against the tables and shard map of then.
   if (!pull->ticket.has_value()) {
     if (may_block) {
-      PS_ASSIGN_OR_RETURN(pull->ticket,
-                          gate_->WaitForPull(*pull->job_id, pull->clock, pull->deadline,
-                                             pull->job == nullptr ? nullptr
-                                                                  : pull->job->waiting_pulls));
+      PS_ASSIGN_OR_RETURN(
+          pull->ticket,
+          gate_->WaitForPull(*pull->job_id, pull->clock, pull->deadline,
+                             pull->job == nullptr ? nullptr : pull->job->waiting_pulls));
     } else {
       PS_ASSIGN_OR_RETURN(pull->ticket, gate_->TryPull(*pull->job_id, pull->clock));
       if (!pull->ticket.has_value()) return std::nullopt;

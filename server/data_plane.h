@@ -1,9 +1,9 @@
-// The server's data plane, with no gRPC in it: a push or a pull is resolved once into one object
-// (its tables found, codecs checked, values decoded, keys validated), after its caller's job is
-// checked, a retried push acknowledged, and the consistency gate has let it through; a resolved
-// push is applied once (the request deduper) to the store, a resolved pull answered from it. Requests
-// reach it read from gRPC's bytes by DataCall (server/data_call.h); pull answers are written by
-// PullAnswer (server/pull_answer.h).
+// The server's data plane, with no gRPC in it. A push or a pull is resolved once into one
+// object (its tables found, codecs checked, values decoded, keys validated), after its caller's
+// job is checked, a retried push acknowledged and the consistency gate has let it through; a
+// resolved push is applied once (the request deduper) to the store, a resolved pull answered
+// from it. Requests reach it read from gRPC's bytes by DataCall (server/data_call.h); pull
+// answers are written by PullAnswer (server/pull_answer.h).
 #ifndef PS_SERVER_DATA_PLANE_H_
 #define PS_SERVER_DATA_PLANE_H_
 
@@ -69,8 +69,8 @@ struct PendingPull {
   const std::string* job_id = nullptr;
   int64_t clock = 0;
   const google::protobuf::RepeatedPtrField<v1::KeyBlock>* blocks = nullptr;
-  absl::Time deadline;                       // of the wait in the consistency gate
-  std::shared_ptr<ServerMetrics::Job> job;   // its metrics (null: none)
+  absl::Time deadline;                      // of the wait in the consistency gate
+  std::shared_ptr<ServerMetrics::Job> job;  // its metrics (null: none)
   // Set as it goes: the gate let it through, then its blocks were resolved.
   std::optional<ConsistencyGate::PullTicket> ticket;
   std::optional<ResolvedPull> resolved;
@@ -98,8 +98,7 @@ class DataPlane {
                             const std::deque<ScatteredValues>& values);
   // A PushPull read in place: its push, with its clock counted where it advances it; returns
   // its pull, for Pull to serve (it borrows `req`).
-  absl::StatusOr<PendingPull> PushPull(const std::string& job_scope,
-                                       const v1::PushPullRequest& req,
+  absl::StatusOr<PendingPull> PushPull(const std::string& job_scope, const v1::PushPullRequest& req,
                                        const std::deque<ScatteredValues>& values,
                                        absl::Time deadline);
   // A Pull's caller checked; returns it for Pull to serve (it borrows `req`).
@@ -124,6 +123,9 @@ class DataPlane {
       const google::protobuf::RepeatedPtrField<v1::KeyBlock>& blocks) const;
 
  private:
+  // The values each encoded block of `req` stands for (0 for a plain block), its table's codec
+  // checked; INVALID_ARGUMENT where they are more than a request may decode to.
+  absl::StatusOr<std::vector<size_t>> CountEncodedValues(const v1::PushRequest& req) const;
   // True (counted) where the request id of `req`'s worker was applied before.
   bool Repeated(const v1::PushRequest& req, ServerMetrics::Job* job);
   // A push not seen before: checked by the consistency gate, resolved, and applied once (true:

@@ -54,7 +54,9 @@ Message Parse(grpc::ByteBuffer& bytes) {
   std::vector<grpc::Slice> slices;
   EXPECT_TRUE(bytes.Dump(&slices).ok());
   std::string all;
-  for (const grpc::Slice& s : slices) all.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  for (const grpc::Slice& s : slices) {
+    all.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  }
   Message m;
   EXPECT_TRUE(m.ParseFromString(all));
   return m;
@@ -159,8 +161,7 @@ TEST_F(DataPlaneTest, ACallScopedToAnotherJobIsRefusedAndChangesNothing) {
   const v1::PushRequest push = Push(Block(kSmall, {2}, {1, 2, 3, 4}), 1);
   v1::PushPullRequest push_pull;
   *push_pull.mutable_push() = push;
-  for (auto [method, req] :
-       std::vector<std::pair<ServerMethod, const google::protobuf::Message*>>{
+  for (auto [method, req] : std::vector<std::pair<ServerMethod, const google::protobuf::Message*>>{
            {ServerMethod::kPush, &push},
            {ServerMethod::kPushPull, &push_pull},
            {ServerMethod::kPull, nullptr}}) {

@@ -113,8 +113,8 @@ absl::StatusOr<PullAnswer> PullAnswer::Read(
       a.deltas_[i] = std::make_unique<Delta>();
       PS_RETURN_IF_ERROR(a.deltas_[i]->Read(store, views[i], blocks[i].since()));
       if (a.deltas_[i]->token != 0) {
-        extra += wire::VarintSize(Tag(KeyBlock::kSinceFieldNumber, wire::kFixed64)) +
-                 sizeof(uint64_t);
+        extra +=
+            wire::VarintSize(Tag(KeyBlock::kSinceFieldNumber, wire::kFixed64)) + sizeof(uint64_t);
       }
       if (a.deltas_[i]->delta) extra += wire::VarintFieldSize(KeyBlock::kDeltaFieldNumber, 1);
     }

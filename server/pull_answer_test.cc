@@ -112,8 +112,8 @@ TEST(PullAnswerTest, DeltaBlocksCarryTheirTokenAndOnlyWhatChanged) {
   EXPECT_GT(delta.blocks(0).since(), whole.blocks(0).since());
   std::vector<uint32_t> indices;
   std::vector<float> values;
-  ASSERT_TRUE(DecodeDeltaBlock(v1::CODEC_NONE, delta.blocks(0).values(), 32, &indices, &values)
-                  .ok());
+  ASSERT_TRUE(
+      DecodeDeltaBlock(v1::CODEC_NONE, delta.blocks(0).values(), 32, &indices, &values).ok());
   EXPECT_TRUE(indices.empty());
   EXPECT_EQ(bytes, delta.SerializeAsString());  // protobuf's own bytes
 }

@@ -12,8 +12,8 @@ namespace {
 
 // The fields read here, by their generated numbers; each is read with the wire type its declared
 // type takes (the asserts below; PushRequestTest and PullAnswerTest.WireTypesAreTheDeclaredOnes
-// check the declared types, e.g. since's fixed64, which its C++ type cannot tell from a uint64). A field met with another wire
-// type is an unknown field, skipped, as protobuf does.
+// check the declared types, e.g. since's fixed64, which its C++ type cannot tell from a uint64).
+// A field met with another wire type is an unknown field, skipped, as protobuf does.
 using v1::KeyBlock;
 using v1::PushPullRequest;
 using v1::PushRequest;
