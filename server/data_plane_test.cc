@@ -156,6 +156,20 @@ TEST_F(DataPlaneTest, ABigAnswerStopsThenIsWrittenWhereTheCallMayBlock) {
   EXPECT_EQ(resp.blocks(0).values().size(), size_t{kBigRows} * kBigDim * sizeof(float));
 }
 
+TEST_F(DataPlaneTest, ABigRequestIsReadWhereTheCallMayBlock) {
+  Configure(ConsistencySpec::ASYNC);
+  constexpr uint64_t kRows = 1536;  // 6 MiB of gradients
+  std::vector<uint64_t> keys(kRows);
+  for (uint64_t k = 0; k < kRows; ++k) keys[k] = k;
+  auto call = Call(ServerMethod::kPush,
+                   Push(Block(kBig, keys, std::vector<float>(kRows * kBigDim, 0.25f)), 1));
+  EXPECT_FALSE(call->Serve(/*may_block=*/false));
+  EXPECT_EQ(Values(kBig, {0}), std::vector<float>(kBigDim, 0.5f));  // not applied yet
+  ASSERT_TRUE(call->Serve(/*may_block=*/true));
+  ASSERT_TRUE(call->status().ok()) << call->status();
+  EXPECT_EQ(Values(kBig, {kRows - 1}), std::vector<float>(kBigDim, 0.25f));
+}
+
 TEST_F(DataPlaneTest, ACallScopedToAnotherJobIsRefusedAndChangesNothing) {
   Configure(ConsistencySpec::ASYNC);
   const v1::PushRequest push = Push(Block(kSmall, {2}, {1, 2, 3, 4}), 1);
