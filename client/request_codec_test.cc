@@ -151,6 +151,78 @@ TEST(RequestCodecTest, PullAndPushPullRequestsParseWithProtobuf) {
   ExpectPushPull(f);
 }
 
+// The wire type of a field of a given declared type.
+wire::WireType WireTypeOf(google::protobuf::FieldDescriptor::Type type) {
+  using FD = google::protobuf::FieldDescriptor;
+  switch (type) {
+    case FD::TYPE_FIXED64:
+    case FD::TYPE_SFIXED64:
+    case FD::TYPE_DOUBLE:
+      return wire::kFixed64;
+    case FD::TYPE_FIXED32:
+    case FD::TYPE_SFIXED32:
+    case FD::TYPE_FLOAT:
+      return wire::kFixed32;
+    case FD::TYPE_STRING:
+    case FD::TYPE_BYTES:
+    case FD::TYPE_MESSAGE:
+      return wire::kLengthDelimited;
+    default:
+      return wire::kVarint;
+  }
+}
+
+// The codec writes and reads each field with the wire type of its type in the .proto (by its
+// generated number; the build checks the C++ types, this the declared ones: a uint64 turned
+// fixed64 keeps its C++ type).
+TEST(RequestCodecTest, FieldsAreWrittenWithTheirDeclaredWireTypes) {
+  struct Field {
+    const google::protobuf::Descriptor* message;
+    int number;
+    wire::WireType type;
+  };
+  const Field fields[] = {
+      {v1::KeyBlock::descriptor(), v1::KeyBlock::kTableIdFieldNumber, wire::kVarint},
+      {v1::KeyBlock::descriptor(), v1::KeyBlock::kKeysFieldNumber, wire::kLengthDelimited},
+      {v1::KeyBlock::descriptor(), v1::KeyBlock::kValuesFieldNumber, wire::kLengthDelimited},
+      {v1::KeyBlock::descriptor(), v1::KeyBlock::kCodecFieldNumber, wire::kVarint},
+      {v1::KeyBlock::descriptor(), v1::KeyBlock::kMomentumFieldNumber, wire::kFixed32},
+      {v1::KeyBlock::descriptor(), v1::KeyBlock::kSinceFieldNumber, wire::kFixed64},
+      {v1::KeyBlock::descriptor(), v1::KeyBlock::kDeltaFieldNumber, wire::kVarint},
+      {v1::PullRequest::descriptor(), v1::PullRequest::kJobIdFieldNumber, wire::kLengthDelimited},
+      {v1::PullRequest::descriptor(), v1::PullRequest::kWorkerIdFieldNumber, wire::kVarint},
+      {v1::PullRequest::descriptor(), v1::PullRequest::kClockFieldNumber, wire::kVarint},
+      {v1::PullRequest::descriptor(), v1::PullRequest::kShardEpochFieldNumber, wire::kVarint},
+      {v1::PullRequest::descriptor(), v1::PullRequest::kBlocksFieldNumber, wire::kLengthDelimited},
+      {v1::PushRequest::descriptor(), v1::PushRequest::kJobIdFieldNumber, wire::kLengthDelimited},
+      {v1::PushRequest::descriptor(), v1::PushRequest::kWorkerIdFieldNumber, wire::kVarint},
+      {v1::PushRequest::descriptor(), v1::PushRequest::kRequestIdFieldNumber, wire::kVarint},
+      {v1::PushRequest::descriptor(), v1::PushRequest::kClockFieldNumber, wire::kVarint},
+      {v1::PushRequest::descriptor(), v1::PushRequest::kShardEpochFieldNumber, wire::kVarint},
+      {v1::PushRequest::descriptor(), v1::PushRequest::kBlocksFieldNumber, wire::kLengthDelimited},
+      {v1::PushRequest::descriptor(), v1::PushRequest::kLrScaleFieldNumber, wire::kFixed32},
+      {v1::PushPullRequest::descriptor(), v1::PushPullRequest::kPushFieldNumber,
+       wire::kLengthDelimited},
+      {v1::PushPullRequest::descriptor(), v1::PushPullRequest::kAdvanceClockFieldNumber,
+       wire::kVarint},
+      {v1::PushPullRequest::descriptor(), v1::PushPullRequest::kClockPartsFieldNumber,
+       wire::kVarint},
+      {v1::PushPullRequest::descriptor(), v1::PushPullRequest::kPullBlocksFieldNumber,
+       wire::kLengthDelimited},
+      {v1::PullResponse::descriptor(), v1::PullResponse::kBlocksFieldNumber,
+       wire::kLengthDelimited},
+      {v1::PullResponse::descriptor(), v1::PullResponse::kMinClockFieldNumber, wire::kVarint},
+      {v1::PullResponse::descriptor(), v1::PullResponse::kWaitMicrosFieldNumber, wire::kVarint},
+  };
+  for (const Field& f : fields) {
+    const google::protobuf::FieldDescriptor* d = f.message->FindFieldByNumber(f.number);
+    ASSERT_NE(d, nullptr) << f.message->name() << " " << f.number;
+    EXPECT_EQ(WireTypeOf(d->type()), f.type) << d->full_name();
+    // Repeated scalars would be packed; only messages are repeated here.
+    EXPECT_TRUE(!d->is_repeated() || d->type() == d->TYPE_MESSAGE) << d->full_name();
+  }
+}
+
 // A push block says the momentum it applied (KeyBlock.momentum), -0 too (as protobuf writes
 // it), and the lengths around it stay right: the PushPull's lr_scale after the blocks is read.
 TEST(RequestCodecTest, PushBlocksSayTheirMomentumMinusZeroToo) {
