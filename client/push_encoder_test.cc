@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "client/rpc_client.h"
+#include "common/value_codec.h"
 
 namespace ps {
 namespace {
@@ -150,6 +151,26 @@ TEST(PushEncoderTest, EncodingsArePinnedBitForBit) {
   };
   for (const auto& [name, digest] : want) {
     EXPECT_EQ(got.at(name), digest) << name << ": 0x" << std::hex << got.at(name);
+  }
+}
+
+// A finite gradient that overflows with the residual is sent as it is (the servers refuse it)
+// and leaves the residual as it was, whether the keys are one span or not.
+TEST(PushEncoderTest, AnOverflowWithTheResidualLeavesItAsItWas) {
+  for (const std::vector<uint64_t>& keys : {KeyRun(0, 8), Shuffled(8), Repeated()}) {
+    PushEncoder encoder;
+    const v1::CodecSpec topk = Spec(v1::CODEC_TOPK, 0.01f);
+    std::vector<float> grads(keys.size() * 2, 3e38f);
+    TableOp op{4, keys, grads.data(), nullptr};
+    KeySegment seg{0, {}, v1::CODEC_NONE, {}};
+    for (uint32_t j = 0; j < keys.size(); ++j) seg.idx.push_back(j);
+    encoder.Encode(topk, op, 2, 64, &seg);
+    const double held = encoder.ResidualL1(4);
+    EXPECT_GT(held, 1e38);
+    encoder.Encode(topk, op, 2, 64, &seg);  // 3e38 + 3e38: inf
+    std::vector<float> sent(grads.size());
+    EXPECT_FALSE(DecodeValueBlock(v1::CODEC_TOPK, seg.encoded, sent.size(), sent.data()).ok());
+    EXPECT_EQ(encoder.ResidualL1(4), held);
   }
 }
 
