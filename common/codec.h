@@ -1,4 +1,5 @@
-// Packed little-endian codecs for keys (uint64) and values (float32) in KeyBlock bytes.
+// KeyBlock bytes as packed little-endian keys (uint64) and float32 values, the layout of a
+// block without a value codec (the value codecs are common/value_codec.h); finiteness checks.
 #ifndef PS_COMMON_CODEC_H_
 #define PS_COMMON_CODEC_H_
 

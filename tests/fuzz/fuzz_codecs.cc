@@ -1,4 +1,4 @@
-// The key/value codecs (common/codec.h), the slot bitmap (common/shard_map.h), the shard-map
+// The packed keys and values (common/codec.h), the slot bitmap (common/shard_map.h), the shard-map
 // file parser, the checks a restore order's shard list passes (HeldSlots, as Restorer
 // validates an order), and the client's hand-written parser of pull answers
 // (client/request_codec.h, over common/wire.h), the server's in-place reader of
