@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "client/rpc_client.h"
 #include "common/codec.h"
 #include "common/value_codec.h"
-#include "client/rpc_client.h"
 
 namespace ps {
 
@@ -63,9 +63,8 @@ void GatherGradients(const TableOp& op, const KeySegment& seg, size_t row, float
 // Each row's gradient plus what is held of its key, m times its velocity and its residual (a
 // repeated key's rows after the first add zeros), into `values`. With momentum, `shares`
 // receives gradient + m times velocity: the velocity to keep of what is not sent.
-void AddHeld(const TableOp& op, const KeySegment& seg, size_t row, const BlockKeys& keys,
-             float m, const float* velocity, const float* residual, float* values,
-             float* shares) {
+void AddHeld(const TableOp& op, const KeySegment& seg, size_t row, const BlockKeys& keys, float m,
+             const float* velocity, const float* residual, float* values, float* shares) {
   const std::vector<float> zeros(keys.repeated.empty() ? 0 : row, 0.0f);
   for (size_t j = 0; j < seg.idx.size(); ++j) {
     const bool repeated = !keys.repeated.empty() && keys.repeated[j];

@@ -13,8 +13,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
-#include "ps/v1/types.pb.h"
 #include "client/request_codec.h"
+#include "ps/v1/types.pb.h"
 
 namespace ps {
 

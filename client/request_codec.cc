@@ -4,10 +4,10 @@
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
-#include "common/value_codec.h"
 #include "client/pull_cache.h"
 #include "client/rpc_client.h"
+#include "common/status_macros.h"
+#include "common/value_codec.h"
 #include "ps/v1/parameter_server.pb.h"
 
 namespace ps {
@@ -68,8 +68,8 @@ size_t PushValueBytes(const KeySegment& seg, int dim) {
 }
 
 size_t BlockSize(const TableOp& op, const KeySegment& seg, int dim, bool with_values) {
-  size_t n =
-      VarintFieldSize(KeyBlock::kTableIdFieldNumber, op.table_id) + LengthFieldSize(KeyBlock::kKeysFieldNumber, KeyBytes(seg));
+  size_t n = VarintFieldSize(KeyBlock::kTableIdFieldNumber, op.table_id) +
+             LengthFieldSize(KeyBlock::kKeysFieldNumber, KeyBytes(seg));
   if (with_values && !seg.idx.empty()) {
     n += LengthFieldSize(KeyBlock::kValuesFieldNumber, PushValueBytes(seg, dim));
   }

@@ -15,9 +15,9 @@ namespace {
 constexpr char kSoname[] = "libopenblas.so.0";
 
 absl::StatusOr<const OpenBlasApi*> Load() {
-  absl::StatusOr<SharedLibrary> library = SharedLibrary::Open(
-      kSoname, PS_OPENBLAS_FALLBACK_DIR, "OpenBLAS",
-      "install libopenblas0 (deploy/install-deps.sh installs libopenblas-dev)");
+  absl::StatusOr<SharedLibrary> library =
+      SharedLibrary::Open(kSoname, PS_OPENBLAS_FALLBACK_DIR, "OpenBLAS",
+                          "install libopenblas0 (deploy/install-deps.sh installs libopenblas-dev)");
   if (!library.ok()) return library.status();
   auto api = std::make_unique<OpenBlasApi>();
   library->Bind("cblas_sgemm", &api->sgemm);

@@ -24,8 +24,8 @@ class SharedLibrary {
   // global namespace. FAILED_PRECONDITION "cannot load <what> (<the loader's errors>):
   // <remedy>" if neither opens.
   static absl::StatusOr<SharedLibrary> Open(const std::string& soname,
-                                            const std::string& fallback_dir,
-                                            absl::string_view what, absl::string_view remedy);
+                                            const std::string& fallback_dir, absl::string_view what,
+                                            absl::string_view remedy);
 
   // Sets *fn to the library's function `name`; null (and noted as missing) if it has none.
   template <typename F>

@@ -19,8 +19,8 @@ TEST(SharedLibraryTest, BindsFunctionsByName) {
 }
 
 TEST(SharedLibraryTest, AMissingLibraryOrFunctionIsAFailedPreconditionThatSaysWhat) {
-  absl::StatusOr<SharedLibrary> none = SharedLibrary::Open(
-      "libps-no-such-library.so.1", "/nonexistent", "NoSuchLib", "install it");
+  absl::StatusOr<SharedLibrary> none =
+      SharedLibrary::Open("libps-no-such-library.so.1", "/nonexistent", "NoSuchLib", "install it");
   ASSERT_EQ(none.status().code(), absl::StatusCode::kFailedPrecondition);
   // Both places tried, then the remedy.
   EXPECT_NE(none.status().message().find("cannot load NoSuchLib (libps-no-such-library.so.1"),
