@@ -11,7 +11,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "client/rpc_client.h"
-#include "common/codec.h"
+#include "common/packed_bytes.h"
 #include "common/value_codec.h"
 
 namespace ps {

@@ -13,7 +13,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
-#include "client/request_codec.h"
+#include "client/data_plane_wire.h"
 #include "ps/v1/types.pb.h"
 
 namespace ps {

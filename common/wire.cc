@@ -71,7 +71,7 @@ void PutFixed64Field(uint32_t field, uint64_t v, std::string* out) {
   if (v == 0) return;
   PutTag(field, kFixed64, out);
   char buf[8];
-  std::memcpy(buf, &v, 8);  // little-endian hosts only (common/codec.h asserts it)
+  std::memcpy(buf, &v, 8);  // little-endian hosts only (common/packed_bytes.h asserts it)
   out->append(buf, 8);
 }
 

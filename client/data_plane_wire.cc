@@ -1,4 +1,4 @@
-#include "client/request_codec.h"
+#include "client/data_plane_wire.h"
 
 #include <memory>
 #include <type_traits>
@@ -47,7 +47,7 @@ static_assert(kIs<uint32_t, decltype(PushPullRequest().clock_parts())>);
 static_assert(kIs<int64_t, decltype(PullResponse().min_clock())>);
 static_assert(kIs<int64_t, decltype(PullResponse().wait_micros())>);
 // Written as fixed32 (float) and fixed64 (since: a fixed64 in the .proto, which the C++ type
-// alone cannot tell from a uint64 varint; RequestCodecTest checks the declared types).
+// alone cannot tell from a uint64 varint; DataPlaneWireTest checks the declared types).
 static_assert(kIs<float, decltype(KeyBlock().momentum())>);
 static_assert(kIs<float, decltype(PushRequest().lr_scale())>);
 static_assert(kIs<uint64_t, decltype(KeyBlock().since())>);

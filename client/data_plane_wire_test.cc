@@ -1,7 +1,7 @@
 // The hand-encoded data-plane messages are the protobuf messages of parameter_server.proto:
 // what we encode parses with protobuf, what protobuf serializes we decode, however gRPC cuts it
 // into slices; malformed answers are errors, never reads past the buffer.
-#include "client/request_codec.h"
+#include "client/data_plane_wire.h"
 
 #include <gtest/gtest.h>
 
@@ -91,7 +91,7 @@ struct Fixture {
   }
 };
 
-TEST(RequestCodecTest, PushRequestParsesWithProtobufAndBorrowsLargeRuns) {
+TEST(DataPlaneWireTest, PushRequestParsesWithProtobufAndBorrowsLargeRuns) {
   Fixture f;
   std::atomic<int> released{0};
   v1::PushRequest parsed;
@@ -134,7 +134,7 @@ v1::PushPullRequest ExpectPushPull(const Fixture& f) {
   return pp;
 }
 
-TEST(RequestCodecTest, PullAndPushPullRequestsParseWithProtobuf) {
+TEST(DataPlaneWireTest, PullAndPushPullRequestsParseWithProtobuf) {
   Fixture f;
   wire::MessageBuilder pull_builder(nullptr);
   EncodePullRequest(Header(), f.ops, f.dims, f.segments, &pull_builder);
@@ -175,7 +175,7 @@ wire::WireType WireTypeOf(google::protobuf::FieldDescriptor::Type type) {
 // The codec writes and reads each field with the wire type of its type in the .proto (by its
 // generated number; the build checks the C++ types, this the declared ones: a uint64 turned
 // fixed64 keeps its C++ type).
-TEST(RequestCodecTest, FieldsAreWrittenWithTheirDeclaredWireTypes) {
+TEST(DataPlaneWireTest, FieldsAreWrittenWithTheirDeclaredWireTypes) {
   struct Field {
     const google::protobuf::Descriptor* message;
     int number;
@@ -225,7 +225,7 @@ TEST(RequestCodecTest, FieldsAreWrittenWithTheirDeclaredWireTypes) {
 
 // A push block says the momentum it applied (KeyBlock.momentum), -0 too (as protobuf writes
 // it), and the lengths around it stay right: the PushPull's lr_scale after the blocks is read.
-TEST(RequestCodecTest, PushBlocksSayTheirMomentumMinusZeroToo) {
+TEST(DataPlaneWireTest, PushBlocksSayTheirMomentumMinusZeroToo) {
   Fixture f;
   f.segments[0].momentum = 0.9f;
   f.segments[1].momentum = -0.0f;
@@ -257,7 +257,7 @@ v1::PullResponse Answer(const Fixture& f) {
   return r;
 }
 
-TEST(RequestCodecTest, PullAnswersAreCopiedIntoTheCallersRowsHoweverTheyAreSliced) {
+TEST(DataPlaneWireTest, PullAnswersAreCopiedIntoTheCallersRowsHoweverTheyAreSliced) {
   Fixture f;
   const std::string bytes = Answer(f).SerializeAsString();
   for (size_t piece : {size_t{1}, size_t{3}, size_t{7}, size_t{4096}, bytes.size()}) {
@@ -285,7 +285,7 @@ TEST(RequestCodecTest, PullAnswersAreCopiedIntoTheCallersRowsHoweverTheyAreSlice
   }
 }
 
-TEST(RequestCodecTest, MalformedOrMismatchedAnswersAreInternalErrors) {
+TEST(DataPlaneWireTest, MalformedOrMismatchedAnswersAreInternalErrors) {
   Fixture f;
   std::vector<float> out0(4 * 1024), out1(3 * 3);
   std::vector<TableOp> ops = f.ops;
@@ -328,7 +328,7 @@ float Half(float v) { return Fp16ToFloat(FloatToFp16(v)); }
 
 // A push segment with a codec sends its encoded bytes and names the codec; a pull segment with
 // one asks for it and decodes the answer into the caller's rows. Both parse with protobuf.
-TEST(RequestCodecTest, EncodedBlocksCarryTheirCodecBothWays) {
+TEST(DataPlaneWireTest, EncodedBlocksCarryTheirCodecBothWays) {
   Fixture f;
   PushEncoder encoder;
   v1::CodecSpec fp16;
@@ -376,7 +376,7 @@ TEST(RequestCodecTest, EncodedBlocksCarryTheirCodecBothWays) {
 }
 
 // A pull segment whose rows are one run decodes straight into them; the other rows stay.
-TEST(RequestCodecTest, AnEncodedPullOfOneRunFillsJustItsRows) {
+TEST(DataPlaneWireTest, AnEncodedPullOfOneRunFillsJustItsRows) {
   Fixture f;
   std::vector<KeySegment> segments{KeySegment{0, {1, 2}, v1::CODEC_INT8, {}}};
   std::vector<float> values(2 * 1024);
@@ -405,7 +405,7 @@ TEST(RequestCodecTest, AnEncodedPullOfOneRunFillsJustItsRows) {
 // Delta pulls through DecodePullResponse and a PullCache: a whole answer is kept with its token,
 // a delta answer is applied to the copy and the rows go to `out`; a bad delta block or one that
 // answers a block sent without a token is an INTERNAL error that changes nothing.
-TEST(RequestCodecTest, DeltaAnswersAreAppliedToTheClientsCopy) {
+TEST(DataPlaneWireTest, DeltaAnswersAreAppliedToTheClientsCopy) {
   const std::vector<uint64_t> keys = {3, 0, 2};  // rows of a dense table of 4 rows of dim 2
   std::vector<float> out(6, -1.0f);
   TableOp op;
