@@ -4,7 +4,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "common/codec.h"
+#include "common/packed_bytes.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
 

@@ -15,7 +15,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "ps/v1/types.pb.h"
-#include "client/request_codec.h"
+#include "client/data_plane_wire.h"
 
 namespace ps {
 

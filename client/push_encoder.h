@@ -13,8 +13,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "client/data_plane_wire.h"
 #include "ps/v1/types.pb.h"
-#include "client/request_codec.h"
 
 namespace ps {
 
@@ -27,7 +27,9 @@ class PushEncoder {
   // those rows, for TOPK and SIGN, which then keeps what this encoding lost). Call once per
   // request built: a retry resends the bytes, it does not encode again. Keys of a table with
   // TOPK or SIGN are dense row ids below `num_rows` (such tables are DENSE); a segment with a key
-  // past it is encoded without the residual (the servers refuse it).
+  // past it is encoded without the residual (the servers refuse it). A block whose values plus
+  // what is held of them are not all finite is sent as it is (the servers refuse it too) and
+  // leaves the residual and velocity as they were.
   void Encode(const v1::CodecSpec& codec, const TableOp& op, int dim, uint64_t num_rows,
               KeySegment* seg);
   // Forgets every residual and velocity (a job restored from a checkpoint replays steps whose

@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
-#include "common/codec.h"
+#include "common/packed_bytes.h"
 #include "common/grpc_status.h"
 #include "common/security.h"
 #include "common/status_macros.h"

@@ -25,7 +25,7 @@
 #include "ps/v1/parameter_server.grpc.pb.h"
 #include "client/pull_cache.h"
 #include "client/push_encoder.h"
-#include "client/request_codec.h"
+#include "client/data_plane_wire.h"
 
 namespace ps {
 

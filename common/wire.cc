@@ -63,6 +63,18 @@ void PutFloatField(uint32_t field, float v, std::string* out) {
   out->append(buf, 4);
 }
 
+size_t Fixed64FieldSize(uint32_t field, uint64_t v) {
+  return v == 0 ? 0 : VarintSize(uint64_t{field} << 3) + sizeof(uint64_t);
+}
+
+void PutFixed64Field(uint32_t field, uint64_t v, std::string* out) {
+  if (v == 0) return;
+  PutTag(field, kFixed64, out);
+  char buf[8];
+  std::memcpy(buf, &v, 8);  // little-endian hosts only (common/packed_bytes.h asserts it)
+  out->append(buf, 8);
+}
+
 // ---------------------------------------------------------------------------------------------
 // MessageBuilder
 

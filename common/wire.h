@@ -39,6 +39,10 @@ size_t LengthFieldSize(uint32_t field, size_t len);
 void PutFloatField(uint32_t field, float v, std::string* out);
 // The bytes PutFloatField writes.
 size_t FloatFieldSize(uint32_t field, float v);
+// A fixed64 field (little-endian); nothing for 0.
+void PutFixed64Field(uint32_t field, uint64_t v, std::string* out);
+// The bytes PutFixed64Field writes.
+size_t Fixed64FieldSize(uint32_t field, uint64_t v);
 
 // A message built from owned chunks and borrowed spans of the caller's memory, handed to gRPC as
 // one ByteBuffer whose borrowed slices point at that memory (no copy). Not thread-safe.

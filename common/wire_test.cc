@@ -119,10 +119,22 @@ TEST(WireTest, FloatFieldSizeIsWhatPutFloatFieldWrites) {
     }
   }
   std::string out;
-  PutFloatField(5, -0.0f, &out);  // as protobuf writes it: -0 is not the default
+  // As protobuf writes it: -0 is not the default.
+  PutFloatField(v1::KeyBlock::kMomentumFieldNumber, -0.0f, &out);
   v1::KeyBlock parsed;
   ASSERT_TRUE(parsed.ParseFromString(out));
   EXPECT_TRUE(std::signbit(parsed.momentum()));
+}
+
+TEST(WireTest, Fixed64FieldsAreProtobufsAndLeaveZeroOut) {
+  for (uint64_t v : {uint64_t{0}, uint64_t{1}, uint64_t{7} << 32 | 5, ~uint64_t{0}}) {
+    std::string out;
+    PutFixed64Field(v1::KeyBlock::kSinceFieldNumber, v, &out);
+    EXPECT_EQ(Fixed64FieldSize(v1::KeyBlock::kSinceFieldNumber, v), out.size()) << v;
+    v1::KeyBlock want;
+    want.set_since(v);
+    EXPECT_EQ(out, want.SerializeAsString()) << v;
+  }
 }
 
 TEST(WireTest, BuilderCopiesSmallSpansAndBorrowsLargeOnes) {

@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "common/codec.h"
+#include "common/packed_bytes.h"
 #include "common/optimizer_spec.h"
 
 // The update loops are element-wise, so the compiler vectorizes them (server/CMakeLists.txt

@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/codec.h"
+#include "common/packed_bytes.h"
 #include "common/testing/key_blocks.h"
 #include "gtest/gtest.h"
 #include "ps/v1/parameter_server.grpc.pb.h"

@@ -23,7 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
-#include "common/codec.h"
+#include "common/packed_bytes.h"
 #include "common/process_metrics.h"
 #include "common/shard_map.h"
 #include "common/testing/key_blocks.h"

@@ -6,7 +6,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
-#include "common/codec.h"
+#include "common/packed_bytes.h"
 #include "common/shard_map.h"
 #include "common/status_macros.h"
 #include "server/internal/slot_groups.h"

@@ -9,7 +9,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
-#include "common/codec.h"
+#include "common/packed_bytes.h"
 #include "common/half.h"
 #include "common/shard_map.h"
 #include "server/initializer.h"

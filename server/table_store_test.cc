@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/codec.h"
+#include "common/packed_bytes.h"
 #include "common/shard_map.h"
 #include "common/testing/key_blocks.h"
 #include "gtest/gtest.h"

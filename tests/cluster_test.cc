@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/codec.h"
+#include "common/packed_bytes.h"
 #include "common/shard_map.h"
 #include "gtest/gtest.h"
 #include "server/table_store.h"

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "common/codec.h"
+#include "common/packed_bytes.h"
 #include "ps/v1/types.pb.h"
 
 namespace ps {

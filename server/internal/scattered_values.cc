@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "common/codec.h"
+#include "common/packed_bytes.h"
 
 namespace ps {
 

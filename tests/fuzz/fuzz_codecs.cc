@@ -1,7 +1,7 @@
-// The key/value codecs (common/codec.h), the slot bitmap (common/shard_map.h), the shard-map
+// The packed keys and values (common/packed_bytes.h), the slot bitmap (common/shard_map.h), the shard-map
 // file parser, the checks a restore order's shard list passes (HeldSlots, as Restorer
 // validates an order), and the client's hand-written parser of pull answers
-// (client/request_codec.h, over common/wire.h), the server's in-place reader of
+// (client/data_plane_wire.h, over common/wire.h), the server's in-place reader of
 // pushes (server/internal/push_request.h), and the wire codecs' decoder of a block's values
 // (common/value_codec.h). Input: [selector byte][payload].
 #include <google/protobuf/stubs/logging.h>
@@ -15,14 +15,14 @@
 #include <string>
 #include <vector>
 
-#include "common/codec.h"
+#include "common/packed_bytes.h"
 #include "common/shard_map.h"
 #include "common/value_codec.h"
 #include "ps/v1/checkpoint.pb.h"
 #include "ps/v1/parameter_server.pb.h"
 #include "server/checkpoint_io.h"
 #include "server/internal/push_request.h"
-#include "client/request_codec.h"
+#include "client/data_plane_wire.h"
 #include "client/rpc_client.h"
 
 namespace {

@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "common/codec.h"
+#include "common/packed_bytes.h"
 #include "ps/v1/parameter_server.pb.h"
 #include "server/data_call.h"
 #include "server/parameter_service.h"

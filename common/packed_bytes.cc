@@ -1,4 +1,4 @@
-#include "common/codec.h"
+#include "common/packed_bytes.h"
 
 #include <cmath>
 #include <cstring>

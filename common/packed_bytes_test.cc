@@ -1,4 +1,4 @@
-#include "common/codec.h"
+#include "common/packed_bytes.h"
 
 #include <cmath>
 #include <limits>
@@ -10,7 +10,7 @@
 namespace ps {
 namespace {
 
-TEST(CodecTest, KeysRoundTrip) {
+TEST(PackedBytesTest, KeysRoundTrip) {
   std::vector<uint64_t> keys = {0, 1, 42, std::numeric_limits<uint64_t>::max()};
   std::string bytes;
   AppendKeys(keys, &bytes);
@@ -22,7 +22,7 @@ TEST(CodecTest, KeysRoundTrip) {
   EXPECT_EQ(bytes[8], 1);
 }
 
-TEST(CodecTest, RejectsTruncatedBytes) {
+TEST(PackedBytesTest, RejectsTruncatedBytes) {
   absl::Span<const uint64_t> keys;
   absl::Status s = DecodeKeys(std::string(12, '\0'), &keys);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
@@ -31,7 +31,7 @@ TEST(CodecTest, RejectsTruncatedBytes) {
   EXPECT_EQ(DecodeValues(std::string(7, '\0'), &values).code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST(CodecTest, AllFiniteSpotsNanAndInf) {
+TEST(PackedBytesTest, AllFiniteSpotsNanAndInf) {
   std::vector<float> v(1000, 1.5f);
   EXPECT_TRUE(AllFinite(v));
   v[777] = std::numeric_limits<float>::quiet_NaN();

@@ -1,6 +1,7 @@
-// Packed little-endian codecs for keys (uint64) and values (float32) in KeyBlock bytes.
-#ifndef PS_COMMON_CODEC_H_
-#define PS_COMMON_CODEC_H_
+// KeyBlock bytes as packed little-endian keys (uint64) and float32 values, the layout of a
+// block without a value codec (the value codecs are common/value_codec.h); finiteness checks.
+#ifndef PS_COMMON_PACKED_BYTES_H_
+#define PS_COMMON_PACKED_BYTES_H_
 
 #include <cstdint>
 #include <cstring>
@@ -42,4 +43,4 @@ uint32_t NonFiniteBits(const void* data, size_t n);
 
 }  // namespace ps
 
-#endif  // PS_COMMON_CODEC_H_
+#endif  // PS_COMMON_PACKED_BYTES_H_

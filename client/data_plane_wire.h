@@ -2,8 +2,8 @@
 // (common/wire.h): gradients are sent straight from the caller's buffers (borrowed gRPC slices)
 // and pulled values are copied straight from the received slices into the caller's `out`.
 // The bytes are those of the protobuf messages in ps/v1/parameter_server.proto.
-#ifndef PS_CLIENT_REQUEST_CODEC_H_
-#define PS_CLIENT_REQUEST_CODEC_H_
+#ifndef PS_CLIENT_DATA_PLANE_WIRE_H_
+#define PS_CLIENT_DATA_PLANE_WIRE_H_
 
 #include <grpcpp/support/byte_buffer.h>
 
@@ -76,4 +76,4 @@ absl::Status DecodePullResponse(grpc::ByteBuffer* response, const std::vector<Ta
 
 }  // namespace ps
 
-#endif  // PS_CLIENT_REQUEST_CODEC_H_
+#endif  // PS_CLIENT_DATA_PLANE_WIRE_H_

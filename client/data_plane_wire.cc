@@ -1,12 +1,14 @@
-#include "client/request_codec.h"
+#include "client/data_plane_wire.h"
 
 #include <memory>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
-#include "common/value_codec.h"
 #include "client/pull_cache.h"
 #include "client/rpc_client.h"
+#include "common/status_macros.h"
+#include "common/value_codec.h"
+#include "ps/v1/parameter_server.pb.h"
 
 namespace ps {
 namespace {
@@ -16,21 +18,45 @@ using wire::PutLengthPrefix;
 using wire::PutVarintField;
 using wire::VarintFieldSize;
 
-// KeyBlock fields.
-constexpr uint32_t kBlockTableId = 1, kBlockKeys = 2, kBlockValues = 3, kBlockCodec = 4,
-                   kBlockMomentum = 5, kBlockSince = 6, kBlockDelta = 7;
+// The fields written and read here, by their generated numbers (ps/v1/parameter_server.proto);
+// the wire type each is written with is the one its C++ type implies (float: fixed32, ...), and
+// the asserts below fail the build if a field's type changes under it.
+using v1::KeyBlock;
+using v1::PullRequest;
+using v1::PullResponse;
+using v1::PushPullRequest;
+using v1::PushRequest;
 
-// A fixed64 field: its bytes (none for 0, as protobuf leaves it out).
-size_t Fixed64FieldSize(uint32_t field, uint64_t v) {
-  return v == 0 ? 0 : wire::VarintSize((uint64_t{field} << 3) | wire::kFixed64) + 8;
-}
-void PutFixed64Field(uint32_t field, uint64_t v, std::string* out) {
-  if (v == 0) return;
-  wire::PutTag(field, wire::kFixed64, out);
-  char bytes[8];
-  std::memcpy(bytes, &v, 8);  // little-endian hosts only, as the rest of the wire code
-  out->append(bytes, 8);
-}
+// Whether an accessor returning `Returned` reads a field of C++ type T.
+template <typename T, typename Returned>
+constexpr bool kIs = std::is_same_v<T, std::decay_t<Returned>>;
+
+// Written as varints.
+static_assert(kIs<uint32_t, decltype(KeyBlock().table_id())>);
+static_assert(kIs<v1::ValueCodec, decltype(KeyBlock().codec())>);
+static_assert(kIs<bool, decltype(KeyBlock().delta())>);
+static_assert(kIs<uint32_t, decltype(PullRequest().worker_id())>);
+static_assert(kIs<int64_t, decltype(PullRequest().clock())>);
+static_assert(kIs<uint64_t, decltype(PullRequest().shard_epoch())>);
+static_assert(kIs<uint32_t, decltype(PushRequest().worker_id())>);
+static_assert(kIs<uint64_t, decltype(PushRequest().request_id())>);
+static_assert(kIs<int64_t, decltype(PushRequest().clock())>);
+static_assert(kIs<uint64_t, decltype(PushRequest().shard_epoch())>);
+static_assert(kIs<bool, decltype(PushPullRequest().advance_clock())>);
+static_assert(kIs<uint32_t, decltype(PushPullRequest().clock_parts())>);
+static_assert(kIs<int64_t, decltype(PullResponse().min_clock())>);
+static_assert(kIs<int64_t, decltype(PullResponse().wait_micros())>);
+// Written as fixed32 (float) and fixed64 (since: a fixed64 in the .proto, which the C++ type
+// alone cannot tell from a uint64 varint; DataPlaneWireTest checks the declared types).
+static_assert(kIs<float, decltype(KeyBlock().momentum())>);
+static_assert(kIs<float, decltype(PushRequest().lr_scale())>);
+static_assert(kIs<uint64_t, decltype(KeyBlock().since())>);
+// Length-delimited: strings, bytes and messages.
+static_assert(kIs<std::string, decltype(KeyBlock().keys())>);
+static_assert(kIs<std::string, decltype(KeyBlock().values())>);
+static_assert(kIs<std::string, decltype(PullRequest().job_id())>);
+static_assert(kIs<std::string, decltype(PushRequest().job_id())>);
+static_assert(kIs<PushRequest, decltype(PushPullRequest().push())>);
 
 size_t KeyBytes(const KeySegment& seg) { return seg.idx.size() * sizeof(uint64_t); }
 size_t ValueBytes(const KeySegment& seg, int dim) {
@@ -42,14 +68,14 @@ size_t PushValueBytes(const KeySegment& seg, int dim) {
 }
 
 size_t BlockSize(const TableOp& op, const KeySegment& seg, int dim, bool with_values) {
-  size_t n =
-      VarintFieldSize(kBlockTableId, op.table_id) + LengthFieldSize(kBlockKeys, KeyBytes(seg));
+  size_t n = VarintFieldSize(KeyBlock::kTableIdFieldNumber, op.table_id) +
+             LengthFieldSize(KeyBlock::kKeysFieldNumber, KeyBytes(seg));
   if (with_values && !seg.idx.empty()) {
-    n += LengthFieldSize(kBlockValues, PushValueBytes(seg, dim));
+    n += LengthFieldSize(KeyBlock::kValuesFieldNumber, PushValueBytes(seg, dim));
   }
-  n += VarintFieldSize(kBlockCodec, seg.codec);
-  if (with_values) n += wire::FloatFieldSize(kBlockMomentum, seg.momentum);
-  if (!with_values) n += Fixed64FieldSize(kBlockSince, seg.since);
+  n += VarintFieldSize(KeyBlock::kCodecFieldNumber, seg.codec);
+  if (with_values) n += wire::FloatFieldSize(KeyBlock::kMomentumFieldNumber, seg.momentum);
+  if (!with_values) n += wire::Fixed64FieldSize(KeyBlock::kSinceFieldNumber, seg.since);
   return n;
 }
 
@@ -82,8 +108,8 @@ void AppendBlocks(uint32_t field, const std::vector<TableOp>& ops, const std::ve
     const int dim = dims[seg.op];
     std::string* out = b->out();
     PutLengthPrefix(field, BlockSize(op, seg, dim, with_values), out);
-    PutVarintField(kBlockTableId, op.table_id, out);
-    PutLengthPrefix(kBlockKeys, KeyBytes(seg), out);
+    PutVarintField(KeyBlock::kTableIdFieldNumber, op.table_id, out);
+    PutLengthPrefix(KeyBlock::kKeysFieldNumber, KeyBytes(seg), out);
     const size_t at = out->size();
     out->resize(at + KeyBytes(seg));
     char* k = out->data() + at;
@@ -92,7 +118,7 @@ void AppendBlocks(uint32_t field, const std::vector<TableOp>& ops, const std::ve
       k += sizeof(uint64_t);
     }
     if (with_values && !seg.idx.empty()) {
-      PutLengthPrefix(kBlockValues, PushValueBytes(seg, dim), b->out());
+      PutLengthPrefix(KeyBlock::kValuesFieldNumber, PushValueBytes(seg, dim), b->out());
       if (seg.codec != v1::CODEC_NONE) {
         b->out()->append(seg.encoded);  // copied: the segment does not outlive this request
       } else {
@@ -102,20 +128,20 @@ void AppendBlocks(uint32_t field, const std::vector<TableOp>& ops, const std::ve
         });
       }
     }
-    PutVarintField(kBlockCodec, seg.codec, b->out());
-    if (with_values) wire::PutFloatField(kBlockMomentum, seg.momentum, b->out());
-    if (!with_values) PutFixed64Field(kBlockSince, seg.since, b->out());
+    PutVarintField(KeyBlock::kCodecFieldNumber, seg.codec, b->out());
+    if (with_values) wire::PutFloatField(KeyBlock::kMomentumFieldNumber, seg.momentum, b->out());
+    if (!with_values) wire::PutFixed64Field(KeyBlock::kSinceFieldNumber, seg.since, b->out());
   }
 }
 
-// PushRequest fields 1-5 (job_id, worker_id, request_id, clock, shard_epoch).
+// PushRequest's fields before its blocks.
 void PutPushHeader(const RequestHeader& h, std::string* out) {
-  PutLengthPrefix(1, h.job_id.size(), out);
+  PutLengthPrefix(PushRequest::kJobIdFieldNumber, h.job_id.size(), out);
   out->append(h.job_id);
-  PutVarintField(2, h.worker_id, out);
-  PutVarintField(3, h.request_id, out);
-  PutVarintField(4, static_cast<uint64_t>(h.clock), out);
-  PutVarintField(5, h.shard_epoch, out);
+  PutVarintField(PushRequest::kWorkerIdFieldNumber, h.worker_id, out);
+  PutVarintField(PushRequest::kRequestIdFieldNumber, h.request_id, out);
+  PutVarintField(PushRequest::kClockFieldNumber, static_cast<uint64_t>(h.clock), out);
+  PutVarintField(PushRequest::kShardEpochFieldNumber, h.shard_epoch, out);
 }
 
 }  // namespace
@@ -124,20 +150,20 @@ void EncodePullRequest(const RequestHeader& h, const std::vector<TableOp>& ops,
                        const std::vector<int>& dims, const std::vector<KeySegment>& segments,
                        wire::MessageBuilder* b) {
   std::string* out = b->out();
-  PutLengthPrefix(1, h.job_id.size(), out);
+  PutLengthPrefix(PullRequest::kJobIdFieldNumber, h.job_id.size(), out);
   out->append(h.job_id);
-  PutVarintField(2, h.worker_id, out);
-  PutVarintField(3, static_cast<uint64_t>(h.clock), out);
-  PutVarintField(4, h.shard_epoch, out);
-  AppendBlocks(5, ops, dims, segments, /*with_values=*/false, b);
+  PutVarintField(PullRequest::kWorkerIdFieldNumber, h.worker_id, out);
+  PutVarintField(PullRequest::kClockFieldNumber, static_cast<uint64_t>(h.clock), out);
+  PutVarintField(PullRequest::kShardEpochFieldNumber, h.shard_epoch, out);
+  AppendBlocks(PullRequest::kBlocksFieldNumber, ops, dims, segments, /*with_values=*/false, b);
 }
 
 void EncodePushRequest(const RequestHeader& h, const std::vector<TableOp>& ops,
                        const std::vector<int>& dims, const std::vector<KeySegment>& segments,
                        wire::MessageBuilder* b) {
   PutPushHeader(h, b->out());
-  AppendBlocks(6, ops, dims, segments, /*with_values=*/true, b);
-  wire::PutFloatField(7, h.lr_scale, b->out());
+  AppendBlocks(PushRequest::kBlocksFieldNumber, ops, dims, segments, /*with_values=*/true, b);
+  wire::PutFloatField(PushRequest::kLrScaleFieldNumber, h.lr_scale, b->out());
 }
 
 void EncodePushPullRequest(const RequestHeader& h, uint32_t clock_parts,
@@ -148,16 +174,20 @@ void EncodePushPullRequest(const RequestHeader& h, uint32_t clock_parts,
   std::string header;
   PutPushHeader(h, &header);
   std::string lr;
-  wire::PutFloatField(7, h.lr_scale, &lr);
+  wire::PutFloatField(PushRequest::kLrScaleFieldNumber, h.lr_scale, &lr);
   const size_t push_size =
-      header.size() + BlocksSize(6, push_ops, push_dims, push_segments, true) + lr.size();
-  PutLengthPrefix(1, push_size, b->out());
+      header.size() +
+      BlocksSize(PushRequest::kBlocksFieldNumber, push_ops, push_dims, push_segments, true) +
+      lr.size();
+  PutLengthPrefix(PushPullRequest::kPushFieldNumber, push_size, b->out());
   b->out()->append(header);
-  AppendBlocks(6, push_ops, push_dims, push_segments, /*with_values=*/true, b);
+  AppendBlocks(PushRequest::kBlocksFieldNumber, push_ops, push_dims, push_segments,
+               /*with_values=*/true, b);
   b->out()->append(lr);
-  PutVarintField(2, 1, b->out());  // advance_clock
-  PutVarintField(3, clock_parts, b->out());
-  AppendBlocks(4, pull_ops, pull_dims, pull_segments, /*with_values=*/false, b);
+  PutVarintField(PushPullRequest::kAdvanceClockFieldNumber, 1, b->out());
+  PutVarintField(PushPullRequest::kClockPartsFieldNumber, clock_parts, b->out());
+  AppendBlocks(PushPullRequest::kPullBlocksFieldNumber, pull_ops, pull_dims, pull_segments,
+               /*with_values=*/false, b);
 }
 
 namespace {
@@ -221,15 +251,15 @@ absl::Status DecodeDeltaSegmentBlock(wire::SliceReader* r, const TableOp& op, in
     uint32_t field;
     wire::WireType type;
     if (!r->ReadTag(&field, &type)) return Malformed("bad tag in a block");
-    if (field == kBlockValues && type == wire::kLengthDelimited) {
+    if (field == KeyBlock::kValuesFieldNumber && type == wire::kLengthDelimited) {
       size_t len;
       if (!r->ReadLength(&len)) return Malformed("truncated values");
       if (seen_values) return Malformed("two values fields in one block");
       seen_values = true;
       if (!r->ReadString(len, &values)) return Malformed("truncated values");
-    } else if (field == kBlockSince && type == wire::kFixed64) {
+    } else if (field == KeyBlock::kSinceFieldNumber && type == wire::kFixed64) {
       if (!r->Copy(&token, sizeof(token))) return Malformed("truncated token");
-    } else if (field == kBlockDelta && type == wire::kVarint) {
+    } else if (field == KeyBlock::kDeltaFieldNumber && type == wire::kVarint) {
       uint64_t v;
       if (!r->ReadVarint(&v)) return Malformed("truncated delta flag");
       delta = v != 0;
@@ -251,7 +281,7 @@ absl::Status DecodeBlock(wire::SliceReader* r, const TableOp& op, int dim, const
     uint32_t field;
     wire::WireType type;
     if (!r->ReadTag(&field, &type)) return Malformed("bad tag in a block");
-    if (field != kBlockValues || type != wire::kLengthDelimited) {
+    if (field != KeyBlock::kValuesFieldNumber || type != wire::kLengthDelimited) {
       if (!r->SkipField(type)) return Malformed("truncated block");
       continue;
     }
@@ -294,7 +324,7 @@ absl::Status DecodePullResponse(grpc::ByteBuffer* response, const std::vector<Ta
     wire::WireType type;
     if (!r.ReadTag(&field, &type)) return Malformed("bad tag");
     uint64_t v;
-    if (field == 1 && type == wire::kLengthDelimited) {
+    if (field == PullResponse::kBlocksFieldNumber && type == wire::kLengthDelimited) {
       size_t len;
       if (!r.ReadLength(&len)) return Malformed("truncated block");
       if (blocks == segments.size()) {
@@ -308,9 +338,12 @@ absl::Status DecodePullResponse(grpc::ByteBuffer* response, const std::vector<Ta
                            : DecodeBlock(&r, ops[seg.op], dims[seg.op], seg);
       r.PopLimit(outer);
       if (!s.ok()) return s;
-    } else if ((field == 2 || field == 3) && type == wire::kVarint) {
+    } else if ((field == PullResponse::kMinClockFieldNumber ||
+                field == PullResponse::kWaitMicrosFieldNumber) &&
+               type == wire::kVarint) {
       if (!r.ReadVarint(&v)) return Malformed("truncated clock");
-      *(field == 2 ? min_clock : wait_micros) = static_cast<int64_t>(v);
+      *(field == PullResponse::kMinClockFieldNumber ? min_clock : wait_micros) =
+          static_cast<int64_t>(v);
     } else if (!r.SkipField(type)) {
       return Malformed("truncated field");
     }

@@ -1,7 +1,7 @@
 // The hand-encoded data-plane messages are the protobuf messages of parameter_server.proto:
 // what we encode parses with protobuf, what protobuf serializes we decode, however gRPC cuts it
 // into slices; malformed answers are errors, never reads past the buffer.
-#include "client/request_codec.h"
+#include "client/data_plane_wire.h"
 
 #include <gtest/gtest.h>
 
@@ -14,12 +14,12 @@
 #include <string>
 #include <vector>
 
-#include "common/half.h"
-#include "common/value_codec.h"
-#include "ps/v1/parameter_server.pb.h"
 #include "client/pull_cache.h"
 #include "client/push_encoder.h"
 #include "client/rpc_client.h"
+#include "common/half.h"
+#include "common/value_codec.h"
+#include "ps/v1/parameter_server.pb.h"
 
 namespace ps {
 namespace {
@@ -91,7 +91,7 @@ struct Fixture {
   }
 };
 
-TEST(RequestCodecTest, PushRequestParsesWithProtobufAndBorrowsLargeRuns) {
+TEST(DataPlaneWireTest, PushRequestParsesWithProtobufAndBorrowsLargeRuns) {
   Fixture f;
   std::atomic<int> released{0};
   v1::PushRequest parsed;
@@ -134,7 +134,7 @@ v1::PushPullRequest ExpectPushPull(const Fixture& f) {
   return pp;
 }
 
-TEST(RequestCodecTest, PullAndPushPullRequestsParseWithProtobuf) {
+TEST(DataPlaneWireTest, PullAndPushPullRequestsParseWithProtobuf) {
   Fixture f;
   wire::MessageBuilder pull_builder(nullptr);
   EncodePullRequest(Header(), f.ops, f.dims, f.segments, &pull_builder);
@@ -151,9 +151,81 @@ TEST(RequestCodecTest, PullAndPushPullRequestsParseWithProtobuf) {
   ExpectPushPull(f);
 }
 
+// The wire type of a field of a given declared type.
+wire::WireType WireTypeOf(google::protobuf::FieldDescriptor::Type type) {
+  using FD = google::protobuf::FieldDescriptor;
+  switch (type) {
+    case FD::TYPE_FIXED64:
+    case FD::TYPE_SFIXED64:
+    case FD::TYPE_DOUBLE:
+      return wire::kFixed64;
+    case FD::TYPE_FIXED32:
+    case FD::TYPE_SFIXED32:
+    case FD::TYPE_FLOAT:
+      return wire::kFixed32;
+    case FD::TYPE_STRING:
+    case FD::TYPE_BYTES:
+    case FD::TYPE_MESSAGE:
+      return wire::kLengthDelimited;
+    default:
+      return wire::kVarint;
+  }
+}
+
+// The codec writes and reads each field with the wire type of its type in the .proto (by its
+// generated number; the build checks the C++ types, this the declared ones: a uint64 turned
+// fixed64 keeps its C++ type).
+TEST(DataPlaneWireTest, FieldsAreWrittenWithTheirDeclaredWireTypes) {
+  struct Field {
+    const google::protobuf::Descriptor* message;
+    int number;
+    wire::WireType type;
+  };
+  const Field fields[] = {
+      {v1::KeyBlock::descriptor(), v1::KeyBlock::kTableIdFieldNumber, wire::kVarint},
+      {v1::KeyBlock::descriptor(), v1::KeyBlock::kKeysFieldNumber, wire::kLengthDelimited},
+      {v1::KeyBlock::descriptor(), v1::KeyBlock::kValuesFieldNumber, wire::kLengthDelimited},
+      {v1::KeyBlock::descriptor(), v1::KeyBlock::kCodecFieldNumber, wire::kVarint},
+      {v1::KeyBlock::descriptor(), v1::KeyBlock::kMomentumFieldNumber, wire::kFixed32},
+      {v1::KeyBlock::descriptor(), v1::KeyBlock::kSinceFieldNumber, wire::kFixed64},
+      {v1::KeyBlock::descriptor(), v1::KeyBlock::kDeltaFieldNumber, wire::kVarint},
+      {v1::PullRequest::descriptor(), v1::PullRequest::kJobIdFieldNumber, wire::kLengthDelimited},
+      {v1::PullRequest::descriptor(), v1::PullRequest::kWorkerIdFieldNumber, wire::kVarint},
+      {v1::PullRequest::descriptor(), v1::PullRequest::kClockFieldNumber, wire::kVarint},
+      {v1::PullRequest::descriptor(), v1::PullRequest::kShardEpochFieldNumber, wire::kVarint},
+      {v1::PullRequest::descriptor(), v1::PullRequest::kBlocksFieldNumber, wire::kLengthDelimited},
+      {v1::PushRequest::descriptor(), v1::PushRequest::kJobIdFieldNumber, wire::kLengthDelimited},
+      {v1::PushRequest::descriptor(), v1::PushRequest::kWorkerIdFieldNumber, wire::kVarint},
+      {v1::PushRequest::descriptor(), v1::PushRequest::kRequestIdFieldNumber, wire::kVarint},
+      {v1::PushRequest::descriptor(), v1::PushRequest::kClockFieldNumber, wire::kVarint},
+      {v1::PushRequest::descriptor(), v1::PushRequest::kShardEpochFieldNumber, wire::kVarint},
+      {v1::PushRequest::descriptor(), v1::PushRequest::kBlocksFieldNumber, wire::kLengthDelimited},
+      {v1::PushRequest::descriptor(), v1::PushRequest::kLrScaleFieldNumber, wire::kFixed32},
+      {v1::PushPullRequest::descriptor(), v1::PushPullRequest::kPushFieldNumber,
+       wire::kLengthDelimited},
+      {v1::PushPullRequest::descriptor(), v1::PushPullRequest::kAdvanceClockFieldNumber,
+       wire::kVarint},
+      {v1::PushPullRequest::descriptor(), v1::PushPullRequest::kClockPartsFieldNumber,
+       wire::kVarint},
+      {v1::PushPullRequest::descriptor(), v1::PushPullRequest::kPullBlocksFieldNumber,
+       wire::kLengthDelimited},
+      {v1::PullResponse::descriptor(), v1::PullResponse::kBlocksFieldNumber,
+       wire::kLengthDelimited},
+      {v1::PullResponse::descriptor(), v1::PullResponse::kMinClockFieldNumber, wire::kVarint},
+      {v1::PullResponse::descriptor(), v1::PullResponse::kWaitMicrosFieldNumber, wire::kVarint},
+  };
+  for (const Field& f : fields) {
+    const google::protobuf::FieldDescriptor* d = f.message->FindFieldByNumber(f.number);
+    ASSERT_NE(d, nullptr) << f.message->name() << " " << f.number;
+    EXPECT_EQ(WireTypeOf(d->type()), f.type) << d->full_name();
+    // Repeated scalars would be packed; only messages are repeated here.
+    EXPECT_TRUE(!d->is_repeated() || d->type() == d->TYPE_MESSAGE) << d->full_name();
+  }
+}
+
 // A push block says the momentum it applied (KeyBlock.momentum), -0 too (as protobuf writes
 // it), and the lengths around it stay right: the PushPull's lr_scale after the blocks is read.
-TEST(RequestCodecTest, PushBlocksSayTheirMomentumMinusZeroToo) {
+TEST(DataPlaneWireTest, PushBlocksSayTheirMomentumMinusZeroToo) {
   Fixture f;
   f.segments[0].momentum = 0.9f;
   f.segments[1].momentum = -0.0f;
@@ -185,7 +257,7 @@ v1::PullResponse Answer(const Fixture& f) {
   return r;
 }
 
-TEST(RequestCodecTest, PullAnswersAreCopiedIntoTheCallersRowsHoweverTheyAreSliced) {
+TEST(DataPlaneWireTest, PullAnswersAreCopiedIntoTheCallersRowsHoweverTheyAreSliced) {
   Fixture f;
   const std::string bytes = Answer(f).SerializeAsString();
   for (size_t piece : {size_t{1}, size_t{3}, size_t{7}, size_t{4096}, bytes.size()}) {
@@ -213,7 +285,7 @@ TEST(RequestCodecTest, PullAnswersAreCopiedIntoTheCallersRowsHoweverTheyAreSlice
   }
 }
 
-TEST(RequestCodecTest, MalformedOrMismatchedAnswersAreInternalErrors) {
+TEST(DataPlaneWireTest, MalformedOrMismatchedAnswersAreInternalErrors) {
   Fixture f;
   std::vector<float> out0(4 * 1024), out1(3 * 3);
   std::vector<TableOp> ops = f.ops;
@@ -256,7 +328,7 @@ float Half(float v) { return Fp16ToFloat(FloatToFp16(v)); }
 
 // A push segment with a codec sends its encoded bytes and names the codec; a pull segment with
 // one asks for it and decodes the answer into the caller's rows. Both parse with protobuf.
-TEST(RequestCodecTest, EncodedBlocksCarryTheirCodecBothWays) {
+TEST(DataPlaneWireTest, EncodedBlocksCarryTheirCodecBothWays) {
   Fixture f;
   PushEncoder encoder;
   v1::CodecSpec fp16;
@@ -304,7 +376,7 @@ TEST(RequestCodecTest, EncodedBlocksCarryTheirCodecBothWays) {
 }
 
 // A pull segment whose rows are one run decodes straight into them; the other rows stay.
-TEST(RequestCodecTest, AnEncodedPullOfOneRunFillsJustItsRows) {
+TEST(DataPlaneWireTest, AnEncodedPullOfOneRunFillsJustItsRows) {
   Fixture f;
   std::vector<KeySegment> segments{KeySegment{0, {1, 2}, v1::CODEC_INT8, {}}};
   std::vector<float> values(2 * 1024);
@@ -330,196 +402,10 @@ TEST(RequestCodecTest, AnEncodedPullOfOneRunFillsJustItsRows) {
   }
 }
 
-// The decoded sum of what PushEncoder sent for key k over some steps, the residual and
-// velocity left, and how many values each step sent.
-struct Sent {
-  std::vector<float> decoded;
-  double residual_l1 = 0;
-  double velocity_l1 = 0;
-  std::vector<uint32_t> counts;
-};
-
-// The gradient of value i (key i / 4, dim 4) at a step.
-float Gradient(int step, size_t i) { return std::sin(static_cast<float>(step * 131 + i) * 0.37f); }
-
-// Pushes `steps` random gradients of `rows` rows of dim 4 through a topk encoder (ratio 0.1,
-// with `momentum` and `warmup` steps), the rows given to the op in the order of `keys`
-// (consecutive or not: the encoder's two paths). A step `nan_at_step` has a NaN in its gradient;
-// a step `skipped` pushes nothing.
-Sent PushTopk(const std::vector<uint64_t>& keys, int steps, int nan_at_step = -1, int skipped = -1,
-              float momentum = 0.0f, uint32_t warmup = 0) {
-  PushEncoder encoder;
-  v1::CodecSpec topk;
-  topk.set_codec(v1::CODEC_TOPK);
-  topk.set_ratio(0.1f);
-  topk.set_momentum(momentum);
-  topk.set_warmup_steps(warmup);
-  const int dim = 4;
-  Sent sent;
-  sent.decoded.assign(keys.size() * dim, 0.0f);
-  std::vector<float> by_key(keys.size() * dim);
-  for (int step = 0; step < steps; ++step) {
-    if (step == skipped) continue;
-    for (size_t i = 0; i < by_key.size(); ++i) by_key[i] = Gradient(step, i);  // the same per key
-    if (step == nan_at_step) by_key[5] = std::numeric_limits<float>::quiet_NaN();
-    std::vector<float> grads(by_key.size());
-    for (size_t j = 0; j < keys.size(); ++j) {
-      std::copy_n(&by_key[keys[j] * dim], dim, &grads[j * dim]);
-    }
-    TableOp op{7, keys, grads.data(), nullptr};
-    KeySegment seg{0, {}, v1::CODEC_NONE, {}};
-    for (uint32_t j = 0; j < keys.size(); ++j) seg.idx.push_back(j);
-    encoder.Encode(topk, op, dim, keys.size(), &seg);
-    std::vector<float> block(grads.size());
-    const absl::Status s =
-        DecodeValueBlock(v1::CODEC_TOPK, seg.encoded, block.size(), block.data());
-    if (step == nan_at_step) {
-      EXPECT_FALSE(s.ok());  // the NaN is sent as it is: the servers would refuse the block
-      continue;
-    }
-    EXPECT_TRUE(s.ok()) << s;
-    uint32_t count;
-    std::memcpy(&count, seg.encoded.data() + 4, sizeof(count));
-    sent.counts.push_back(count);
-    for (size_t j = 0; j < keys.size(); ++j) {
-      for (int d = 0; d < dim; ++d) sent.decoded[keys[j] * dim + d] += block[j * dim + d];
-    }
-  }
-  sent.residual_l1 = encoder.ResidualL1(7);
-  sent.velocity_l1 = encoder.VelocityL1(7);
-  return sent;
-}
-
-// The keys 0..63 in order (the encoder's consecutive path) and shuffled (its other path).
-std::vector<std::vector<uint64_t>> KeyOrders() {
-  std::vector<uint64_t> consecutive(64), shuffled(64);
-  std::iota(consecutive.begin(), consecutive.end(), 0);
-  for (size_t j = 0; j < shuffled.size(); ++j) shuffled[j] = (j * 37) % 64;  // a permutation
-  return {consecutive, shuffled};
-}
-
-// Deep Gradient Compression's momentum correction written out per value: the velocity
-// u = m * u + g accumulates into the residual v; the 10% largest |v| are sent (the lower index
-// first among equals) and have v and u cleared.
-Sent ReferenceMomentumTopk(size_t values, int steps, float m) {
-  Sent sent;
-  sent.decoded.assign(values, 0.0f);
-  std::vector<float> u(values, 0.0f), v(values, 0.0f);
-  for (int step = 0; step < steps; ++step) {
-    for (size_t i = 0; i < values; ++i) {
-      u[i] = Gradient(step, i) + m * u[i];
-      v[i] = u[i] + v[i];
-    }
-    std::vector<size_t> order(values);
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(),
-                     [&](size_t a, size_t b) { return std::fabs(v[a]) > std::fabs(v[b]); });
-    const size_t k = TopkCount(values, 0.1f);
-    for (size_t j = 0; j < k; ++j) {
-      sent.decoded[order[j]] += v[order[j]];
-      v[order[j]] = u[order[j]] = 0.0f;
-    }
-    sent.counts.push_back(static_cast<uint32_t>(k));
-  }
-  for (size_t i = 0; i < values; ++i) {
-    sent.residual_l1 += std::fabs(v[i]);
-    sent.velocity_l1 += std::fabs(u[i]);
-  }
-  return sent;
-}
-
-TEST(PushEncoderTest, ConsecutiveKeysAndOthersKeepTheSameResidual) {
-  std::vector<uint64_t> consecutive(64), shuffled(64);
-  std::iota(consecutive.begin(), consecutive.end(), 0);
-  for (size_t j = 0; j < shuffled.size(); ++j) shuffled[j] = (j * 37) % 64;  // a permutation
-  const Sent a = PushTopk(consecutive, 20), b = PushTopk(shuffled, 20);
-  EXPECT_EQ(a.decoded, b.decoded);
-  EXPECT_DOUBLE_EQ(a.residual_l1, b.residual_l1);
-  EXPECT_GT(a.residual_l1, 0.0);
-  // Every gradient is either sent or held: sent + residual = the sum of the gradients.
-  double grads_l1 = 0, sent_l1 = 0;
-  for (size_t i = 0; i < a.decoded.size(); ++i) {
-    float sum = 0;
-    for (int step = 0; step < 20; ++step) sum += Gradient(step, i);
-    grads_l1 += std::fabs(sum);
-    sent_l1 += std::fabs(a.decoded[i]);
-  }
-  EXPECT_LE(grads_l1, sent_l1 + a.residual_l1 + 1e-3);
-}
-
-TEST(PushEncoderTest, AGradientWithANaNLeavesTheResidualAndVelocityAsTheyWere) {
-  for (const auto& keys : KeyOrders()) {
-    for (float momentum : {0.0f, 0.5f}) {
-      // Step 3 of 5 has a NaN: what is sent and held after it is as if step 3 had not been.
-      const Sent with_nan = PushTopk(keys, 5, 3, -1, momentum),
-                 without = PushTopk(keys, 5, -1, 3, momentum);
-      EXPECT_EQ(with_nan.decoded, without.decoded);
-      EXPECT_DOUBLE_EQ(with_nan.residual_l1, without.residual_l1);
-      EXPECT_DOUBLE_EQ(with_nan.velocity_l1, without.velocity_l1);
-      EXPECT_GT(with_nan.residual_l1, 0.0);
-      EXPECT_EQ(with_nan.velocity_l1 > 0.0, momentum != 0.0f);
-    }
-  }
-}
-
-TEST(PushEncoderTest, MomentumCorrectionIsDeepGradientCompressions) {
-  const Sent want = ReferenceMomentumTopk(64 * 4, 12, 0.9f);
-  for (const auto& keys : KeyOrders()) {
-    const Sent got = PushTopk(keys, 12, -1, -1, 0.9f);
-    EXPECT_EQ(got.decoded, want.decoded);
-    EXPECT_DOUBLE_EQ(got.residual_l1, want.residual_l1);
-    EXPECT_DOUBLE_EQ(got.velocity_l1, want.velocity_l1);
-    EXPECT_GT(got.velocity_l1, 0.0);
-  }
-  // Without momentum no velocity is kept, and the values sent differ.
-  const Sent plain = PushTopk(KeyOrders()[0], 12);
-  EXPECT_EQ(plain.velocity_l1, 0.0);
-  EXPECT_NE(plain.decoded, want.decoded);
-}
-
-TEST(PushEncoderTest, TheWarmUpSendsLessAtEachPushDownToTheRatio) {
-  for (const auto& keys : KeyOrders()) {
-    const Sent got = PushTopk(keys, 7, -1, -1, 0.0f, 4);
-    // ratio^((s + 1) / 5) of 256 values for s = 0..3: 0.631, 0.398, 0.251, 0.158; then 0.1.
-    EXPECT_EQ(got.counts, (std::vector<uint32_t>{162, 102, 65, 41, 26, 26, 26}));
-    // Every gradient is still sent or held.
-    for (size_t i = 0; i < got.decoded.size(); i += 17) {
-      float sum = 0;
-      for (int step = 0; step < 7; ++step) sum += Gradient(step, i);
-      EXPECT_LE(std::fabs(sum) - std::fabs(got.decoded[i]), got.residual_l1 + 1e-4);
-    }
-  }
-  v1::CodecSpec c;
-  c.set_ratio(0.01f);
-  c.set_warmup_steps(99);
-  EXPECT_NEAR(PushEncoder::WarmupRatio(c, 0), std::pow(0.01, 0.01), 1e-6);
-  EXPECT_NEAR(PushEncoder::WarmupRatio(c, 49), 0.1, 1e-6);
-  EXPECT_FLOAT_EQ(PushEncoder::WarmupRatio(c, 99), 0.01f);
-  EXPECT_FLOAT_EQ(PushEncoder::WarmupRatio(c, 5000), 0.01f);
-}
-
-TEST(PushEncoderTest, ResetForgetsTheVelocity) {
-  PushEncoder encoder;
-  v1::CodecSpec topk;
-  topk.set_codec(v1::CODEC_TOPK);
-  topk.set_ratio(0.25f);
-  topk.set_momentum(0.9f);
-  std::vector<uint64_t> keys = {0, 1};
-  std::vector<float> grads = {1, 2, 3, 4, 5, 6, 7, 8};
-  TableOp op{3, keys, grads.data(), nullptr};
-  KeySegment seg{0, {0, 1}, v1::CODEC_NONE, {}};
-  encoder.Encode(topk, op, 4, 2, &seg);
-  EXPECT_GT(encoder.VelocityL1(3), 0.0);
-  EXPECT_GT(encoder.ResidualL1(3), 0.0);
-  encoder.Reset();
-  EXPECT_EQ(encoder.VelocityL1(3), 0.0);
-  EXPECT_EQ(encoder.ResidualL1(3), 0.0);
-}
-
 // Delta pulls through DecodePullResponse and a PullCache: a whole answer is kept with its token,
 // a delta answer is applied to the copy and the rows go to `out`; a bad delta block or one that
 // answers a block sent without a token is an INTERNAL error that changes nothing.
-TEST(RequestCodecTest, DeltaAnswersAreAppliedToTheClientsCopy) {
+TEST(DataPlaneWireTest, DeltaAnswersAreAppliedToTheClientsCopy) {
   const std::vector<uint64_t> keys = {3, 0, 2};  // rows of a dense table of 4 rows of dim 2
   std::vector<float> out(6, -1.0f);
   TableOp op;
