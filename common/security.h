@@ -134,6 +134,9 @@ class Authorizer {
   // Whether the call would pass Check(context, Access::kAdmin), without counting a refusal:
   // true in a cluster without tokens, and for the cluster token where no admin token is set.
   bool IsAdmin(const grpc::ServerContextBase& context) const;
+  // Counts a refusal a handler made itself (a job's credential naming what is not its job's:
+  // server/job_grants.h) in ps_auth_refused_total{reason}.
+  void CountRefusal(const char* reason) const { Count(reason); }
 
  private:
   void Count(const char* reason) const;

@@ -18,6 +18,7 @@
 #include "ps/v1/parameter_server.grpc.pb.h"
 #include "server/checkpointer.h"
 #include "server/consistency_gate.h"
+#include "server/job_grants.h"
 #include "server/internal/handoff_pool.h"
 #include "server/request_deduper.h"
 #include "server/restorer.h"
@@ -143,6 +144,7 @@ class ParameterService final : public v1::ParameterServer::Service {
   ConsistencyGate gate_;
   RequestDeduper deduper_;
   Restorer restorer_;          // uses gate_
+  const JobGrants grants_;     // what a job's credential may name: its table ids and folder
   Checkpointer checkpointer_;  // stops its writer thread when destroyed
   HandoffPool handoff_;        // destroyed first: waits for the calls it runs
 };
