@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # A job's program cannot reach another job (issue 49), end to end on loopback: a scheduler, a
-# server and two worker daemons with a cluster token and an admin token, the worker daemons as
-# root with --program_uids (each its own range). Job B (tests/programs/probe.py) trains and
+# server and two worker daemons with mutual TLS, a cluster token and an admin token, the worker
+# daemons as root with --program_uids (each its own range). Job B (tests/programs/probe.py) trains and
 # checkpoints; then job A's program (tests/programs/hostile.py), holding only what a worker
 # gives a program, tries:
 #   1. table_squat        CreateTable of its own job with the id the scheduler will give the
 #                         next job's first table
 #   2. checkpoint_squat   Checkpoint into B's checkpoint folder (ckpt-2: B's next checkpoint)
-#   3. token_file         reading the worker daemon's --cluster_token_file
+#   3. token_file         reading the worker daemon's --cluster_token_file (and tls_key: its
+#                         --tls_key; the program dials with the copies its worker made for it)
 #   4. environ            reading /proc/PID/environ of B's program (B's credential)
 #   5. agent              connecting to B's agent socket and calling GetAssignment
 #   6. checkpoint_files   listing B's checkpoint shard and reading its CURRENT file
@@ -18,9 +19,9 @@
 #
 # With --unprivileged (ctest `isolation_unprivileged`) the worker daemons run as an ordinary
 # user (uid 60500, via setpriv) without --program_uids: each logs the WARNING that programs run
-# as its own user; 1, 2, 5 and 6 are still refused (the servers' checks; the agent's check of
-# the caller's session by SO_PEERCRED; the servers' 0700 checkpoint root); 3, 4 and 7 are open
-# (printed, as docs/operations.md says).
+# as its own user, and one given --program_uids refuses to start; 1, 2, 5 and 6 are still
+# refused (the servers' checks; the agent's check of the caller's session by SO_PEERCRED; the
+# servers' 0700 checkpoint root); 3, 4 and 7 are open (printed, as docs/operations.md says).
 # Needs root (else skips, 77), python3 with grpcio and numpy, protoc and grpc_python_plugin,
 # and the paramserver Python package in BUILD_DIR/python.
 # Usage: tests/isolation_test.sh BUILD_DIR [--unprivileged]
@@ -48,6 +49,7 @@ fi
 /usr/bin/python3 -c 'import grpc, numpy' 2>/dev/null || { echo "SKIP: no python3 grpc/numpy"; exit 77; }
 [ -d "$build/python/paramserver" ] || { echo "SKIP: no paramserver Python package"; exit 77; }
 [ "$unprivileged" = 0 ] || command -v setpriv >/dev/null || { echo "SKIP: no setpriv"; exit 77; }
+command -v openssl >/dev/null || { echo "SKIP: no openssl"; exit 77; }
 
 # shellcheck source=lib/daemons.sh
 source "$(dirname "$0")/lib/daemons.sh" ps_isolation
@@ -67,11 +69,19 @@ wait_file() {  # wait_file PATH SECONDS
 head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$dir/cluster.token"
 head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$dir/admin.token"
 chmod 600 "$dir"/*.token
+"$repo/deploy/tls/make-certs.sh" "$dir/tls" scheduler server worker psctl >/dev/null
+tls() { echo "--tls_ca=$dir/tls/ca.crt --tls_cert=$dir/tls/$1.crt --tls_key=$dir/tls/$1.key"; }
 worker_token=$dir/cluster.token
+worker_tls=$dir/tls
 daemon_user=60500  # --unprivileged: the worker daemons' user
 if [ "$unprivileged" = 1 ]; then
   worker_token=$dir/worker.token
   install -m 600 -o "$daemon_user" -g "$daemon_user" "$dir/cluster.token" "$worker_token"
+  worker_tls=$dir/tls-worker
+  install -d -m 700 -o "$daemon_user" -g "$daemon_user" "$worker_tls"
+  for f in ca.crt worker.crt worker.key; do
+    install -m 600 -o "$daemon_user" -g "$daemon_user" "$dir/tls/$f" "$worker_tls/$f"
+  done
 fi
 # The servers' checkpoints: theirs only (as StateDirectoryMode=0700 makes it under systemd).
 mkdir -m 700 "$dir/checkpoints"
@@ -80,22 +90,25 @@ mkdir -p "$dir/py"
   --plugin=protoc-gen-grpc="$(command -v grpc_python_plugin)" ps/v1/*.proto)
 chmod -R a+rX "$dir/py"
 
+# shellcheck disable=SC2046
 "$sched_bin" --listen=127.0.0.1:0 --port_file="$dir/sched.port" --state_dir="$dir/state" \
   --checkpoint_root="$dir/checkpoints" --metrics_listen=off --heartbeat_interval=500ms \
-  --heartbeat_timeout=3s --cluster_token_file="$dir/cluster.token" \
+  --heartbeat_timeout=3s --cluster_token_file="$dir/cluster.token" $(tls scheduler) \
   --admin_token_file="$dir/admin.token" >"$dir/scheduler.log" 2>&1 &
 pids+=($!)
 wait_file "$dir/sched.port" 20
 sched=127.0.0.1:$(cat "$dir/sched.port")
+# shellcheck disable=SC2046
 "$server_bin" --listen=127.0.0.1:0 --port_file="$dir/server.port" --scheduler="$sched" \
   --checkpoint_roots="$dir/checkpoints" --metrics_listen=127.0.0.1:0 \
   --metrics_port_file="$dir/server.metrics" --cluster_token_file="$dir/cluster.token" \
-  >"$dir/server.log" 2>&1 &
+  $(tls server) >"$dir/server.log" 2>&1 &
 pids+=($!)
 for w in 0 1; do
   work=$dir/work-$w
   flags=(--scheduler="$sched" --device=cpu --metrics_listen=off --health_listen=off
-    --work_dir="$work" --cluster_token_file="$worker_token")
+    --work_dir="$work" --cluster_token_file="$worker_token" --tls_ca="$worker_tls/ca.crt"
+    --tls_cert="$worker_tls/worker.crt" --tls_key="$worker_tls/worker.key")
   if [ "$unprivileged" = 1 ]; then
     mkdir -p "$work"
     chown "$daemon_user:$daemon_user" "$work"
@@ -109,7 +122,8 @@ for w in 0 1; do
 done
 wait_file "$dir/server.port" 20
 server=127.0.0.1:$(cat "$dir/server.port")
-psctl() { "$psctl_bin" --scheduler="$sched" --token_file="$dir/admin.token" "$@"; }
+# shellcheck disable=SC2046
+psctl() { "$psctl_bin" --scheduler="$sched" $(tls psctl) --token_file="$dir/admin.token" "$@"; }
 # shellcheck source=lib/jobs.sh
 source "$(dirname "$0")/lib/jobs.sh"
 wait_nodes 3
@@ -125,6 +139,17 @@ for w in 0 1; do
   fi
 done
 grep -h -E "no --program_uids|programs run under uids" "$dir"/worker-*.log | sed "s/^/  /" || true
+if [ "$unprivileged" = 1 ]; then
+  # --program_uids needs root: an unprivileged daemon given it refuses to start.
+  if out=$(setpriv --reuid="$daemon_user" --regid="$daemon_user" --clear-groups -- \
+      "$worker_bin" --scheduler="$sched" --metrics_listen=off --health_listen=off \
+      --work_dir="$dir/work-0" --program_uids=61000-61099 2>&1); then
+    fail "an unprivileged daemon started with --program_uids"
+  fi
+  grep -q "not root: it cannot run programs under the uids of --program_uids" <<<"$out" ||
+    fail "an unprivileged daemon with --program_uids said: $out"
+  echo "  refused as expected: $(grep -o 'runs as uid.*' <<<"$out" | head -1)"
+fi
 
 # probe_spec NAME SLEEP: job B's program (and the undisturbed run's): 600 steps on a zeroed
 # table, a checkpoint at step 3.
@@ -183,8 +208,21 @@ else
   [ "$(stat -c '%u %a' "$run_dir/agent.sock")" = "$victim_uid 600" ] ||
     fail "B's agent socket is $(stat -c '%u %a' "$run_dir/agent.sock")"
   grep -q "^NoNewPrivs:[[:space:]]*1" "/proc/$victim_pid/status" || fail "B's program may gain privileges"
+  # Its TLS files: copies its group may read (the worker's own are root's, 0600).
+  for f in tls-ca.pem tls-cert.pem tls-key.pem; do
+    [ "$(stat -c '%u %g %a' "$run_dir/$f")" = "0 $victim_uid 640" ] ||
+      fail "B's $f is $(stat -c '%u %g %a' "$run_dir/$f")"
+  done
 fi
 echo "B's program: pid $victim_pid, uid $victim_uid; checkpoint $shard"
+# The servers do not know the admin token: psctl tables (which asks them) needs the cluster's.
+out=$(psctl tables "$victim" 2>&1 || true)
+grep -q "UNAUTHENTICATED" <<<"$out" || fail "a server took the admin token: $out"
+# shellcheck disable=SC2046
+"$psctl_bin" --scheduler="$sched" $(tls psctl) --token_file="$dir/cluster.token" tables "$victim" \
+  >/dev/null ||
+  fail "psctl tables with the cluster token failed"
+echo "psctl tables: the admin token UNAUTHENTICATED at the server, the cluster token served"
 
 step "job A's program tries to reach job B"
 next_job=job-$((${victim#job-} + 2))   # A is the next job; the undisturbed run the one after
@@ -194,7 +232,8 @@ name: "hostile"
 program {
   argv: ["/usr/bin/python3", "tests/programs/hostile.py", "--server=$server",
          "--squat_table=$squat_table", "--squat_checkpoint=$folder/ckpt-2/shard-0",
-         "--token_file=$worker_token", "--environ_pid=$victim_pid",
+         "--token_file=$worker_token", "--tls_key_file=$worker_tls/worker.key",
+         "--environ_pid=$victim_pid",
          "--agent=$run_dir/agent.sock", "--checkpoint_dir=$shard", "--work_dir=$victim_home"]
   working_dir: "$repo"
   env { key: "PYTHONPATH" value: "$dir/py" }
@@ -212,9 +251,9 @@ grep -q "^hostile: done" <<<"$log" || fail "the hostile program did not finish i
 refused=(table_squat checkpoint_squat agent checkpoint_files checkpoint_file)
 open=()
 if [ "$unprivileged" = 1 ]; then
-  open=(token_file environ work_dir)
+  open=(token_file tls_key environ work_dir)
 else
-  refused+=(token_file environ work_dir)
+  refused+=(token_file tls_key environ work_dir)
 fi
 for what in "${refused[@]}"; do
   grep -q "^hostile: REFUSED $what:" <<<"$log" || fail "$what was not refused"

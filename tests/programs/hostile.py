@@ -10,11 +10,13 @@ find or guess). Each attempt prints one line, "hostile: REFUSED <attempt>: <how>
   --squat_table N           CreateTable of its own job with table id N (a later job's)
   --squat_checkpoint PATH   Checkpoint of its own job into PATH (another job's folder)
   --token_file PATH         read the worker daemon's cluster token file
+  --tls_key_file PATH       read the worker daemon's TLS key
   --environ_pid PID         read /proc/PID/environ of B's program (its credential)
   --agent PATH              call B's agent socket (GetAssignment)
   --checkpoint_dir PATH     read B's checkpoint files (a shard folder)
   --work_dir PATH           list B's program's folder
-Needs the gRPC stubs of proto/ps/v1 on PYTHONPATH (the test makes them).
+With PS_TLS_CA (and PS_TLS_CERT, PS_TLS_KEY) set it dials the server with TLS, as the client
+library would. Needs the gRPC stubs of proto/ps/v1 on PYTHONPATH (the test makes them).
 """
 import argparse
 import os
@@ -55,7 +57,7 @@ def read(what, path, listing=False):
 
 def main():
     p = argparse.ArgumentParser()
-    for flag in ("server", "token_file", "agent", "checkpoint_dir", "work_dir",
+    for flag in ("server", "token_file", "tls_key_file", "agent", "checkpoint_dir", "work_dir",
                  "squat_checkpoint"):
         p.add_argument("--" + flag, default="")
     p.add_argument("--squat_table", type=int, default=0)
@@ -65,7 +67,15 @@ def main():
     metadata = [("authorization", "Bearer " + os.environ.get("PS_CLUSTER_TOKEN", ""))]
     print(f"hostile: job {job}, uid {os.getuid()}, gid {os.getgid()}, groups {os.getgroups()}",
           flush=True)
-    stub = pb_grpc.ParameterServerStub(grpc.insecure_channel(a.server))
+    if os.environ.get("PS_TLS_CA"):  # the copies its worker made for it
+        def pem(name):
+            path = os.environ.get(name, "")
+            return open(path, "rb").read() if path else None
+        channel = grpc.secure_channel(a.server, grpc.ssl_channel_credentials(
+            pem("PS_TLS_CA"), pem("PS_TLS_KEY"), pem("PS_TLS_CERT")))
+    else:
+        channel = grpc.insecure_channel(a.server)
+    stub = pb_grpc.ParameterServerStub(channel)
     if a.squat_table:
         spec = types_pb2.TableSpec(table_id=a.squat_table, name="squat", job_id=job,
                                    kind=types_pb2.DENSE, dim=4, num_rows=8)
@@ -77,6 +87,8 @@ def main():
                                  shard_epoch=1), timeout=10, metadata=metadata))
     if a.token_file:
         read("token_file", a.token_file)
+    if a.tls_key_file:
+        read("tls_key", a.tls_key_file)
     if a.environ_pid:
         read("environ", f"/proc/{a.environ_pid}/environ")
     if a.agent:
