@@ -38,8 +38,15 @@ bool PartsBelow(const fs::path& path, const fs::path& root, std::vector<std::str
   return !parts->empty();
 }
 
+// `text` ends in ".<digits>", as the scheduler's job folders do.
+bool IsJobFolderLike(const std::string& text) {
+  const size_t dot = text.rfind('.');
+  return dot != std::string::npos && IsNumbered(text.substr(dot), ".");
+}
+
 // `parts` (below a root) end in <job_id>.<digits>/ckpt-<digits>/shard-<digits>, and no part
-// before those three is a ckpt-N or shard-N.
+// before those three is a ckpt-N, a shard-N or a job's folder (X.<digits>): the path creates
+// nothing in another job's folder.
 bool IsJobShardFolder(const std::string& job_id, const std::vector<std::string>& parts) {
   const size_t n = parts.size();
   if (n < 3 || !IsNumbered(parts[n - 3], job_id + ".") || !IsNumbered(parts[n - 2], "ckpt-") ||
@@ -47,7 +54,10 @@ bool IsJobShardFolder(const std::string& job_id, const std::vector<std::string>&
     return false;
   }
   for (size_t i = 0; i + 3 < n; ++i) {
-    if (IsNumbered(parts[i], "ckpt-") || IsNumbered(parts[i], "shard-")) return false;
+    if (IsNumbered(parts[i], "ckpt-") || IsNumbered(parts[i], "shard-") ||
+        IsJobFolderLike(parts[i])) {
+      return false;
+    }
   }
   return true;
 }

@@ -33,9 +33,9 @@ absl::Status CheckJobTableId(const std::string& job_id, uint32_t table_id);
 
 // OK if `path` (made absolute, lexically normalized, the symlinks of its existing part resolved)
 // lies under one of `roots` (normalized and resolved, as CheckpointRoots keeps them) and ends in
-// <job_id>.<digits>/ckpt-<digits>/shard-<digits>, with no other "ckpt-N" or "shard-N" part
-// below the root (so that no path of the job's can create another job's shard folder on the
-// way). Else PERMISSION_DENIED naming the path and the shape it must have.
+// <job_id>.<digits>/ckpt-<digits>/shard-<digits>, with no other "ckpt-N", "shard-N" or
+// "X.<digits>" part below the root (so that no path of the job's creates anything in another
+// job's folder). Else PERMISSION_DENIED naming the path and the shape it must have.
 absl::Status CheckJobCheckpointPath(const std::string& job_id, const std::string& path,
                                     const std::vector<std::string>& roots);
 

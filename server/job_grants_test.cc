@@ -65,6 +65,9 @@ TEST(JobGrantsTest, CheckpointPathsAreTheJobsFolderOnly) {
   // A path of the job's shape below another job's shard folder would create that folder.
   EXPECT_FALSE(ok("job-1", r + "/job-2.17/ckpt-3/shard-0/job-1.17/ckpt-1/shard-0"));
   EXPECT_FALSE(ok("job-1", r + "/x/ckpt-3/job-1.17/ckpt-1/shard-0"));
+  // Nor anything inside another job's folder.
+  EXPECT_FALSE(ok("job-1", r + "/job-2.17/job-1.17/ckpt-1/shard-0"));
+  EXPECT_FALSE(ok("job-1", r + "/team/job-2.17/job-1.17/ckpt-1/shard-0"));
   // Not the scheduler's shape.
   EXPECT_FALSE(ok("job-1", r + "/job-1.17/ckpt-3"));
   EXPECT_FALSE(ok("job-1", r + "/job-1/ckpt-3/shard-0"));
