@@ -233,7 +233,7 @@ program {
   argv: ["/usr/bin/python3", "tests/programs/hostile.py", "--server=$server",
          "--squat_table=$squat_table", "--squat_checkpoint=$folder/ckpt-2/shard-0",
          "--token_file=$worker_token", "--tls_key_file=$worker_tls/worker.key",
-         "--environ_pid=$victim_pid",
+         "--environ_pid=$victim_pid", "--leave_behind=$((unprivileged ? 0 : 60))",
          "--agent=$run_dir/agent.sock", "--checkpoint_dir=$shard", "--work_dir=$victim_home"]
   working_dir: "$repo"
   env { key: "PYTHONPATH" value: "$dir/py" }
@@ -263,6 +263,17 @@ grep -q "^hostile: REFUSED table_squat: PERMISSION_DENIED: table id $squat_table
 grep -q "^hostile: REFUSED checkpoint_squat: PERMISSION_DENIED: checkpoint path" <<<"$log" ||
   fail "the checkpoint squat was not refused for its path"
 [ ! -e "$folder/ckpt-2" ] || fail "$folder/ckpt-2 was created"
+if [ "$unprivileged" = 0 ]; then
+  # What A's program left running outside its session ends with A's run (its uid's processes).
+  left=$(sed -n 's/^hostile: left pid \([0-9]*\) behind$/\1/p' <<<"$log")
+  [ -n "$left" ] || fail "the hostile program left nothing behind"
+  for _ in $(seq 100); do
+    [ -e "/proc/$left" ] || break
+    sleep 0.1
+  done
+  [ ! -e "/proc/$left" ] || fail "A's process $left outlived A's run"
+  echo "A's process $left, left behind outside its session, ended with A's run"
+fi
 if [ "$unprivileged" = 1 ]; then
   grep -q "refused a connection from pid" "$dir"/worker-*.log ||
     fail "no worker logged the refused agent connection"

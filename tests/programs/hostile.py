@@ -15,6 +15,8 @@ find or guess). Each attempt prints one line, "hostile: REFUSED <attempt>: <how>
   --agent PATH              call B's agent socket (GetAssignment)
   --checkpoint_dir PATH     read B's checkpoint files (a shard folder)
   --work_dir PATH           list B's program's folder
+  --leave_behind SECONDS    first leave a process behind (double fork, a session of its own)
+                            that sleeps this long: the worker must end it with the run
 With PS_TLS_CA (and PS_TLS_CERT, PS_TLS_KEY) set it dials the server with TLS, as the client
 library would. Needs the gRPC stubs of proto/ps/v1 on PYTHONPATH (the test makes them).
 """
@@ -22,6 +24,7 @@ import argparse
 import os
 import socket
 import sys
+import time
 
 import grpc
 
@@ -55,6 +58,25 @@ def read(what, path, listing=False):
         say("REFUSED", what, f"{type(e).__name__}: {e.strerror}")
 
 
+def leave_behind(seconds):
+    r, w = os.pipe()
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(null, fd)
+            os.write(w, str(os.getpid()).encode())
+            os.close(w)
+            time.sleep(seconds)
+            os._exit(0)
+        os._exit(0)
+    os.close(w)
+    pid = os.read(r, 32).decode()
+    os.wait()
+    print(f"hostile: left pid {pid} behind", flush=True)
+
+
 def main():
     p = argparse.ArgumentParser()
     for flag in ("server", "token_file", "tls_key_file", "agent", "checkpoint_dir", "work_dir",
@@ -62,6 +84,7 @@ def main():
         p.add_argument("--" + flag, default="")
     p.add_argument("--squat_table", type=int, default=0)
     p.add_argument("--environ_pid", type=int, default=0)
+    p.add_argument("--leave_behind", type=int, default=0)
     a = p.parse_args()
     job = os.environ["PS_JOB_ID"]
     metadata = [("authorization", "Bearer " + os.environ.get("PS_CLUSTER_TOKEN", ""))]
@@ -76,6 +99,8 @@ def main():
     else:
         channel = grpc.insecure_channel(a.server)
     stub = pb_grpc.ParameterServerStub(channel)
+    if a.leave_behind:
+        leave_behind(a.leave_behind)
     if a.squat_table:
         spec = types_pb2.TableSpec(table_id=a.squat_table, name="squat", job_id=job,
                                    kind=types_pb2.DENSE, dim=4, num_rows=8)
