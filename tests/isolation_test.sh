@@ -13,6 +13,8 @@
 #   5. agent              connecting to B's agent socket and calling GetAssignment
 #   6. checkpoint_files   listing B's checkpoint shard and reading its CURRENT file
 #   7. work_dir           listing B's program's folder
+# and first leaves a process behind (double fork, a session of its own), which must be gone
+# once A's run ends.
 # Every one is refused. B then takes its next checkpoint (the folder A named), SUCCEEDS with
 # the loss of an undisturbed run of the same program (the next job, whose table id A named),
 # and the server counted ps_auth_refused_total{reason="table_id"} and {"checkpoint_path"}.
