@@ -244,7 +244,9 @@ Authorizer::Authorizer(std::string cluster_token, std::string admin_token,
                         "(UNAUTHENTICATED), not_admin (PERMISSION_DENIED: the cluster token on "
                         "a changing command), job_token and other_job (PERMISSION_DENIED: a "
                         "job's credential beyond its job), restore_order (PERMISSION_DENIED: a "
-                        "restore order the scheduler did not sign for the job)")
+                        "restore order the scheduler did not sign for the job), table_id and "
+                        "checkpoint_path (PERMISSION_DENIED: a job's credential creating a table "
+                        "id or writing a checkpoint folder the scheduler did not give its job)")
                     .Register(*registry);
     for (const char* reason : {"missing_token", "wrong_token", "not_admin"}) {
       refused_->Add({{"reason", reason}});

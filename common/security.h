@@ -95,10 +95,10 @@ enum class Access {
   kAdmin,  // changing the cluster's jobs (submit, cancel, checkpoint, restore, drain)
 };
 
-// A job's credential: what a worker daemon hands to the programs of job `job_id` in place of
-// the cluster token ("job:<job_id>:<HMAC-SHA256 of the job id under the cluster token>"). Every
-// daemon holding the cluster token can mint and check it; it reaches only that job's calls to
-// the servers (Access::kJob), never the scheduler or another job.
+// A job's credential, what a worker daemon hands the programs of job `job_id` for the cluster
+// token: "job:<job_id>:<HMAC-SHA256 keyed with the cluster token of "job-token\n" + job id, in
+// lowercase hex>". Every daemon holding the cluster token can mint and check it; it reaches
+// only that job's calls to the servers (Access::kJob), never the scheduler or another job.
 std::string JobToken(const std::string& cluster_token, const std::string& job_id);
 
 // Checks the token a call presents. Thread-safe. With no tokens configured every call passes.
@@ -134,6 +134,9 @@ class Authorizer {
   // Whether the call would pass Check(context, Access::kAdmin), without counting a refusal:
   // true in a cluster without tokens, and for the cluster token where no admin token is set.
   bool IsAdmin(const grpc::ServerContextBase& context) const;
+  // Counts a refusal a handler made itself (a job's credential naming what is not its job's:
+  // server/job_grants.h) in ps_auth_refused_total{reason}.
+  void CountRefusal(const char* reason) const { Count(reason); }
 
  private:
   void Count(const char* reason) const;

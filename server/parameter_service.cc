@@ -38,6 +38,7 @@ ParameterService::ParameterService(TableStore* store, absl::Duration max_pull_wa
       }),
       data_plane_(store, &gate_, &deduper_, metrics),
       restorer_(store, &gate_, metrics, checkpoints.roots),
+      grants_(checkpoints.roots.roots()),
       checkpointer_(store, std::move(checkpoints), metrics) {
   for (const auto& [index, method] :
        {std::pair{kPullMethod, ServerMethod::kPull}, std::pair{kPushMethod, ServerMethod::kPush},
@@ -122,6 +123,9 @@ grpc::Status ParameterService::CreateTable(grpc::ServerContext* ctx,
                                            const v1::CreateTableRequest* req,
                                            v1::CreateTableResponse* resp) {
   PS_AUTHORIZE_JOB(authorizer_.get(), ctx, req->spec().job_id());
+  if (grpc::Status s = grants_.CheckCreateTable(authorizer_.get(), *ctx, req->spec()); !s.ok()) {
+    return s;
+  }
   const absl::Time start = absl::Now();
   return Finish(ServerMethod::kCreateTable, start, *req, *resp, store_->CreateTable(req->spec()));
 }
@@ -219,6 +223,7 @@ grpc::Status ParameterService::Checkpoint(grpc::ServerContext* ctx,
                                           const v1::CheckpointRequest* req,
                                           v1::CheckpointResponse* resp) {
   PS_AUTHORIZE_JOB(authorizer_.get(), ctx, req->job_id());
+  if (grpc::Status s = grants_.CheckCheckpoint(authorizer_.get(), *ctx, *req); !s.ok()) return s;
   const absl::Time start = absl::Now();
   return Finish(ServerMethod::kCheckpoint, start, *req, *resp, DoCheckpoint(*req, resp));
 }

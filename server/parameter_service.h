@@ -20,6 +20,7 @@
 #include "server/consistency_gate.h"
 #include "server/data_plane.h"
 #include "server/internal/handoff_pool.h"
+#include "server/job_grants.h"
 #include "server/request_deduper.h"
 #include "server/restorer.h"
 #include "server/server_metrics.h"
@@ -114,6 +115,7 @@ class ParameterService final : public v1::ParameterServer::Service {
   RequestDeduper deduper_;
   DataPlane data_plane_;       // uses store_, gate_, deduper_
   Restorer restorer_;          // uses gate_
+  const JobGrants grants_;     // what a job's credential may name: its table ids and folder
   Checkpointer checkpointer_;  // stops its writer thread when destroyed
   HandoffPool handoff_;        // destroyed first: waits for the calls it runs
 };

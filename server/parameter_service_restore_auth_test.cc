@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/job_tables.h"
 #include "common/node_identity.h"
 #include "common/security.h"
 #include "common/shard_map.h"
@@ -31,7 +32,8 @@ constexpr char kClusterToken[] = "cluster-token-for-the-restore-auth-test";
 constexpr char kVictim[] = "victim";
 constexpr char kThief[] = "thief";
 constexpr uint32_t kVictimDense = 1, kVictimSparse = 2;  // "dense" (8 rows of dim 4), "sparse"
-constexpr uint32_t kThiefDense = 21, kThiefSparse = 22;  // the same names and shapes
+// The same names and shapes, with ids of the thief's (a job's credential creates no others).
+const uint32_t kThiefDense = FirstTableIdOf(kThief), kThiefSparse = kThiefDense + 1;
 
 using RawRows = std::map<std::pair<uint32_t, uint64_t>, std::pair<int64_t, std::string>>;
 

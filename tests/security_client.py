@@ -150,12 +150,14 @@ def restore_from(a, channel, metadata, grpc):
         worker_ids=[a.worker_id], membership_epoch=1, owned_slots=everything, shard_epoch=1,
         caller_worker_id=a.worker_id, caller_clock=-1), timeout=5, metadata=metadata)
     tables = []
-    number = int("".join(c for c in a.job if c.isdigit()) or "0")  # table ids of its own
+    # The table ids the scheduler gives job-N (N * 1000 + 1 on): a job's credential creates no
+    # others (server/job_grants.h).
+    number = int("".join(c for c in a.job if c.isdigit()) or "0")
     for i, spec in enumerate(specs):
         own = types_pb2.TableSpec()
         own.CopyFrom(spec)
         own.job_id = a.job
-        own.table_id = 4000000 + 1000 * (number % 1000) + i
+        own.table_id = number * 1000 + 1 + i
         stub.CreateTable(pb.CreateTableRequest(spec=own), timeout=5, metadata=metadata)
         if own.kind == types_pb2.DENSE:
             tables.append(own)

@@ -3,6 +3,7 @@
 //   --servers=a,b,...      one job given by flags, then exit (no scheduler needed).
 #include <glog/logging.h>
 #include <prometheus/registry.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -39,6 +40,7 @@
 #include "worker/compute/device.h"
 #include "worker/daemon/job_runner.h"
 #include "worker/daemon/model_zoo.h"
+#include "worker/daemon/program_users.h"
 #include "worker/daemon/worker_daemon.h"
 #include "worker/daemon/worker_metrics.h"
 
@@ -99,6 +101,13 @@ ABSL_FLAG(std::string, overlap, "auto",
 ABSL_FLAG(std::string, work_dir, "/tmp/ps_worker",
           "program jobs: this worker's per-job folders (<work_dir>/<job>/worker-<id>: the "
           "program's log, the Unix socket of its Session, its default working directory)");
+ABSL_FLAG(std::string, program_uids, "",
+          "program jobs: run each program run under its own uid of this range (e.g. "
+          "60000-60999; group: the same number), so that it cannot read this daemon's token "
+          "and TLS files, other jobs' folders, agent sockets and /proc/PID/environ. Needs the "
+          "daemon to run as root; uids of the range must belong to nobody else (and, with "
+          "several daemons on a host, to one daemon each). Empty: programs run as this daemon's "
+          "user, which a WARNING at start says");
 ABSL_FLAG(uint64_t, max_log_bytes, uint64_t{64} << 20,
           "program jobs: a program's log moves to program.log.1 at this size (at most twice "
           "this on disk per program)");
@@ -362,6 +371,43 @@ absl::Status ExportSecurityToPrograms(const ps::Security& security) {
   return absl::OkStatus();
 }
 
+// --program_uids: the range, checked, and a --work_dir that only this daemon may change (a
+// program could otherwise plant a link where a later job's folder goes). Without it, a WARNING:
+// programs run as this daemon's user.
+absl::Status SetUpProgramUsers(ps::WorkerDaemonOptions* o) {
+  const std::string uids = absl::GetFlag(FLAGS_program_uids);
+  if (uids.empty()) {
+    LOG(WARNING) << "ps_worker: no --program_uids: program jobs' programs run as this daemon's "
+                    "user (uid "
+                 << geteuid()
+                 << "), so a program can read what this user can: its token and TLS files, "
+                    "other jobs' work folders and their programs' /proc/PID/environ (their job "
+                    "credentials). Run the daemon as root with --program_uids (docs/operations.md, "
+                    "Security)";
+    return absl::OkStatus();
+  }
+  auto range = ps::ParseUidRange(uids);
+  if (!range.ok()) return range.status();
+  if (absl::Status s = ps::CanSwitchUsers(); !s.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        s.message(), "; run it as root, or without --program_uids (programs then run as its "
+                     "own user)"));
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(o->work_dir, ec);
+  struct stat st;
+  if (ec || lstat(o->work_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) ||
+      st.st_uid != geteuid() || chmod(o->work_dir.c_str(), 0711) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--work_dir ", o->work_dir,
+        " must be a folder of this daemon's user (not a link) with --program_uids"));
+  }
+  o->program_uids = *range;
+  LOG(INFO) << "ps_worker: programs run under uids " << range->first << "-" << range->last
+            << ", one per run";
+  return absl::OkStatus();
+}
+
 int RunDaemon(const ps::ComputeOptions& compute) {
   ps::BlockTerminationSignals();
   ps::WorkerDaemonOptions o;
@@ -382,6 +428,7 @@ int RunDaemon(const ps::ComputeOptions& compute) {
   }
   o.max_log_bytes = absl::GetFlag(FLAGS_max_log_bytes);
   if (o.max_log_bytes < 4096) return UsageError("--max_log_bytes must be >= 4096");
+  if (absl::Status s = SetUpProgramUsers(&o); !s.ok()) return UsageError(std::string(s.message()));
   auto metrics = StartMetrics();
   if (!metrics.ok()) return UsageError(std::string(metrics.status().message()));
   o.metrics_address = metrics->exporter->Address(

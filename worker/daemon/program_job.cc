@@ -4,10 +4,15 @@
 #include <glog/logging.h>
 #include <grpcpp/server_builder.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
+#include <map>
 #include <memory>
+#include <optional>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -18,9 +23,12 @@
 #include "common/security.h"
 #include "common/status_macros.h"
 #include "ps/v1/agent.grpc.pb.h"
+#include "worker/daemon/agent_listener.h"
 #include "worker/daemon/data_leaser.h"
 #include "worker/daemon/job_checkpointer.h"
+#include "worker/daemon/program_folder.h"
 #include "worker/daemon/program_process.h"
+#include "worker/daemon/program_users.h"
 #include "worker/daemon/worker_daemon.h"
 
 namespace ps {
@@ -32,8 +40,6 @@ constexpr absl::Duration kPollEvery = absl::Milliseconds(100);
 constexpr absl::Duration kLogResendEvery = absl::Seconds(10);
 constexpr size_t kLogLines = 100;
 constexpr size_t kReasonLines = 10;
-// sockaddr_un's path holds 108 bytes.
-constexpr size_t kMaxSocketPath = 100;
 
 }  // namespace
 
@@ -43,6 +49,7 @@ struct WorkerDaemon::ProgramRun {
   std::string key;  // "job/worker id"
   std::string dir;
   std::string log_path;
+  std::optional<ProgramUser> user;  // the program's own user (--program_uids), else none
   int starts = 0;
   ProgramProcess* process = nullptr;
   v1::WorkerProgress progress;  // the program's last report
@@ -300,36 +307,38 @@ void WorkerDaemon::RefreshProgramClient(ProgramRun* run) {
 
 namespace {
 
-// The job's folder (this user's only) and the agent's socket in it. FAILED_PRECONDITION naming
-// the path where either cannot be made.
-absl::StatusOr<std::string> MakeJobFolder(const std::string& dir) {
-  const std::string socket = dir + "/agent.sock";
-  if (socket.size() > kMaxSocketPath) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("the worker's --work_dir is too long for a Unix socket path (", socket, ": ",
-                     socket.size(), " bytes; at most ", kMaxSocketPath, ")"));
+// A program under a user of its own cannot read the daemon's TLS files: it gets copies in its
+// run's folder, readable by its group only. The environment names them.
+absl::Status CopyTlsFiles(const std::string& dir, const ProgramUser& user,
+                          std::map<std::string, std::string>* env) {
+  const SecurityOptions& o = ProcessSecurity()->options();
+  for (const auto& [name, from, to] :
+       {std::tuple<const char*, std::string, const char*>{"PS_TLS_CA", o.tls_ca_file, "tls-ca.pem"},
+        {"PS_TLS_CERT", o.tls_cert_file, "tls-cert.pem"},
+        {"PS_TLS_KEY", o.tls_key_file, "tls-key.pem"}}) {
+    if (from.empty()) continue;
+    const std::string path = absl::StrCat(dir, "/", to);
+    std::error_code ec;
+    std::filesystem::copy_file(from, path, std::filesystem::copy_options::overwrite_existing, ec);
+    if (ec || chown(path.c_str(), geteuid(), user.gid) != 0 || chmod(path.c_str(), 0640) != 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot copy ", from, " for the program to ", path, ": ",
+                       ec ? ec.message() : std::strerror(errno)));
+    }
+    (*env)[name] = path;
   }
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot make the job's folder ", dir, ": ", ec.message()));
-  }
-  chmod(dir.c_str(), 0700);  // the agent socket is this user's only
-  std::filesystem::remove(socket, ec);
-  return socket;
+  return absl::OkStatus();
 }
 
 // How the program is started: its argv and environment (the job's, then what the Session reads:
 // PS_AGENT, PS_JOB_ID, ...), folder and log.
-ProgramProcessOptions ProgramOptions(const v1::WorkerAssignment& a, const std::string& dir,
-                                     const std::string& socket, const std::string& log_path,
-                                     uint64_t max_log_bytes) {
+ProgramProcessOptions ProgramOptions(const v1::WorkerAssignment& a, const ProgramFolder& folder,
+                                     const std::string& log_path, uint64_t max_log_bytes) {
   const v1::ProgramSpec& p = a.spec().program();
   ProgramProcessOptions po;
   po.argv.assign(p.argv().begin(), p.argv().end());
   po.env.insert(p.env().begin(), p.env().end());
-  po.env["PS_AGENT"] = "unix:" + socket;
+  po.env["PS_AGENT"] = "unix:" + folder.socket;
   po.env["PS_JOB_ID"] = a.job_id();
   // The program's credential reaches its own job's calls to the servers only.
   if (const std::string token = ProcessSecurity()->token(); !token.empty()) {
@@ -338,9 +347,9 @@ ProgramProcessOptions ProgramOptions(const v1::WorkerAssignment& a, const std::s
   po.env["PS_WORKER_ID"] = absl::StrCat(a.worker_id());
   po.env["PS_RANK"] = absl::StrCat(a.rank());
   po.env["PS_NUM_WORKERS"] = absl::StrCat(a.worker_ids_size());
-  po.env["PS_WORK_DIR"] = dir;
+  po.env["PS_WORK_DIR"] = folder.home;
   if (po.env.count("PYTHONUNBUFFERED") == 0) po.env["PYTHONUNBUFFERED"] = "1";
-  po.working_dir = p.working_dir().empty() ? dir : p.working_dir();
+  po.working_dir = p.working_dir().empty() ? folder.home : p.working_dir();
   po.log_path = log_path;
   po.max_log_bytes = max_log_bytes;
   return po;
@@ -354,14 +363,45 @@ absl::Status WorkerDaemon::RunProgramJob(const v1::WorkerAssignment& a) {
   if (metrics_ != nullptr) run.metrics = metrics_->ForJob(a.job_id());
   run.dir = absl::StrCat(options_.work_dir, "/", a.job_id(), "/worker-", a.worker_id());
   run.log_path = run.dir + "/program.log";
-  PS_ASSIGN_OR_RETURN(const std::string socket, MakeJobFolder(run.dir));
+  if (program_users_ != nullptr) {
+    run.user = program_users_->Next();
+    // What an earlier run under this uid left (a daemon killed before it could clean up).
+    KillAllProcessesOf(*run.user);
+  }
+  PS_ASSIGN_OR_RETURN(const ProgramFolder folder, MakeProgramFolder(run.dir, run.user));
+  ProgramProcessOptions po = ProgramOptions(a, folder, run.log_path, options_.max_log_bytes);
+  if (run.user.has_value()) {
+    po.user = run.user;
+    if (po.env.count("HOME") == 0) po.env["HOME"] = folder.home;
+    PS_RETURN_IF_ERROR(CopyTlsFiles(run.dir, *run.user, &po.env));
+  }
+  // The agent serves the processes of this run's program only: its uid, its session.
   Agent agent(this, &run);
   grpc::ServerBuilder builder;
-  builder.AddListeningPort("unix:" + socket, grpc::InsecureServerCredentials());
   builder.RegisterService(&agent);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat("cannot serve the agent on ", socket));
+    return absl::FailedPreconditionError(absl::StrCat("cannot serve the agent on ", folder.socket));
+  }
+  const uid_t program_uid = run.user.has_value() ? run.user->uid : geteuid();
+  auto listener = AgentListener::Start(
+      folder.socket, program_uid, run.user.has_value() ? run.user->gid : getegid(), server.get(),
+      [this, &run, program_uid](const Peer& peer) {
+        pid_t pid = 0;
+        {
+          // A program that calls at once may be quicker than SuperviseProgram's bookkeeping.
+          absl::MutexLock l(&mu_);
+          mu_.AwaitWithTimeout(
+              absl::Condition(
+                  +[](ProgramRun* r) { return r->process != nullptr || r->ending; }, &run),
+              absl::Seconds(5));
+          if (run.process != nullptr) pid = run.process->pid();
+        }
+        return CheckAgentPeer(peer, program_uid, pid);
+      });
+  if (!listener.ok()) {
+    server->Shutdown();
+    return listener.status();
   }
   {
     absl::MutexLock l(&mu_);
@@ -373,18 +413,19 @@ absl::Status WorkerDaemon::RunProgramJob(const v1::WorkerAssignment& a) {
     client_ = nullptr;
   }
   RefreshProgramClient(&run);
-  ProgramProcessOptions po =
-      ProgramOptions(a, run.dir, socket, run.log_path, options_.max_log_bytes);
   const absl::Status result = SuperviseProgram(a.spec().program(), &run, &po);
   {
     absl::MutexLock l(&mu_);
     run.ending = true;
   }
+  listener->reset();
   server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
   server->Wait();
   EndProgramRun(&run);
+  // What the program left running outside its group (a double fork) ends with the run.
+  if (run.user.has_value()) KillAllProcessesOf(*run.user);
   std::error_code ec;
-  std::filesystem::remove(socket, ec);
+  std::filesystem::remove(folder.socket, ec);
   return result;
 }
 

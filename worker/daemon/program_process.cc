@@ -98,17 +98,21 @@ absl::StatusOr<std::unique_ptr<ProgramProcess>> ProgramProcess::Start(
   const pid_t pid = fork();
   if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
   if (pid == 0) {
-    // The child. Dies with the daemon (the thread that forked it: the daemon's job loop, which
-    // lives as long as the daemon); in a group of its own, so that stopping it stops its
-    // children too.
-    setpgid(0, 0);
+    // The child. In a session (so a process group) of its own, so that stopping it stops its
+    // children too, and that its agent can tell its processes (their session) from others'.
+    // Under its user, if given, from here on (before chdir: it enters its folder as itself).
+    // Dies with the daemon (the thread that forked it: the daemon's job loop, which lives as
+    // long as the daemon); set after the user changed, which clears it.
+    setsid();
+    int code = o.user.has_value() ? BecomeProgramUser(*o.user) : 0;
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(127);
     dup2(devnull, 0);
     dup2(out[1], 1);
     dup2(err[1], 2);
-    int code = 0;
-    if (chdir(o.working_dir.c_str()) != 0) {
+    if (code != 0) {
+      // reported below
+    } else if (chdir(o.working_dir.c_str()) != 0) {
       code = errno;
     } else {
       execve(exe.c_str(), argv.data(), envp.data());
@@ -122,7 +126,8 @@ absl::StatusOr<std::unique_ptr<ProgramProcess>> ProgramProcess::Start(
   close(out[1]);
   close(err[1]);
   close(exec_error[1]);
-  setpgid(pid, pid);  // also here: no race with a kill before the child ran setpgid
+  // The child ran setsid() before its exec (or its failure) ends the read below: nothing can
+  // signal its group before it exists.
   int code = 0;
   ssize_t n;
   do {

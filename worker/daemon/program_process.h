@@ -1,6 +1,7 @@
-// A program job's program, run as a child process of the worker daemon: started in its own
-// process group, killed with the daemon (PR_SET_PDEATHSIG), its stdout and stderr written to a
-// capped log file while the last lines are kept in memory.
+// A program job's program, run as a child process of the worker daemon: started as the leader
+// of a session (and process group) of its own, under a user of its own where one is given,
+// killed with the daemon (PR_SET_PDEATHSIG), its stdout and stderr written to a capped log file
+// while the last lines are kept in memory.
 #ifndef PS_WORKER_DAEMON_PROGRAM_PROCESS_H_
 #define PS_WORKER_DAEMON_PROGRAM_PROCESS_H_
 
@@ -19,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "worker/daemon/program_users.h"
 
 namespace ps {
 
@@ -31,6 +33,8 @@ struct ProgramProcessOptions {
   // When the log reaches this size it is moved to log_path + ".1" (replacing an older one) and
   // a new one begins: at most twice this on disk.
   uint64_t max_log_bytes = uint64_t{64} << 20;
+  // The user it runs as (program_users.h; needs root), else the daemon's own.
+  std::optional<ProgramUser> user;
 };
 
 class ProgramProcess {

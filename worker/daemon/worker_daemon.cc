@@ -50,7 +50,11 @@ std::string ProgressLine(const std::string& who, const JobProgress& p) {
 
 WorkerDaemon::WorkerDaemon(WorkerDaemonOptions options, WorkerMetrics* metrics,
                            HealthServer* health)
-    : options_(std::move(options)), metrics_(metrics), health_(health) {}
+    : options_(std::move(options)), metrics_(metrics), health_(health) {
+  if (options_.program_uids.has_value()) {
+    program_users_ = std::make_unique<ProgramUsers>(*options_.program_uids);
+  }
+}
 
 std::string WorkerDaemon::KeyOf(const v1::WorkerAssignment& a) {
   return absl::StrCat(a.job_id(), "/", a.worker_id());

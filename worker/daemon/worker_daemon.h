@@ -19,6 +19,7 @@
 #include "client/rpc_client.h"  // RpcClient; kDefaultRpcTimeout (ps/client.h)
 #include "worker/compute/device.h"
 #include "worker/daemon/job_runner.h"
+#include "worker/daemon/program_users.h"
 #include "worker/daemon/worker_metrics.h"
 #include "worker/models/model.h"
 
@@ -49,6 +50,9 @@ struct WorkerDaemonOptions {
   std::string work_dir = "/tmp/ps_worker";
   // Program jobs: a log grows to this size, then moves to program.log.1 (at most 2x on disk).
   uint64_t max_log_bytes = uint64_t{64} << 20;
+  // Program jobs: the uids their programs run as, one per run in turn (the daemon must be
+  // root); none: the daemon's own user (program_job.cc says what that leaves open).
+  std::optional<UidRange> program_uids;
   // Testing and benchmarks: every zoo step is followed by a sleep of (slow_factor - 1) x its
   // time (a straggler); 1: none.
   double slow_factor = 1.0;
@@ -142,6 +146,7 @@ class WorkerDaemon {
   static std::string KeyOf(const v1::WorkerAssignment& a);
 
   const WorkerDaemonOptions options_;
+  std::unique_ptr<ProgramUsers> program_users_;  // null: programs run as the daemon's user
   std::unique_ptr<v1::Scheduler::Stub> scheduler_;  // checkpoints, restore reports, data leases
   std::atomic<SchedulerLink*> link_{nullptr};       // set while Run() runs: this node's id
   WorkerMetrics* const metrics_;
