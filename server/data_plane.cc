@@ -279,10 +279,14 @@ absl::Status DataPlane::Apply(const ResolvedPush& push, ServerMetrics::Job* job,
 }
 
 absl::StatusOr<std::optional<PullAnswer>> DataPlane::Pull(PendingPull* pull, bool may_block) {
-  // A pull that must wait is handed off before its blocks are resolved: they are resolved once,
-  // after the wait, against the tables and shard map of then.
+  // A pull that must wait is handed off before its blocks are resolved; there they are resolved
+  // once, before the wait, so that a bad block is refused at once rather than after a wait that
+  // holds a thread (and then reported as the gate's time-out instead of what was wrong with it).
   if (!pull->ticket.has_value()) {
     if (may_block) {
+      if (!pull->resolved.has_value()) {
+        PS_ASSIGN_OR_RETURN(pull->resolved, ResolvePull(*pull->job_id, *pull->blocks));
+      }
       PS_ASSIGN_OR_RETURN(
           pull->ticket,
           gate_->WaitForPull(*pull->job_id, pull->clock, pull->deadline,

@@ -142,6 +142,19 @@ TEST_F(DataPlaneTest, APullThatMustWaitStopsThenGoesOnWhereItMayBlock) {
   EXPECT_EQ(testing::Floats(resp.blocks(0).values()), std::vector<float>(4, 0.5f));
 }
 
+TEST_F(DataPlaneTest, APullThatMustWaitWithABadBlockIsRefusedWithoutWaiting) {
+  Configure(ConsistencySpec::SYNC);
+  // Clock 1 while the workers are at 0: it would wait until its deadline (10 s) if its blocks
+  // were resolved after the wait; an unknown table and a key past the table are refused at once.
+  for (const v1::PullRequest& req : {Pull(99, {0}, /*clock=*/1), Pull(kSmall, {8}, /*clock=*/1)}) {
+    auto call = Call(ServerMethod::kPull, req);
+    EXPECT_FALSE(call->Serve(/*may_block=*/false));
+    ASSERT_TRUE(call->Serve(/*may_block=*/true));
+    // Not the gate's DEADLINE_EXCEEDED after a wait: what is wrong with the block.
+    EXPECT_EQ(call->status().code(), absl::StatusCode::kInvalidArgument) << call->status();
+  }
+}
+
 TEST_F(DataPlaneTest, ABigAnswerStopsThenIsWrittenWhereTheCallMayBlock) {
   Configure(ConsistencySpec::ASYNC);
   std::vector<uint64_t> keys(kBigRows);
