@@ -218,5 +218,43 @@ TEST_F(JobGrantsServerTest, AJobsCredentialCannotSquatAnotherJobsCheckpointFolde
   EXPECT_EQ(Refused("checkpoint_path"), 2);
 }
 
+TEST_F(JobGrantsServerTest, DataCallsWithAnotherJobsCredentialAreRefusedAndCounted) {
+  const std::string a = JobToken(kClusterToken, "job-1");
+  const std::string b = JobToken(kClusterToken, "job-2");
+  ASSERT_TRUE(Configure("job-2", b).ok());
+  ASSERT_TRUE(Create("job-2", 2001, b).ok());
+  v1::PullRequest pull;
+  pull.set_job_id("job-2");
+  pull.set_shard_epoch(1);
+  v1::KeyBlock& block = *pull.add_blocks();
+  block.set_table_id(2001);
+  const uint64_t key = 0;
+  block.set_keys(std::string(reinterpret_cast<const char*>(&key), sizeof(key)));
+  v1::PullResponse answer;
+  {
+    Context c(a);
+    grpc::Status s = stub_->Pull(&c.ctx, pull, &answer);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+    EXPECT_NE(s.error_message().find("job-1's credential"), std::string::npos) << s.error_message();
+  }
+  v1::PushRequest push;
+  push.set_job_id("job-2");
+  push.set_shard_epoch(1);
+  *push.add_blocks() = block;
+  push.mutable_blocks(0)->set_values(std::string(4 * sizeof(float), '\0'));
+  v1::PushResponse pushed;
+  {
+    Context c(a);
+    grpc::Status s = stub_->Push(&c.ctx, push, &pushed);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  }
+  EXPECT_EQ(Refused("other_job"), 2);
+  // job-2's own credential still pulls (the refusals changed nothing).
+  Context c(b);
+  grpc::Status s = stub_->Pull(&c.ctx, pull, &answer);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(Refused("other_job"), 2);
+}
+
 }  // namespace
 }  // namespace ps

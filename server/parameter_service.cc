@@ -192,6 +192,11 @@ bool ParameterService::Advance(Call* call, bool may_block) {
 void ParameterService::FinishCall(Call* call) {
   std::unique_ptr<Call> owned(call);
   const absl::Status& status = call->data.status();
+  // The data path's one PERMISSION_DENIED is a job's credential on another job
+  // (DataPlane::CheckCaller): counted as the other handlers count theirs.
+  if (status.code() == absl::StatusCode::kPermissionDenied && authorizer_ != nullptr) {
+    authorizer_->CountRefusal("other_job");
+  }
   if (metrics_ != nullptr) {
     metrics_->RecordRequest(call->data.method(), status, call->data.request_bytes(),
                             status.ok() ? call->answer->Length() : 0, absl::Now() - call->start);
