@@ -11,26 +11,33 @@
 
 namespace ps {
 
-// Every field's 0 means "gRPC's own default" (the setting is not passed). A setting a peer
+// A field's 0 means "gRPC's own default" (the setting is not passed); the defaults below won
+// in interleaved A/B runs of ps_bench (docs/benchmarks.md, "The transport settings"). A setting a peer
 // advertises in HTTP/2 SETTINGS (frame size, stream window) governs what that peer receives,
 // so each end's value shapes the other end's sends.
 struct TransportOptions {
   // Largest HTTP/2 frame this end accepts (SETTINGS_MAX_FRAME_SIZE), bytes, 16384..16777215.
   // gRPC's default is 16 KiB: a 1 MiB message crosses 64 DATA frames, each with its header and
-  // its own pass through the transport's write and parse loops.
-  int http2_max_frame_bytes = 0;
+  // its own pass through the transport's write and parse loops. Default: HTTP/2's largest, so
+  // a request part (2 MiB by default) crosses in one frame.
+  int http2_max_frame_bytes = 16777215;
   // Initial window of each HTTP/2 stream this end advertises (gRPC's
   // grpc.http2.lookahead_bytes), bytes, 0 or 65535..2^31-1. gRPC's default is 64 KiB, grown by
-  // BDP probing as the connection is measured.
-  int http2_stream_window_bytes = 0;
+  // BDP probing as the connection is measured. Default 64 MiB: a whole request part is sent
+  // without waiting for a window update (the receiver holds a whole message before it serves
+  // it anyway, so a larger window holds no more memory than the message).
+  int http2_stream_window_bytes = 64 << 20;
   // BDP probing: pings that measure the bandwidth-delay product and size the windows from it.
-  // Off, the windows stay at http2_stream_window_bytes (set it large then).
-  bool http2_bdp_probe = true;
+  // Off (the default), the windows stay at http2_stream_window_bytes: a datacentre's
+  // bandwidth-delay product (100 Gb/s x 100 us = 1.25 MB) is far below it, and the probes'
+  // pings and window resizing cost a 1 MiB request time on every connection.
+  bool http2_bdp_probe = false;
   // Bytes gRPC buffers for a write before it flushes (grpc.http2.write_buffer_size); 0..2^31-1.
+  // gRPC's default kept (4 MiB measured no faster).
   int http2_write_buffer_bytes = 0;
   // The TCP endpoint's read buffer (grpc.experimental.tcp_read_chunk_size and its min and
   // max), bytes: the first size, and the bounds it adapts between. gRPC's defaults: 8 KiB,
-  // 256 B and 4 MiB.
+  // 256 B and 4 MiB; kept (larger chunks measured no faster on loopback).
   int tcp_read_chunk_bytes = 0;
   int tcp_min_read_chunk_bytes = 0;
   int tcp_max_read_chunk_bytes = 0;

@@ -37,6 +37,15 @@ TransportOptions Settings(bool large) {
   return t;
 }
 
+// gRPC's own defaults everywhere (every field 0, BDP probing on).
+TransportOptions GrpcDefaults() {
+  TransportOptions t;
+  t.http2_max_frame_bytes = 0;
+  t.http2_stream_window_bytes = 0;
+  t.http2_bdp_probe = true;
+  return t;
+}
+
 std::vector<std::string> ServerFlags(const TransportOptions& t) {
   return {absl::StrCat("--http2_max_frame_bytes=", t.http2_max_frame_bytes),
           absl::StrCat("--http2_stream_window_bytes=", t.http2_stream_window_bytes),
@@ -105,7 +114,8 @@ TEST(TransportClusterTest, SmallestFramesWindowsAndReadChunksMoveRequestsIntact)
 }
 
 TEST(TransportClusterTest, EndsWithDifferentSettingsInteroperate) {
-  PushAndPullBack(Settings(/*large=*/true), TransportOptions());
+  PushAndPullBack(Settings(/*large=*/true), GrpcDefaults());
+  PushAndPullBack(GrpcDefaults(), TransportOptions());
   PushAndPullBack(TransportOptions(), Settings(/*large=*/false));
 }
 
