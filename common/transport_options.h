@@ -11,10 +11,10 @@
 
 namespace ps {
 
-// A field's 0 means "gRPC's own default" (the setting is not passed); the defaults below won
-// in interleaved A/B runs of ps_bench (docs/benchmarks.md, "The transport settings"). A setting a peer
-// advertises in HTTP/2 SETTINGS (frame size, stream window) governs what that peer receives,
-// so each end's value shapes the other end's sends.
+// A field's 0 means "gRPC's own default" (the setting is not passed). The defaults come from
+// interleaved A/B runs and profiles of ps_bench (docs/benchmarks.md, "The HTTP/2 transport
+// settings"). A setting a peer advertises in HTTP/2 SETTINGS (frame size, stream window)
+// governs what that peer receives, so each end's value shapes the other end's sends.
 struct TransportOptions {
   // Largest HTTP/2 frame this end accepts (SETTINGS_MAX_FRAME_SIZE), bytes, 16384..16777215.
   // gRPC's default is 16 KiB: a 1 MiB message crosses 64 DATA frames, each with its header and
@@ -22,16 +22,14 @@ struct TransportOptions {
   // a request part (2 MiB by default) crosses in one frame.
   int http2_max_frame_bytes = 16777215;
   // Initial window of each HTTP/2 stream this end advertises (gRPC's
-  // grpc.http2.lookahead_bytes), bytes, 0 or 65535..2^31-1. gRPC's default is 64 KiB, grown by
-  // BDP probing as the connection is measured. Default 64 MiB: a whole request part is sent
-  // without waiting for a window update (the receiver holds a whole message before it serves
-  // it anyway, so a larger window holds no more memory than the message).
-  int http2_stream_window_bytes = 64 << 20;
+  // grpc.http2.lookahead_bytes), bytes, 0 or 65535..2^31-1. gRPC's default (kept) is 64 KiB,
+  // grown by BDP probing as the connection is measured. A large fixed window with probing off
+  // cut a 1 MiB request's latency with one server and client, and cost CPU with two of each:
+  // no clear win (docs/benchmarks.md).
+  int http2_stream_window_bytes = 0;
   // BDP probing: pings that measure the bandwidth-delay product and size the windows from it.
-  // Off (the default), the windows stay at http2_stream_window_bytes: a datacentre's
-  // bandwidth-delay product (100 Gb/s x 100 us = 1.25 MB) is far below it, and the probes'
-  // pings and window resizing cost a 1 MiB request time on every connection.
-  bool http2_bdp_probe = false;
+  // Off, the windows stay at http2_stream_window_bytes (set it large then).
+  bool http2_bdp_probe = true;
   // Bytes gRPC buffers for a write before it flushes (grpc.http2.write_buffer_size); 0..2^31-1.
   // gRPC's default kept (4 MiB measured no faster).
   int http2_write_buffer_bytes = 0;

@@ -20,14 +20,15 @@ std::map<std::string, int> IntArgs(const grpc::ChannelArguments& args) {
   return out;
 }
 
-TEST(TransportOptionsTest, DefaultsAreValidAndSetFramesAndWindows) {
+TEST(TransportOptionsTest, DefaultsAreValidAndSetLargeFramesOnly) {
   ASSERT_TRUE(TransportOptions().Validate().ok());
   grpc::ChannelArguments args;
   ApplyTransportOptions(TransportOptions(), &args);
   const std::map<std::string, int> got = IntArgs(args);
   EXPECT_EQ(got.at(GRPC_ARG_HTTP2_MAX_FRAME_SIZE), 16777215);
-  EXPECT_EQ(got.at(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES), 64 << 20);
-  EXPECT_EQ(got.at(GRPC_ARG_HTTP2_BDP_PROBE), 0);
+  EXPECT_EQ(got.count(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES), 0u);
+  EXPECT_EQ(got.count(GRPC_ARG_HTTP2_BDP_PROBE), 0u);
+  EXPECT_EQ(got.count(GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE), 0u);
   EXPECT_EQ(got.count(GRPC_ARG_TCP_READ_CHUNK_SIZE), 0u);
 }
 
