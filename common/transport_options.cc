@@ -23,8 +23,7 @@ absl::Status CheckRange(absl::string_view name, int value, int lo, int hi) {
 }
 
 // Calls set(name, value) for each setting that is not gRPC's default.
-void ForEachArgument(const TransportOptions& o,
-                     const std::function<void(const char*, int)>& set) {
+void ForEachArgument(const TransportOptions& o, const std::function<void(const char*, int)>& set) {
   if (o.http2_max_frame_bytes > 0) set(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, o.http2_max_frame_bytes);
   if (o.http2_stream_window_bytes > 0) {
     set(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, o.http2_stream_window_bytes);
@@ -57,9 +56,9 @@ absl::Status TransportOptions::Validate() const {
   if (!s.ok()) return s;
   if (tcp_min_read_chunk_bytes > 0 && tcp_max_read_chunk_bytes > 0 &&
       tcp_min_read_chunk_bytes > tcp_max_read_chunk_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tcp_min_read_chunk_bytes (", tcp_min_read_chunk_bytes,
-        ") is larger than tcp_max_read_chunk_bytes (", tcp_max_read_chunk_bytes, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tcp_min_read_chunk_bytes (", tcp_min_read_chunk_bytes,
+                     ") is larger than tcp_max_read_chunk_bytes (", tcp_max_read_chunk_bytes, ")"));
   }
   return absl::OkStatus();
 }
@@ -69,8 +68,9 @@ void ApplyTransportOptions(const TransportOptions& options, grpc::ChannelArgumen
 }
 
 void ApplyTransportOptions(const TransportOptions& options, grpc::ServerBuilder* builder) {
-  ForEachArgument(options,
-                  [builder](const char* name, int value) { builder->AddChannelArgument(name, value); });
+  ForEachArgument(options, [builder](const char* name, int value) {
+    builder->AddChannelArgument(name, value);
+  });
 }
 
 }  // namespace ps

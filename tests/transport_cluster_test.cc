@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "gtest/gtest.h"
-#include "tests/local_cluster.h"
 #include "client/job_admin.h"
 #include "client/rpc_client.h"
+#include "gtest/gtest.h"
+#include "tests/local_cluster.h"
 
 namespace ps {
 namespace {
@@ -130,9 +130,9 @@ TEST(TransportClusterTest, ClientRefusesInvalidSettings) {
 }
 
 TEST(TransportClusterTest, ServerRefusesInvalidSettingsAtStart) {
-  for (const char* flags : {"--tcp_min_read_chunk_bytes=65536 --tcp_max_read_chunk_bytes=4096",
-                            "--http2_max_frame_bytes=16777216",
-                            "--http2_stream_window_bytes=100"}) {
+  for (const char* flags :
+       {"--tcp_min_read_chunk_bytes=65536 --tcp_max_read_chunk_bytes=4096",
+        "--http2_max_frame_bytes=16777216", "--http2_stream_window_bytes=100"}) {
     // `timeout` bounds the test should the server start serving instead of refusing.
     const std::string command = absl::StrCat("timeout 20 ", PS_SERVER_BINARY,
                                              " --listen=127.0.0.1:0 ", flags, " >/dev/null 2>&1");
