@@ -177,12 +177,14 @@ void RunWorker() {
 }  // namespace
 
 int main() {
-  ps::Start(0);
+  // The server's KVServer exists before any worker sends (else ps-lite may abort waiting for it).
+  ps::StartAsync(0);
   if (ps::IsServer()) {
     auto* server = new ps::KVServer<float>(0);
     server->set_request_handle(Handle);
     ps::RegisterExitCallback([server] { delete server; });
   }
+  ps::Postoffice::Get()->Barrier(0, ps::kWorkerGroup + ps::kServerGroup + ps::kScheduler);
   if (ps::IsWorker()) RunWorker();
   ps::Finalize(0, true);
   return 0;
@@ -198,17 +200,19 @@ free_port() {
 
 # Runs ps-lite's scheduler, servers and workers; the workers print RESULT lines.
 run_pslite() {  # servers clients out
-  local servers=$1 clients=$2 out=$3 port pids=() i
+  local servers=$1 clients=$2 out=$3 port pids=() i limit
   port=$(free_port)
+  # A bound on the whole run, so that a ps-lite node that died cannot leave the others waiting.
+  limit=$(python3 -c "print(int(60 + 3 * $seconds * len('$ops'.split(',')) * len('$sizes'.split(','))))")
   export DMLC_NUM_SERVER=$servers DMLC_NUM_WORKER=$clients DMLC_PS_ROOT_URI=127.0.0.1
   export DMLC_PS_ROOT_PORT=$port DMLC_INTERFACE=lo PSV_SIZES=$sizes PSV_OPS=$ops
   export PSV_SECONDS=$seconds
-  DMLC_ROLE=scheduler "$tmp/pslite_bench" >>"$tmp/pslite.log" 2>&1 & pids+=($!)
+  DMLC_ROLE=scheduler timeout "$limit" "$tmp/pslite_bench" >>"$tmp/pslite.log" 2>&1 & pids+=($!)
   for ((i = 0; i < servers; ++i)); do
-    DMLC_ROLE=server "$tmp/pslite_bench" >>"$tmp/pslite.log" 2>&1 & pids+=($!)
+    DMLC_ROLE=server timeout "$limit" "$tmp/pslite_bench" >>"$tmp/pslite.log" 2>&1 & pids+=($!)
   done
   for ((i = 0; i < clients; ++i)); do
-    DMLC_ROLE=worker "$tmp/pslite_bench" >>"$out" 2>>"$tmp/pslite.log" & pids+=($!)
+    DMLC_ROLE=worker timeout "$limit" "$tmp/pslite_bench" >>"$out" 2>>"$tmp/pslite.log" & pids+=($!)
   done
   for p in "${pids[@]}"; do wait "$p" || { echo "ps-lite failed; see $tmp/pslite.log" >&2; keep=1; exit 1; }; done
 }
