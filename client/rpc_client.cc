@@ -33,7 +33,7 @@ absl::Status RpcClientOptions::Validate() const {
   if (rpc_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("rpc_timeout must be positive");
   }
-  return absl::OkStatus();
+  return transport.Validate();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -463,6 +463,7 @@ RpcClient::RpcClient(RpcClientOptions options, ShardMap map)
       // A distinct channel per index: separate TCP connections, not one shared subchannel.
       args.SetInt("ps.channel_index", c);
       args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+      ApplyTransportOptions(options_.transport, &args);
       std::shared_ptr<grpc::Channel> channel = DialChannel(address, args);
       channels.push_back(v1::ParameterServer::NewStub(channel));
       data.push_back(std::make_unique<grpc::GenericStub>(channel));

@@ -21,6 +21,7 @@
 #include "absl/types/span.h"
 #include "common/grpc_status.h"
 #include "common/shard_map.h"
+#include "common/transport_options.h"
 #include "ps/client.h"  // kDefaultRpcTimeout
 #include "ps/v1/parameter_server.grpc.pb.h"
 #include "client/pull_cache.h"
@@ -56,6 +57,8 @@ struct RpcClientOptions {
   // ClientOptions; off for servers run with --nonfinite=skip_row, and in the worker daemon's
   // clients, which cannot know the servers' policy and leave it to them.
   bool reject_nonfinite = true;
+  // HTTP/2 and TCP settings of the data channels (docs/operations.md, "Transport settings").
+  TransportOptions transport;
 
   absl::Status Validate() const;
 };

@@ -28,7 +28,7 @@ absl::Status ParameterServerOptions::Validate() const {
   if (max_message_bytes < (1 << 20)) {
     return absl::InvalidArgumentError("--max_message_bytes must be at least 1 MiB");
   }
-  return absl::OkStatus();
+  return transport.Validate();
 }
 
 absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
@@ -81,6 +81,7 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
   builder.RegisterService(ps->service_.get());
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
+  ApplyTransportOptions(options.transport, &builder);
   if (options.num_threads > 0) {
     grpc::ResourceQuota quota("ps_server");
     quota.SetMaxThreads(options.num_threads);

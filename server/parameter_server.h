@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/shard_map.h"
+#include "common/transport_options.h"
 #include "server/parameter_service.h"
 #include "server/server_metrics.h"
 #include "server/table_store.h"
@@ -43,6 +44,9 @@ struct ParameterServerOptions {
   // Most gRPC sync-server threads, which serve the calls other than Pull, Push and PushPull (0:
   // gRPC's default). Those three run on gRPC's callback threads and the service's hand-off pool.
   int num_threads = 0;
+  // HTTP/2 and TCP settings of the listening port's connections (docs/operations.md,
+  // "Transport settings"); clients set theirs in RpcClientOptions::transport.
+  TransportOptions transport;
   // Fault-injection test hook: each checkpoint write starts this long after its snapshot, so
   // that tests can kill a server mid-checkpoint. 0 (the default) in production.
   absl::Duration checkpoint_write_delay = absl::ZeroDuration();

@@ -53,7 +53,8 @@ void StopProcess(pid_t pid, absl::Duration grace) {
   waitpid(pid, nullptr, 0);
 }
 
-absl::StatusOr<std::unique_ptr<ServerFleet>> ServerFleet::Spawn(const std::string& binary, int n) {
+absl::StatusOr<std::unique_ptr<ServerFleet>> ServerFleet::Spawn(
+    const std::string& binary, int n, const std::vector<std::string>& extra_flags) {
   if (access(binary.c_str(), X_OK) != 0) {
     return absl::NotFoundError(absl::StrCat("ps_server binary ", binary,
                                             " is not executable (build ps_server or pass "
@@ -68,6 +69,7 @@ absl::StatusOr<std::unique_ptr<ServerFleet>> ServerFleet::Spawn(const std::strin
     std::vector<std::string> argv = {
         binary, "--listen=127.0.0.1:0", absl::StrCat("--port_file=", base, ".port"),
         absl::StrCat("--server_index=", i), absl::StrCat("--num_servers=", n)};
+    argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
     PS_ASSIGN_OR_RETURN(pid_t pid, SpawnProcess(argv, base + ".log"));
     fleet->pids_.push_back(pid);
   }

@@ -23,10 +23,12 @@ absl::StatusOr<pid_t> SpawnProcess(const std::vector<std::string>& argv,
 void StopProcess(pid_t pid, absl::Duration grace);
 
 // `n` ps_server processes on 127.0.0.1 (port 0, reported through --port_file), as servers
-// 0..n-1 of a round-robin shard map. Stopped when this is destroyed. Thread-compatible.
+// 0..n-1 of a round-robin shard map, each also given `extra_flags`. Stopped when this is
+// destroyed. Thread-compatible.
 class ServerFleet {
  public:
-  static absl::StatusOr<std::unique_ptr<ServerFleet>> Spawn(const std::string& binary, int n);
+  static absl::StatusOr<std::unique_ptr<ServerFleet>> Spawn(
+      const std::string& binary, int n, const std::vector<std::string>& extra_flags = {});
   ~ServerFleet();
   ServerFleet(const ServerFleet&) = delete;
   ServerFleet& operator=(const ServerFleet&) = delete;
