@@ -60,6 +60,10 @@ rocksdb::Options DbOptions(const DiskTier::Options& o) {
   options.compression = rocksdb::kNoCompression;  // float rows hardly compress; costs time
   options.write_buffer_size = o.write_buffer_bytes;
   options.max_write_buffer_number = 2;
+  // A bloom filter over the write buffer's keys too (whole keys): a read of a key not there
+  // skips the skip list.
+  options.memtable_prefix_bloom_size_ratio = 0.05;
+  options.memtable_whole_key_filtering = true;
   options.level_compaction_dynamic_level_bytes = true;
   options.max_background_jobs = 2;
   options.info_log_level = rocksdb::WARN_LEVEL;
@@ -139,6 +143,21 @@ absl::Status DiskTier::Put(absl::string_view prefix, uint32_t slot, absl::Span<c
   rocksdb::WriteBatch batch;
   for (const Row& r : rows) {
     rocksdb::Status s = batch.Put(RowKey(prefix, slot, r.first), r.second);
+    if (!s.ok()) return FromRocksDb(s, "write back");
+  }
+  return FromRocksDb(db_->Write(NoWal(), &batch), "write back");
+}
+
+absl::Status DiskTier::Apply(absl::string_view prefix, absl::Span<const Write> puts,
+                             absl::Span<const std::pair<uint32_t, uint64_t>> deletes) {
+  if (puts.empty() && deletes.empty()) return absl::OkStatus();
+  rocksdb::WriteBatch batch;
+  for (const Write& w : puts) {
+    rocksdb::Status s = batch.Put(RowKey(prefix, w.slot, w.key), w.row);
+    if (!s.ok()) return FromRocksDb(s, "write back");
+  }
+  for (const auto& [slot, key] : deletes) {
+    rocksdb::Status s = batch.Delete(RowKey(prefix, slot, key));
     if (!s.ok()) return FromRocksDb(s, "write back");
   }
   return FromRocksDb(db_->Write(NoWal(), &batch), "write back");

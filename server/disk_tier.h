@@ -56,7 +56,7 @@ class DiskTier {
     // RocksDB's block cache (LRU), bytes.
     size_t block_cache_bytes = size_t{32} << 20;
     // Bytes of one write buffer (memtable); two at most are held.
-    size_t write_buffer_bytes = size_t{32} << 20;
+    size_t write_buffer_bytes = size_t{8} << 20;
     // Bloom filter bits per key (0: no filter).
     int bloom_bits_per_key = 10;
   };
@@ -77,6 +77,15 @@ class DiskTier {
 
   // Writes rows of one slot of a table (`prefix`: TablePrefix) in one batch.
   absl::Status Put(absl::string_view prefix, uint32_t slot, absl::Span<const Row> rows);
+  // One batch of writes to several slots of a table: `puts` (slot, key, stored row) and
+  // `deletes` (slot, key), applied together or not at all.
+  struct Write {
+    uint32_t slot;
+    uint64_t key;
+    std::string row;  // empty for a delete
+  };
+  absl::Status Apply(absl::string_view prefix, absl::Span<const Write> puts,
+                     absl::Span<const std::pair<uint32_t, uint64_t>> deletes);
   // Reads the rows of `keys` (all of one slot) with one batched read (MultiGet): (*values)[i] is
   // key i's stored row where (*found)[i].
   absl::Status MultiGet(absl::string_view prefix, uint32_t slot, absl::Span<const uint64_t> keys,

@@ -424,11 +424,18 @@ class TableStore {
   char* InsertRow(Slot& slot, const Table& table, uint64_t key, RowCache* cache = nullptr,
                   const RowPins* pins = nullptr, absl::Status* error = nullptr,
                   const char* stored = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
+  // InsertRow without making room first.
+  char* PlaceRow(Slot& slot, const Table& table, uint64_t key, RowCache* cache,
+                 const char* stored) ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
   // Drops the least recently used of a few rows of `table` sampled in the slot (passing by keys
   // of `pins` and prefetched keys), writing it back first if the table has a disk tier; false
   // if none was dropped (`*error` set if the write-back failed: the row stays in RAM).
   bool EvictOne(Slot& slot, const Table& table, const RowPins* pins = nullptr,
                 absl::Status* error = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
+  // EvictOne's choice: the least recently used of a few rows sampled in the slot, passing by
+  // keys of `pins` and prefetched keys; kNoRow if none.
+  uint32_t PickVictim(Slot& slot, const Table& table, const RowPins* pins)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
   // EvictOne in a few other slots picked at random whose lock is free at once (TryLock: it never
   // waits, so it forms no lock order with the slots the caller holds); false if none evicted.
   bool EvictElsewhere(Slot& slot, const Table& table, absl::Status* error = nullptr)
@@ -449,6 +456,12 @@ class TableStore {
   absl::Status TieredBatch(const Table& t, absl::Span<const SlotGroupRef<Slot>> batch,
                            absl::Span<const uint64_t> keys, Missing missing, bool pull,
                            uint64_t* created, absl::FunctionRef<void(char*, uint32_t)> fn);
+  // TieredBatch's first step: reads back the batch's keys that are on disk (one batched read
+  // per slot) and makes room for the keys not in RAM by evicting rows of the batch's slots,
+  // with one write to disk for both (the evicted rows, and deletes of the rows read back). A
+  // failed write changes nothing in RAM.
+  absl::Status SwapIn(const Table& t, absl::Span<const SlotGroupRef<Slot>> batch,
+                      absl::Span<const uint64_t> keys, const RowPins& pins);
   // Evicts rows of the batch's slots until the table is within its cap again.
   void TrimToCap(const Table& t, absl::Span<const SlotGroupRef<Slot>> batch);
   // Before the sums of a slot are applied (ApplyAccumulated): reads back the rows of tiered

@@ -81,6 +81,11 @@ char* TableStore::InsertRow(Slot& slot, const Table& table, uint64_t key, RowCac
     if (error != nullptr) *error = std::move(written);
     return nullptr;
   }
+  return PlaceRow(slot, table, key, cache, stored);
+}
+
+char* TableStore::PlaceRow(Slot& slot, const Table& table, uint64_t key, RowCache* cache,
+                           const char* stored) {
   const uint32_t handle = cache != nullptr ? cache->Take() : table.arena->Allocate();
   if (handle == RowArena::kNoRow) return nullptr;
   char* row = table.arena->At(handle);
@@ -123,12 +128,11 @@ void TableStore::EraseRow(Slot& slot, const Table& table, uint64_t key, uint32_t
   table.rows.fetch_sub(1, std::memory_order_relaxed);
 }
 
-bool TableStore::EvictOne(Slot& slot, const Table& table, const RowPins* pins,
-                          absl::Status* error) {
+uint32_t TableStore::PickVictim(Slot& slot, const Table& table, const RowPins* pins) {
   constexpr size_t kSample = 8;
   uint32_t sample[kSample];
   size_t n = table.index[SlotIndex(slot)].Sample(NextRandom(slot), sample, kSample);
-  if (n == 0) return false;
+  if (n == 0) return RowArena::kNoRow;
   for (size_t i = 0; i < n; ++i) PrefetchRead(table.arena->At(sample[i]));
   if (table.tier != nullptr) {  // rows the request (or a prefetch) needs are passed by
     size_t kept = 0;
@@ -137,7 +141,7 @@ bool TableStore::EvictOne(Slot& slot, const Table& table, const RowPins* pins,
       if (!Pinned(table, SlotIndex(slot), key, pins)) sample[kept++] = sample[i];
     }
     n = kept;
-    if (n == 0) return false;
+    if (n == 0) return RowArena::kNoRow;
   }
   uint32_t victim = sample[0];
   uint32_t oldest = table.Header(table.arena->At(victim))->used;
@@ -148,6 +152,13 @@ bool TableStore::EvictOne(Slot& slot, const Table& table, const RowPins* pins,
       victim = sample[i];
     }
   }
+  return victim;
+}
+
+bool TableStore::EvictOne(Slot& slot, const Table& table, const RowPins* pins,
+                          absl::Status* error) {
+  const uint32_t victim = PickVictim(slot, table, pins);
+  if (victim == RowArena::kNoRow) return false;
   if (table.tier != nullptr) {
     absl::Status s = WriteBack(table, SlotIndex(slot), table.arena->At(victim));
     if (!s.ok()) {

@@ -160,12 +160,7 @@ absl::Status TableStore::TieredBatch(const Table& t, absl::Span<const SlotGroupR
   for (const SlotGroupRef<Slot>& g : batch) {
     for (uint32_t i : g.group) pins.insert(keys[i]);
   }
-  std::vector<uint64_t> slot_keys;
-  for (const SlotGroupRef<Slot>& g : batch) {
-    slot_keys.clear();
-    for (uint32_t i : g.group) slot_keys.push_back(keys[i]);
-    PS_RETURN_IF_ERROR(ReadBack(*g.slot, t, slot_keys, pins));
-  }
+  PS_RETURN_IF_ERROR(SwapIn(t, batch, keys, pins));
   const uint32_t now = Now();
   for (const SlotGroupRef<Slot>& g : batch) {
     Slot& slot = *g.slot;
@@ -191,6 +186,121 @@ absl::Status TableStore::TieredBatch(const Table& t, absl::Span<const SlotGroupR
     }
   }
   TrimToCap(t, batch);
+  return absl::OkStatus();
+}
+
+absl::Status TableStore::SwapIn(const Table& t, absl::Span<const SlotGroupRef<Slot>> batch,
+                                absl::Span<const uint64_t> keys, const RowPins& pins)
+    ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  // 1. The keys not in RAM, and those of them on disk: one read per slot.
+  struct OnDisk {
+    size_t group;
+    uint64_t key;
+    std::string row;
+  };
+  std::vector<OnDisk> on_disk;
+  std::vector<std::pair<uint32_t, uint64_t>> deletes;  // (slot, key) read back or expired
+  std::vector<uint64_t> missing;
+  std::vector<std::string> values;
+  std::vector<bool> found;
+  uint64_t hits = 0, not_in_ram = 0, lookups = 0, expired = 0;
+  for (size_t g = 0; g < batch.size(); ++g) {
+    const uint32_t s = SlotIndex(*batch[g].slot);
+    missing.clear();
+    for (uint32_t i : batch[g].group) {
+      if (t.index[s].Find(*t.arena, keys[i]) == RowArena::kNoRow) missing.push_back(keys[i]);
+    }
+    hits += batch[g].group.size() - missing.size();
+    not_in_ram += missing.size();
+    if (missing.empty() || t.disk_rows_in_slot[s] == 0) continue;
+    lookups += missing.size();
+    const absl::Time start = absl::Now();
+    PS_RETURN_IF_ERROR(OfTable(t, t.tier->MultiGet(t.tier_prefix, s, missing, &values, &found)));
+    if (t.metrics != nullptr && t.metrics->disk_read_seconds != nullptr) {
+      t.metrics->disk_read_seconds->Observe(absl::ToDoubleSeconds(absl::Now() - start));
+    }
+    for (size_t j = 0; j < missing.size(); ++j) {
+      if (!found[j]) continue;
+      if (values[j].size() != StoredBytes(t)) {
+        return OfTable(t, absl::DataLossError(absl::StrCat("row ", missing[j], " on disk has ",
+                                                           values[j].size(), " bytes")));
+      }
+      uint32_t used;
+      std::memcpy(&used, values[j].data() + kStoredUsedOffset, sizeof(used));
+      if (Expired(t, used)) {
+        deletes.emplace_back(s, missing[j]);
+        ++expired;
+        continue;
+      }
+      on_disk.push_back({g, missing[j], std::move(values[j])});
+    }
+  }
+  t.ram_hits.fetch_add(hits, std::memory_order_relaxed);
+  t.disk_lookups.fetch_add(lookups, std::memory_order_relaxed);
+  if (t.metrics != nullptr && t.metrics->ram_hits != nullptr) {
+    if (hits != 0) t.metrics->ram_hits->Increment(static_cast<double>(hits));
+    if (lookups != 0) t.metrics->disk_lookups->Increment(static_cast<double>(lookups));
+  }
+  // 2. Room for every key not in RAM: victims among the batch's slots (their locks are held),
+  // the least recently used of samples, never a key of the batch.
+  const uint64_t rows = t.rows.load(std::memory_order_relaxed);
+  // (Only for keys coming in: a batch found whole in RAM writes nothing, even over the cap.)
+  uint64_t need = rows + not_in_ram > t.max_rows
+                      ? std::min(not_in_ram, rows + not_in_ram - t.max_rows)
+                      : 0;
+  std::vector<std::pair<size_t, uint32_t>> victims;  // (group, row)
+  std::vector<DiskTier::Write> puts;
+  absl::flat_hash_set<uint32_t> chosen;
+  for (size_t g = 0, idle = 0; need > 0 && idle < 2 * batch.size(); g = (g + 1) % batch.size()) {
+    const uint32_t v = PickVictim(*batch[g].slot, t, &pins);
+    if (v == RowArena::kNoRow || !chosen.insert(v).second) {
+      ++idle;
+      continue;
+    }
+    idle = 0;
+    --need;
+    victims.emplace_back(g, v);
+    const char* row = t.arena->At(v);
+    puts.push_back({SlotIndex(*batch[g].slot), t.Header(row)->key,
+                    std::string(row + sizeof(uint64_t), StoredBytes(t))});
+  }
+  // 3. The rows read back enter RAM (until the write below, their copies on disk stay: harmless,
+  // RAM is looked up first), then one write: the victims out, the rows read back deleted.
+  uint64_t placed = 0;
+  absl::Status status;
+  for (const OnDisk& r : on_disk) {
+    const uint32_t s = SlotIndex(*batch[r.group].slot);
+    if (PlaceRow(*batch[r.group].slot, t, r.key, nullptr, r.row.data()) == nullptr) {
+      status = NoMemoryError(t);
+      break;
+    }
+    deletes.emplace_back(s, r.key);
+    ++placed;
+  }
+  CountNewRows(t, placed);
+  t.disk_reads.fetch_add(placed, std::memory_order_relaxed);
+  if (t.metrics != nullptr && t.metrics->disk_reads != nullptr && placed != 0) {
+    t.metrics->disk_reads->Increment(static_cast<double>(placed));
+  }
+  if (!status.ok()) return status;  // the victims stay; nothing was deleted
+  PS_RETURN_IF_ERROR(OfTable(t, t.tier->Apply(t.tier_prefix, puts, deletes)));
+  // 4. Written: the victims leave RAM.
+  for (const auto& [g, v] : victims) {
+    Slot& slot = *batch[g].slot;
+    EraseRow(slot, t, t.Header(t.arena->At(v))->key, v);
+    ++t.disk_rows_in_slot[SlotIndex(slot)];
+  }
+  for (const auto& [s, key] : deletes) --t.disk_rows_in_slot[s];
+  const int64_t disk_change = static_cast<int64_t>(victims.size()) -
+                              static_cast<int64_t>(deletes.size());
+  t.disk_rows.fetch_add(static_cast<uint64_t>(disk_change), std::memory_order_relaxed);
+  t.written_back.fetch_add(victims.size(), std::memory_order_relaxed);
+  if (t.metrics != nullptr && t.metrics->written_back != nullptr) {
+    t.metrics->written_back->Increment(static_cast<double>(victims.size()));
+    t.metrics->disk_rows->Increment(static_cast<double>(disk_change));
+  }
+  CountErasedRows(t, victims.size());
+  CountEvicted(t, victims.size(), expired);
   return absl::OkStatus();
 }
 

@@ -273,7 +273,7 @@ TEST(TableStoreTierTest, SyncTrainingWithATenthInRamIsBitIdenticalToUncapped) {
     plain.ApplyAccumulated(kJob, clock);
   }
   const v1::TableStats stats = StatsOf(tiered, 1);
-  EXPECT_LE(stats.rows(), kRows / 10 + 1);
+  EXPECT_LE(stats.rows(), kRows / 10 + 8);  // the cap, within a few rows
   EXPECT_GT(stats.disk_rows(), kRows / 2);
   const auto a = RowsOf(tiered, 1);
   const auto b = RowsOf(plain, 1);
