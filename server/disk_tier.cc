@@ -5,7 +5,9 @@
 #include <rocksdb/db.h>
 #include <rocksdb/filter_policy.h>
 #include <rocksdb/iterator.h>
+#include <rocksdb/memtablerep.h>
 #include <rocksdb/options.h>
+#include <rocksdb/slice_transform.h>
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
 
@@ -53,6 +55,17 @@ std::string PrefixEnd(absl::string_view prefix) {
   return end;
 }
 
+// A row key's slot prefix (job, table, slot): the key without its last 8 bytes. The write
+// buffers hash rows by it (a small skip list per slot instead of one deep one).
+class SlotPrefixTransform : public rocksdb::SliceTransform {
+ public:
+  const char* Name() const override { return "ps.SlotPrefix"; }
+  rocksdb::Slice Transform(const rocksdb::Slice& key) const override {
+    return rocksdb::Slice(key.data(), key.size() - kKeyBytes);
+  }
+  bool InDomain(const rocksdb::Slice& key) const override { return key.size() > kKeyBytes; }
+};
+
 rocksdb::Options DbOptions(const DiskTier::Options& o) {
   rocksdb::Options options;
   options.create_if_missing = true;
@@ -64,8 +77,15 @@ rocksdb::Options DbOptions(const DiskTier::Options& o) {
   // skips the skip list.
   options.memtable_prefix_bloom_size_ratio = 0.05;
   options.memtable_whole_key_filtering = true;
+  // Written-back rows land at random places of the key space: one skip list per slot (hashed
+  // by SlotPrefixTransform into 4096 buckets: 32 KiB) keeps inserts shallow. Scans stay within
+  // one slot (ScanSlot).
+  options.prefix_extractor = std::make_shared<SlotPrefixTransform>();
+  options.memtable_factory.reset(rocksdb::NewHashSkipListRepFactory(4096));
+  options.allow_concurrent_memtable_write = false;  // not with a hash memtable
   options.level_compaction_dynamic_level_bytes = true;
   options.max_background_jobs = 2;
+  options.avoid_flush_during_shutdown = true;  // the tier is removed when closed
   options.info_log_level = rocksdb::WARN_LEVEL;
   options.keep_log_file_num = 2;
   rocksdb::BlockBasedTableOptions table;
@@ -225,26 +245,14 @@ absl::Status DiskTier::ScanSlot(
   read.iterate_upper_bound = &upper;
   read.fill_cache = false;  // a scan (checkpoint) would push the hot blocks out
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read));
-  for (it->Seek(begin); it->Valid(); it->Next()) {
+  // The first row key of the slot: its prefix (SlotPrefixTransform) picks the slot's rows.
+  for (it->Seek(RowKey(prefix, slot, 0)); it->Valid(); it->Next()) {
     const rocksdb::Slice k = it->key();
     if (k.size() != begin.size() + kKeyBytes) continue;  // not a row key (none are written)
     const rocksdb::Slice v = it->value();
     fn(ReadBigEndian(k.data() + begin.size(), kKeyBytes), absl::string_view(v.data(), v.size()));
   }
   return FromRocksDb(it->status(), "scan a slot");
-}
-
-uint64_t DiskTier::ApproximateBytes(absl::string_view prefix) const {
-  const std::string begin(prefix);
-  const std::string end = PrefixEnd(prefix);
-  const rocksdb::Range range(begin, end);
-  rocksdb::SizeApproximationOptions options;
-  options.include_memtables = true;
-  options.include_files = true;
-  uint64_t size = 0;
-  db_->GetApproximateSizes(options, db_->DefaultColumnFamily(), &range, 1, &size)
-      .PermitUncheckedError();
-  return size;
 }
 
 }  // namespace ps

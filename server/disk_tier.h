@@ -20,7 +20,8 @@
 //    cost is fixed and lookups never wait on them;
 //  - a small block cache (Options::block_cache_bytes, 32 MiB): the table's RAM rows are the
 //    cache of hot rows already; the OS page cache holds recently read blocks (no direct I/O);
-//  - two write buffers of Options::write_buffer_bytes (32 MiB) each: written-back rows batch
+//  - two write buffers of Options::write_buffer_bytes (8 MiB) each, with a whole-key bloom
+//    filter of their own (a read of a key not there skips the skip list): written-back rows batch
 //    into large sorted files.
 // So RAM per on-disk row is about 1.5-2 bytes plus fixed costs (write buffers, block cache).
 //
@@ -99,8 +100,6 @@ class DiskTier {
   // (a consistent view: writes meanwhile are not seen).
   absl::Status ScanSlot(absl::string_view prefix, uint32_t slot,
                         absl::FunctionRef<void(uint64_t key, absl::string_view row)> fn) const;
-  // About how many bytes the rows under `prefix` take (files and write buffers).
-  uint64_t ApproximateBytes(absl::string_view prefix) const;
 
   const std::string& dir() const { return dir_; }
 

@@ -356,7 +356,7 @@ v1::TableStats TableStore::StatsOf(const Table& t) const {
   stats.set_pull_wire_bytes(t.pull_wire.load());
   if (t.tier != nullptr) {
     stats.set_disk_rows(t.disk_rows.load());
-    stats.set_disk_bytes(t.tier->ApproximateBytes(t.tier_prefix));
+    stats.set_disk_bytes(t.DiskBytes());
     stats.set_ram_hits(t.ram_hits.load());
     stats.set_disk_lookups(t.disk_lookups.load());
     stats.set_disk_reads(t.disk_reads.load());

@@ -120,6 +120,10 @@ class TableStore {
     // read back from disk, rows written back to it.
     mutable std::atomic<uint64_t> disk_rows{0}, ram_hits{0}, disk_lookups{0}, disk_reads{0},
         written_back{0};
+    // The bytes of its rows on disk as stored (key and row; RocksDB's own overhead aside).
+    uint64_t DiskBytes() const {
+      return disk_rows.load() * (tier_prefix.size() + 2 + row_bytes);
+    }
     // Rows held on this server (in RAM).
     mutable std::atomic<uint64_t> rows{0};
     // Bytes of the slots' indexes and sketches.

@@ -608,7 +608,7 @@ uint64_t TableStore::Tick(absl::Time now) {
   for (const auto& t : tables) {
     if (t->ttl_seconds != 0) expired += Expire(*t, current);
     if (t->tier != nullptr && t->metrics != nullptr && t->metrics->disk_bytes != nullptr) {
-      t->metrics->disk_bytes->Set(static_cast<double>(t->tier->ApproximateBytes(t->tier_prefix)));
+      t->metrics->disk_bytes->Set(static_cast<double>(t->DiskBytes()));
     }
     const uint32_t decay = t->spec.admission().decay_seconds();
     if (t->sketches == nullptr || decay == 0 || current - t->last_decay.load() < decay) continue;
