@@ -20,9 +20,11 @@
 //    cost is fixed and lookups never wait on them;
 //  - a small block cache (Options::block_cache_bytes, 32 MiB): the table's RAM rows are the
 //    cache of hot rows already; the OS page cache holds recently read blocks (no direct I/O);
-//  - two write buffers of Options::write_buffer_bytes (8 MiB) each, with a whole-key bloom
-//    filter of their own (a read of a key not there skips the skip list): written-back rows batch
-//    into large sorted files.
+//  - two write buffers of Options::write_buffer_bytes (8 MiB) each, hashed by slot (a small skip
+//    list per slot: written-back rows land at random places, and one deep skip list was the
+//    bottleneck) with a whole-key bloom filter (a read of a key not there skips the lists);
+//    written-back rows batch into large sorted files;
+//  - no flush at close (the tier is removed then), no write stall tuning (none was seen).
 // So RAM per on-disk row is about 1.5-2 bytes plus fixed costs (write buffers, block cache).
 //
 // Thread-safe (RocksDB is). Every rocksdb::Status is converted here (FromRocksDb): a full disk

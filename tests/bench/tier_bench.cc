@@ -40,6 +40,7 @@
 #include "absl/time/time.h"
 #include "common/codec.h"
 #include "common/flags_usage.h"
+#include "common/shard_map.h"
 #include "common/status_macros.h"
 #include "server/disk_tier.h"
 #include "server/table_store.h"
@@ -215,11 +216,12 @@ absl::StatusOr<Result> RunPerKey(const Zipf& zipf) {
   const std::string prefix = DiskTier::TablePrefix(kJob, 1);
   const std::string initial(row_bytes, '\0');
   for (uint64_t at = 0; at < rows; at += 4096) {
-    std::vector<DiskTier::Row> batch;
+    std::vector<DiskTier::Write> batch;
     for (uint64_t r = at; r < std::min(rows, at + 4096); ++r) {
-      batch.emplace_back(zipf.Scramble(r), initial);
+      const uint64_t key = zipf.Scramble(r);
+      batch.push_back({SlotOf(1, key), key, initial});
     }
-    PS_RETURN_IF_ERROR(db->Put(prefix, 0, batch));
+    PS_RETURN_IF_ERROR(db->Apply(prefix, batch, {}));
   }
   std::mt19937_64 rng(1);
   const uint64_t per_request = absl::GetFlag(FLAGS_keys_per_request);
@@ -234,14 +236,15 @@ absl::StatusOr<Result> RunPerKey(const Zipf& zipf) {
     const absl::Time pull_start = absl::Now();
     std::vector<std::string> rows_read(keys.size());
     for (size_t i = 0; i < keys.size(); ++i) {
-      PS_RETURN_IF_ERROR(db->MultiGet(prefix, 0, absl::MakeConstSpan(&keys[i], 1), &values, &found));
+      PS_RETURN_IF_ERROR(db->MultiGet(prefix, SlotOf(1, keys[i]), absl::MakeConstSpan(&keys[i], 1),
+                                      &values, &found));
       rows_read[i] = found[0] ? values[0] : initial;
     }
     pull_us.push_back(absl::ToDoubleMicroseconds(absl::Now() - pull_start));
     for (size_t i = 0; i < keys.size(); ++i) {
       rows_read[i][8] ^= 1;  // an update
       const DiskTier::Row row{keys[i], std::move(rows_read[i])};
-      PS_RETURN_IF_ERROR(db->Put(prefix, 0, absl::MakeConstSpan(&row, 1)));
+      PS_RETURN_IF_ERROR(db->Put(prefix, SlotOf(1, keys[i]), absl::MakeConstSpan(&row, 1)));
     }
     keys_done += keys.size();
   }
