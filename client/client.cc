@@ -180,9 +180,8 @@ void SetTableFeatures(const TableConfig& config, v1::TableSpec& spec) {
 absl::Status CheckDeclaredFeatures(const TableConfig& config, const v1::TableSpec& declared) {
   v1::TableSpec wanted;
   SetTableFeatures(config, wanted);
-  const bool defaults = !wanted.has_admission() && !wanted.has_eviction() &&
-                        !wanted.has_tier() && !wanted.has_push_codec() &&
-                        !wanted.has_pull_codec() &&
+  const bool defaults = !wanted.has_admission() && !wanted.has_eviction() && !wanted.has_tier() &&
+                        !wanted.has_push_codec() && !wanted.has_pull_codec() &&
                         wanted.storage() == v1::TableSpec::FP32;
   if (defaults) return absl::OkStatus();
   auto same = [](const google::protobuf::Message& a, const google::protobuf::Message& b) {

@@ -124,9 +124,9 @@ absl::StatusOr<ps::ParameterServerOptions> OptionsFromFlags() {
       !tier_roots.empty()) {
     auto roots = ps::CheckpointRoots::Create(tier_roots);  // absolute, normalized
     if (!roots.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--tier_roots: ", absl::StrReplaceAll(roots.status().message(),
-                                                             {{"checkpoint root", "tier root"}})));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--tier_roots: ",
+          absl::StrReplaceAll(roots.status().message(), {{"checkpoint root", "tier root"}})));
     }
     options.tier_dir = (std::filesystem::path(roots->roots().front()) /
                         absl::StrCat("tier-", options.server_index, "-", getpid()))

@@ -1,11 +1,11 @@
 #include "server/table_store.h"
 
+#include <glog/logging.h>
+
 #include <algorithm>
 #include <cmath>
 #include <random>
 #include <tuple>
-
-#include <glog/logging.h>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/hash/hash.h"

@@ -121,9 +121,7 @@ class TableStore {
     mutable std::atomic<uint64_t> disk_rows{0}, ram_hits{0}, disk_lookups{0}, disk_reads{0},
         written_back{0};
     // The bytes of its rows on disk as stored (key and row; RocksDB's own overhead aside).
-    uint64_t DiskBytes() const {
-      return disk_rows.load() * (tier_prefix.size() + 2 + row_bytes);
-    }
+    uint64_t DiskBytes() const { return disk_rows.load() * (tier_prefix.size() + 2 + row_bytes); }
     // Rows held on this server (in RAM).
     mutable std::atomic<uint64_t> rows{0};
     // Bytes of the slots' indexes and sketches.
@@ -429,8 +427,8 @@ class TableStore {
                   const RowPins* pins = nullptr, absl::Status* error = nullptr,
                   const char* stored = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
   // InsertRow without making room first.
-  char* PlaceRow(Slot& slot, const Table& table, uint64_t key, RowCache* cache,
-                 const char* stored) ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
+  char* PlaceRow(Slot& slot, const Table& table, uint64_t key, RowCache* cache, const char* stored)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
   // Drops the least recently used of a few rows of `table` sampled in the slot (passing by keys
   // of `pins` and prefetched keys), writing it back first if the table has a disk tier; false
   // if none was dropped (`*error` set if the write-back failed: the row stays in RAM).
@@ -545,7 +543,7 @@ class TableStore {
   std::atomic<uint32_t> now_{0};  // seconds since start_, as of the last Tick
   absl::Mutex tier_mu_;           // a leaf lock
   std::unique_ptr<DiskTier> tier_ ABSL_GUARDED_BY(tier_mu_);
-  absl::Mutex tick_mu_;           // one Tick at a time
+  absl::Mutex tick_mu_;  // one Tick at a time
   uint32_t last_sweep_ ABSL_GUARDED_BY(tick_mu_) = 0;
   // Each job's slots and epoch, and the dropped jobs (its lock is a leaf).
   JobShards shards_;

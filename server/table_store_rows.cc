@@ -514,7 +514,8 @@ void TableStore::ApplyAccumulated(const std::string& job_id, int64_t clock) {
         pins = &p->second;
       }
       absl::Status error;
-      if (char* row = RowFor(slot, *table->second, it->first.second, Missing::kPush, pins, &error)) {
+      if (char* row =
+              RowFor(slot, *table->second, it->first.second, Missing::kPush, pins, &error)) {
         ApplyToRow(*table->second, it->second.data(), lr_scale, row, scratch.data());
       } else if (!error.ok()) {
         LOG_EVERY_N(ERROR, 1000) << "sync sums of clock " << clock << " not applied: " << error;

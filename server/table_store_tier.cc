@@ -111,9 +111,9 @@ absl::Status TableStore::ReadBack(Slot& slot, const Table& t, absl::Span<const u
   for (size_t j = 0; j < missing.size(); ++j) {
     if (!found[j]) continue;
     if (values[j].size() != StoredBytes(t)) {
-      status = OfTable(t, absl::DataLossError(absl::StrCat("row ", missing[j], " on disk has ",
-                                                           values[j].size(), " bytes, want ",
-                                                           StoredBytes(t))));
+      status = OfTable(
+          t, absl::DataLossError(absl::StrCat("row ", missing[j], " on disk has ", values[j].size(),
+                                              " bytes, want ", StoredBytes(t))));
       break;
     }
     uint32_t used;
@@ -151,8 +151,7 @@ absl::Status TableStore::ReadBack(Slot& slot, const Table& t, absl::Span<const u
 
 absl::Status TableStore::TieredBatch(const Table& t, absl::Span<const SlotGroupRef<Slot>> batch,
                                      absl::Span<const uint64_t> keys, Missing missing, bool pull,
-                                     uint64_t* created,
-                                     absl::FunctionRef<void(char*, uint32_t)> fn)
+                                     uint64_t* created, absl::FunctionRef<void(char*, uint32_t)> fn)
     ABSL_NO_THREAD_SAFETY_ANALYSIS {
   // The batch's keys stay in RAM until the pass is done: making room for one never pushes out
   // another (which would then look new).
@@ -190,8 +189,8 @@ absl::Status TableStore::TieredBatch(const Table& t, absl::Span<const SlotGroupR
 }
 
 absl::Status TableStore::SwapIn(const Table& t, absl::Span<const SlotGroupRef<Slot>> batch,
-                                absl::Span<const uint64_t> keys, const RowPins& pins)
-    ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                                absl::Span<const uint64_t> keys,
+                                const RowPins& pins) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   // 1. The keys not in RAM, and those of them on disk: one read per slot.
   struct OnDisk {
     size_t group;
@@ -245,9 +244,8 @@ absl::Status TableStore::SwapIn(const Table& t, absl::Span<const SlotGroupRef<Sl
   // the least recently used of samples, never a key of the batch.
   const uint64_t rows = t.rows.load(std::memory_order_relaxed);
   // (Only for keys coming in: a batch found whole in RAM writes nothing, even over the cap.)
-  uint64_t need = rows + not_in_ram > t.max_rows
-                      ? std::min(not_in_ram, rows + not_in_ram - t.max_rows)
-                      : 0;
+  uint64_t need =
+      rows + not_in_ram > t.max_rows ? std::min(not_in_ram, rows + not_in_ram - t.max_rows) : 0;
   std::vector<std::pair<size_t, uint32_t>> victims;  // (group, row)
   std::vector<DiskTier::Write> puts;
   absl::flat_hash_set<uint32_t> chosen;
@@ -291,8 +289,8 @@ absl::Status TableStore::SwapIn(const Table& t, absl::Span<const SlotGroupRef<Sl
     ++t.disk_rows_in_slot[SlotIndex(slot)];
   }
   for (const auto& [s, key] : deletes) --t.disk_rows_in_slot[s];
-  const int64_t disk_change = static_cast<int64_t>(victims.size()) -
-                              static_cast<int64_t>(deletes.size());
+  const int64_t disk_change =
+      static_cast<int64_t>(victims.size()) - static_cast<int64_t>(deletes.size());
   t.disk_rows.fetch_add(static_cast<uint64_t>(disk_change), std::memory_order_relaxed);
   t.written_back.fetch_add(victims.size(), std::memory_order_relaxed);
   if (t.metrics != nullptr && t.metrics->written_back != nullptr) {
@@ -333,14 +331,14 @@ void TableStore::ReadBackPending(
   absl::flat_hash_map<uint32_t, std::vector<uint64_t>> keys;
   for (const auto& [row_key, sum] : sums) {
     auto t = tables.find(row_key.first);
-    if (t != tables.end() && t->second->tier != nullptr) keys[row_key.first].push_back(row_key.second);
+    if (t != tables.end() && t->second->tier != nullptr)
+      keys[row_key.first].push_back(row_key.second);
   }
   for (auto& [id, k] : keys) {
     const Table& t = *tables.at(id);
     RowPins p(k.begin(), k.end());
     if (absl::Status s = ReadBack(slot, t, k, p); !s.ok()) {
-      LOG_EVERY_N(ERROR, 100) << "sync sums of slot " << SlotIndex(slot)
-                              << " not applied: " << s;
+      LOG_EVERY_N(ERROR, 100) << "sync sums of slot " << SlotIndex(slot) << " not applied: " << s;
       continue;
     }
     (*pins)[id] = std::move(p);
@@ -376,8 +374,8 @@ absl::Status TableStore::AppendDiskRows(const Table& t, uint32_t s, SlotRows* r)
   std::vector<uint64_t> buffer = RowBuffer(t);
   char* row = reinterpret_cast<char*>(buffer.data());
   absl::Status bad;
-  PS_RETURN_IF_ERROR(OfTable(
-      t, t.tier->ScanSlot(t.tier_prefix, s, [&](uint64_t key, absl::string_view stored) {
+  PS_RETURN_IF_ERROR(
+      OfTable(t, t.tier->ScanSlot(t.tier_prefix, s, [&](uint64_t key, absl::string_view stored) {
         if (stored.size() != StoredBytes(t)) {
           bad = OfTable(t, absl::DataLossError(absl::StrCat("row ", key, " on disk has ",
                                                             stored.size(), " bytes")));

@@ -312,8 +312,7 @@ TEST(TableStoreTierTest, ARequestReadsFromDiskOncePerSlot) {
   PullOf(store, 1, one_slot);
   EXPECT_EQ(read_batches() - before, 1u);
   const v1::TableStats s1 = StatsOf(store, 1);
-  EXPECT_EQ(s1.disk_reads() - s0.disk_reads() + (s1.ram_hits() - s0.ram_hits()),
-            one_slot.size());
+  EXPECT_EQ(s1.disk_reads() - s0.disk_reads() + (s1.ram_hits() - s0.ram_hits()), one_slot.size());
   // A pull of many keys: at most one read per slot it touches.
   const uint64_t mid = read_batches();
   PullOf(store, 1, keys);
@@ -426,8 +425,8 @@ TEST(TableStoreTierTest, CheckpointAndRestoreCoverBothTiersAndTheRestoreKeepsThe
   TableStore restored(WithTier(dir.path() + "/b"));
   ASSERT_TRUE(restored.CreateTable(Sparse(1, 4, 50, true)).ok());
   ASSERT_TRUE(Push(restored, 1, Keys(5000, 200), 4, 9).ok());  // replaced by the restore
-  auto rows = ReadCheckpointSlots({shard}, std::vector<bool>(kNumSlots, true),
-                                  restored.JobTables(kJob));
+  auto rows =
+      ReadCheckpointSlots({shard}, std::vector<bool>(kNumSlots, true), restored.JobTables(kJob));
   ASSERT_TRUE(rows.ok()) << rows.status();
   ASSERT_TRUE(restored.LoadSlots(kJob, std::vector<bool>(kNumSlots, true), rows->rows).ok());
   const v1::TableStats stats = StatsOf(restored, 1);

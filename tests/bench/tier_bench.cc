@@ -105,7 +105,7 @@ v1::TableSpec Spec(uint64_t max_rows, bool tier) {
   spec.set_kind(v1::SPARSE);
   spec.set_dim(absl::GetFlag(FLAGS_dim));
   spec.set_storage(absl::GetFlag(FLAGS_storage) == "fp16" ? v1::TableSpec::FP16
-                                                           : v1::TableSpec::FP32);
+                                                          : v1::TableSpec::FP32);
   spec.mutable_initializer()->set_kind(v1::InitializerSpec::UNIFORM);
   spec.mutable_initializer()->set_low(-0.01f);
   spec.mutable_initializer()->set_high(0.01f);

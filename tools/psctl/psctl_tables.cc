@@ -189,12 +189,12 @@ int Commands::Tables(const std::string& job_id) {
       json.push_back(JsonLine(address, t, answer));
       return;
     }
-    std::vector<std::string> row = {
-        t.name(), address, StorageName(answer.spec()), absl::StrCat(st.rows()),
-        absl::StrCat(st.bytes()), BytesPerRow(st), absl::StrCat(st.admitted()),
-        absl::StrCat(st.rejected()), absl::StrCat(st.evicted()), absl::StrCat(st.expired()),
-        CodecColumn(answer.spec().push_codec(), st.push_raw_bytes(), st.push_wire_bytes()),
-        CodecColumn(answer.spec().pull_codec(), st.pull_raw_bytes(), st.pull_wire_bytes())};
+    std::vector<std::string> row(
+        {t.name(), address, StorageName(answer.spec()), absl::StrCat(st.rows()),
+         absl::StrCat(st.bytes()), BytesPerRow(st), absl::StrCat(st.admitted()),
+         absl::StrCat(st.rejected()), absl::StrCat(st.evicted()), absl::StrCat(st.expired()),
+         CodecColumn(answer.spec().push_codec(), st.push_raw_bytes(), st.push_wire_bytes()),
+         CodecColumn(answer.spec().pull_codec(), st.pull_raw_bytes(), st.pull_wire_bytes())});
     for (std::string& column : TierColumns(answer.spec(), st)) row.push_back(std::move(column));
     table.AddRow(row);
   });
