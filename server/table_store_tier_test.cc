@@ -400,6 +400,26 @@ TEST(TableStoreTierTest, PrefetchedRowsStayInRamUntilPulled) {
   EXPECT_GT(StatsOf(store, 1).disk_reads(), s2.disk_reads());
 }
 
+TEST(TableStoreTierTest, APrefetchPinEndsAfterItsTimeBound) {
+  TempDir dir;
+  TableStore store(WithTier(dir.path()));
+  ASSERT_TRUE(store.CreateTable(Sparse(1, 4, 100, true)).ok());
+  const absl::Time t0 = absl::Now();
+  store.Tick(t0);
+  ASSERT_TRUE(Push(store, 1, Keys(0, 1000), 4, 0).ok());
+  const std::vector<uint64_t> next = Keys(0, 50);
+  TableStore::BlockView view;
+  const KeyBlock block = Block(1, next);
+  ASSERT_TRUE(store.Resolve(kJob, block, false, &view).ok());
+  ASSERT_TRUE(store.Prefetch(view, absl::Seconds(2)).ok());
+  // Never pulled: once the bound has passed, other keys push the rows out again.
+  store.Tick(t0 + absl::Seconds(5));
+  ASSERT_TRUE(Push(store, 1, Keys(1000, 500), 4, 1).ok());
+  const v1::TableStats s0 = StatsOf(store, 1);
+  PullOf(store, 1, next);
+  EXPECT_GT(StatsOf(store, 1).disk_reads(), s0.disk_reads());
+}
+
 TEST(TableStoreTierTest, CheckpointAndRestoreCoverBothTiersAndTheRestoreKeepsTheCap) {
   TempDir dir;
   TableStore store(WithTier(dir.path() + "/a"));
