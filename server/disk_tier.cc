@@ -89,7 +89,7 @@ rocksdb::Options DbOptions(const DiskTier::Options& o) {
   options.info_log_level = rocksdb::WARN_LEVEL;
   options.keep_log_file_num = 2;
   rocksdb::BlockBasedTableOptions table;
-  table.block_size = 8 << 10;
+  table.block_size = o.block_bytes;
   table.checksum = rocksdb::kXXH3;  // as checkpoints: Debian's CRC32c is slow (checkpoint_io.cc)
   table.block_cache = rocksdb::NewLRUCache(o.block_cache_bytes);
   table.cache_index_and_filter_blocks = false;  // held by the table readers: a fixed cost
@@ -186,6 +186,15 @@ absl::Status DiskTier::Apply(absl::string_view prefix, absl::Span<const Write> p
 absl::Status DiskTier::MultiGet(absl::string_view prefix, uint32_t slot,
                                 absl::Span<const uint64_t> keys, std::vector<std::string>* values,
                                 std::vector<bool>* found) const {
+  std::vector<std::pair<uint32_t, uint64_t>> slot_keys;
+  slot_keys.reserve(keys.size());
+  for (uint64_t key : keys) slot_keys.emplace_back(slot, key);
+  return MultiGet(prefix, slot_keys, values, found);
+}
+
+absl::Status DiskTier::MultiGet(absl::string_view prefix,
+                                absl::Span<const std::pair<uint32_t, uint64_t>> keys,
+                                std::vector<std::string>* values, std::vector<bool>* found) const {
   const size_t n = keys.size();
   values->assign(n, std::string());
   found->assign(n, false);
@@ -193,7 +202,7 @@ absl::Status DiskTier::MultiGet(absl::string_view prefix, uint32_t slot,
   std::vector<std::string> key_bytes(n);
   std::vector<rocksdb::Slice> slices(n);
   for (size_t i = 0; i < n; ++i) {
-    key_bytes[i] = RowKey(prefix, slot, keys[i]);
+    key_bytes[i] = RowKey(prefix, keys[i].first, keys[i].second);
     slices[i] = key_bytes[i];
   }
   std::vector<rocksdb::PinnableSlice> out(n);

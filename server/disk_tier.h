@@ -60,6 +60,8 @@ class DiskTier {
     size_t block_cache_bytes = size_t{32} << 20;
     // Bytes of one write buffer (memtable); two at most are held.
     size_t write_buffer_bytes = size_t{8} << 20;
+    // Bytes of an SST block (the unit of a read from disk).
+    size_t block_bytes = size_t{8} << 10;
     // Bloom filter bits per key (0: no filter).
     int bloom_bits_per_key = 10;
   };
@@ -92,6 +94,10 @@ class DiskTier {
   // Reads the rows of `keys` (all of one slot) with one batched read (MultiGet): (*values)[i] is
   // key i's stored row where (*found)[i].
   absl::Status MultiGet(absl::string_view prefix, uint32_t slot, absl::Span<const uint64_t> keys,
+                        std::vector<std::string>* values, std::vector<bool>* found) const;
+  // The same for keys of several slots ((slot, key) pairs) in one read.
+  absl::Status MultiGet(absl::string_view prefix,
+                        absl::Span<const std::pair<uint32_t, uint64_t>> keys,
                         std::vector<std::string>* values, std::vector<bool>* found) const;
   // Deletes the rows of `keys` (of one slot) in one batch.
   absl::Status Delete(absl::string_view prefix, uint32_t slot, absl::Span<const uint64_t> keys);

@@ -191,7 +191,7 @@ absl::Status TableStore::TieredBatch(const Table& t, absl::Span<const SlotGroupR
 absl::Status TableStore::SwapIn(const Table& t, absl::Span<const SlotGroupRef<Slot>> batch,
                                 absl::Span<const uint64_t> keys,
                                 const RowPins& pins) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-  // 1. The keys not in RAM, and those of them on disk: one read per slot.
+  // 1. The keys not in RAM, and those of them on disk: one read for the batch of slots.
   struct OnDisk {
     size_t group;
     uint64_t key;
@@ -199,39 +199,47 @@ absl::Status TableStore::SwapIn(const Table& t, absl::Span<const SlotGroupRef<Sl
   };
   std::vector<OnDisk> on_disk;
   std::vector<std::pair<uint32_t, uint64_t>> deletes;  // (slot, key) read back or expired
-  std::vector<uint64_t> missing;
-  std::vector<std::string> values;
-  std::vector<bool> found;
-  uint64_t hits = 0, not_in_ram = 0, lookups = 0, expired = 0;
+  std::vector<std::pair<uint32_t, uint64_t>> missing;  // (slot, key) to look up on disk
+  std::vector<size_t> missing_group;                   // the batch group of each
+  uint64_t hits = 0, not_in_ram = 0, expired = 0;
   for (size_t g = 0; g < batch.size(); ++g) {
     const uint32_t s = SlotIndex(*batch[g].slot);
-    missing.clear();
+    const bool on_disk_here = t.disk_rows_in_slot[s] != 0;  // else no read: new keys
     for (uint32_t i : batch[g].group) {
-      if (t.index[s].Find(*t.arena, keys[i]) == RowArena::kNoRow) missing.push_back(keys[i]);
+      if (t.index[s].Find(*t.arena, keys[i]) != RowArena::kNoRow) continue;
+      ++not_in_ram;
+      if (!on_disk_here) continue;
+      missing.emplace_back(s, keys[i]);
+      missing_group.push_back(g);
     }
-    hits += batch[g].group.size() - missing.size();
-    not_in_ram += missing.size();
-    if (missing.empty() || t.disk_rows_in_slot[s] == 0) continue;
-    lookups += missing.size();
+    hits += batch[g].group.size();
+  }
+  hits -= not_in_ram;
+  const uint64_t lookups = missing.size();
+  if (!missing.empty()) {
+    // One read for the batch's slots (at most one per request and slot, as promised).
+    std::vector<std::string> values;
+    std::vector<bool> found;
     const absl::Time start = absl::Now();
-    PS_RETURN_IF_ERROR(OfTable(t, t.tier->MultiGet(t.tier_prefix, s, missing, &values, &found)));
+    PS_RETURN_IF_ERROR(OfTable(t, t.tier->MultiGet(t.tier_prefix, missing, &values, &found)));
     if (t.metrics != nullptr && t.metrics->disk_read_seconds != nullptr) {
       t.metrics->disk_read_seconds->Observe(absl::ToDoubleSeconds(absl::Now() - start));
     }
     for (size_t j = 0; j < missing.size(); ++j) {
       if (!found[j]) continue;
+      const auto [s, key] = missing[j];
       if (values[j].size() != StoredBytes(t)) {
-        return OfTable(t, absl::DataLossError(absl::StrCat("row ", missing[j], " on disk has ",
+        return OfTable(t, absl::DataLossError(absl::StrCat("row ", key, " on disk has ",
                                                            values[j].size(), " bytes")));
       }
       uint32_t used;
       std::memcpy(&used, values[j].data() + kStoredUsedOffset, sizeof(used));
       if (Expired(t, used)) {
-        deletes.emplace_back(s, missing[j]);
+        deletes.emplace_back(s, key);
         ++expired;
         continue;
       }
-      on_disk.push_back({g, missing[j], std::move(values[j])});
+      on_disk.push_back({missing_group[j], key, std::move(values[j])});
     }
   }
   t.ram_hits.fetch_add(hits, std::memory_order_relaxed);

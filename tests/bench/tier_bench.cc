@@ -55,6 +55,8 @@ ABSL_FLAG(uint64_t, keys_per_request, 1024,
 ABSL_FLAG(double, seconds, 3.0, "seconds of each workload's measured phase");
 ABSL_FLAG(std::string, dir, "/var/tmp/tier_bench", "the disk tier's directory (removed after)");
 ABSL_FLAG(bool, per_key, true, "also run the per-key RocksDB baseline");
+ABSL_FLAG(uint64_t, block_cache_mb, 32, "the tier's block cache, MiB (DiskTier::Options)");
+ABSL_FLAG(uint64_t, block_kb, 8, "the tier's SST block size, KiB (DiskTier::Options)");
 
 namespace ps {
 namespace {
@@ -163,7 +165,11 @@ absl::StatusOr<Result> RunStore(const Zipf& zipf, bool tier, bool prefetch) {
   const uint64_t rows = absl::GetFlag(FLAGS_rows);
   TableStoreOptions options;
   options.max_job_bytes = uint64_t{64} << 30;
-  if (tier) options.tier.dir = absl::GetFlag(FLAGS_dir) + "/store";
+  if (tier) {
+    options.tier.dir = absl::GetFlag(FLAGS_dir) + "/store";
+    options.tier.block_cache_bytes = absl::GetFlag(FLAGS_block_cache_mb) << 20;
+    options.tier.block_bytes = absl::GetFlag(FLAGS_block_kb) << 10;
+  }
   TableStore store(options);
   const uint64_t cap = tier ? std::max<uint64_t>(1, rows * absl::GetFlag(FLAGS_ram_fraction)) : 0;
   PS_RETURN_IF_ERROR(store.CreateTable(Spec(cap, tier)));
@@ -212,6 +218,8 @@ absl::StatusOr<Result> RunPerKey(const Zipf& zipf) {
   const size_t row_bytes = 8 + dim * (absl::GetFlag(FLAGS_storage) == "fp16" ? 2 : 4);
   DiskTier::Options options;
   options.dir = absl::GetFlag(FLAGS_dir) + "/per_key";
+  options.block_cache_bytes = absl::GetFlag(FLAGS_block_cache_mb) << 20;
+  options.block_bytes = absl::GetFlag(FLAGS_block_kb) << 10;
   PS_ASSIGN_OR_RETURN(std::unique_ptr<DiskTier> db, DiskTier::Open(options));
   const std::string prefix = DiskTier::TablePrefix(kJob, 1);
   const std::string initial(row_bytes, '\0');
