@@ -171,14 +171,16 @@ void SetTableFeatures(const TableConfig& config, v1::TableSpec& spec) {
   const Eviction& e = config.eviction;
   if (e.max_rows != 0) spec.mutable_eviction()->set_max_rows(e.max_rows);
   if (e.ttl_seconds != 0) spec.mutable_eviction()->set_ttl_seconds(e.ttl_seconds);
+  if (config.disk_tier) spec.mutable_tier()->set_disk(true);
 }
 
-// A program job's tables are the job file's: a config that asks for other storage, admission or
-// eviction is an error rather than silently ignored (the defaults, off, accept the job file's).
+// A program job's tables are the job file's: a config that asks for other storage, admission,
+// eviction or disk tier is an error rather than silently ignored (the defaults, off, accept the
+// job file's).
 absl::Status CheckDeclaredFeatures(const TableConfig& config, const v1::TableSpec& declared) {
   v1::TableSpec wanted;
   SetTableFeatures(config, wanted);
-  const bool defaults = !wanted.has_admission() && !wanted.has_eviction() &&
+  const bool defaults = !wanted.has_admission() && !wanted.has_eviction() && !wanted.has_tier() &&
                         !wanted.has_push_codec() && !wanted.has_pull_codec() &&
                         wanted.storage() == v1::TableSpec::FP32;
   if (defaults) return absl::OkStatus();
@@ -186,15 +188,15 @@ absl::Status CheckDeclaredFeatures(const TableConfig& config, const v1::TableSpe
     return a.SerializeAsString() == b.SerializeAsString();
   };
   if (wanted.storage() == declared.storage() && same(wanted.admission(), declared.admission()) &&
-      same(wanted.eviction(), declared.eviction()) &&
+      same(wanted.eviction(), declared.eviction()) && same(wanted.tier(), declared.tier()) &&
       same(wanted.push_codec(), declared.push_codec()) &&
       same(wanted.pull_codec(), declared.pull_codec())) {
     return absl::OkStatus();
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "table '", config.name,
-      "': storage, admission, eviction and codecs of a program job's table are the job file's "
-      "(set them in its tables { ... }); the program asks for others"));
+      "': storage, admission, eviction, disk tier and codecs of a program job's table are the "
+      "job file's (set them in its tables { ... }); the program asks for others"));
 }
 
 }  // namespace

@@ -75,6 +75,16 @@ absl::Status ValidateTableFeatures(const v1::TableSpec& spec) {
     if (!sparse) return Invalid("eviction is for SPARSE tables (a dense table has all its rows)");
     if (absl::Status s = CheckEviction(spec.eviction()); !s.ok()) return s;
   }
+  if (spec.has_tier() && spec.tier().disk()) {
+    if (!sparse) {
+      return Invalid("tier.disk is for SPARSE tables (a dense table's rows all stay in RAM)");
+    }
+    if (!spec.has_eviction() || !spec.eviction().has_max_rows()) {
+      return Invalid(
+          "tier.disk needs eviction.max_rows (>= 1): the rows a server keeps in RAM; the rest go "
+          "to its disk tier");
+    }
+  }
   return ValidateTableCodecs(spec);
 }
 

@@ -122,6 +122,7 @@ absl::StatusOr<v1::CheckpointResponse> Checkpointer::Snapshot(const v1::Checkpoi
   }
   auto snapshot = std::make_unique<JobSnapshot>(store_->Snapshot(req.job_id()));
   if (snapshot->shard_epoch != req.shard_epoch()) return stale(snapshot->shard_epoch);
+  if (!snapshot->status.ok()) return snapshot->status;  // a disk tier that could not be read
   // DropJob marks the job before it erases any row: unmarked now, the copy was whole.
   if (absl::Status s = store_->CheckNotDropped(req.job_id()); !s.ok()) return s;
   v1::CheckpointResponse response;

@@ -16,6 +16,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/daemon_flags.h"
@@ -71,6 +72,11 @@ ABSL_FLAG(std::vector<std::string>, checkpoint_roots, {},
           "reads them back (a Checkpoint path or restore order path elsewhere, symlinks "
           "resolved, is INVALID_ARGUMENT); pass the scheduler's --checkpoint_root (and any job "
           "spec's checkpoint.root). Default: none, every checkpoint is refused");
+ABSL_FLAG(std::vector<std::string>, tier_roots, {},
+          "comma-separated absolute directories for the disk tier of tables with tier.disk "
+          "(docs/embedding-tables.md#disk-tier): its RocksDB lives in <first root>/tier-<server "
+          "index>-<pid>, emptied at start and removed at exit. Default: none, such tables are "
+          "refused at CreateTable");
 ABSL_FLAG(absl::Duration, drain_grace, absl::Seconds(1),
           "on SIGTERM/SIGINT: health turns NOT_SERVING, requests are still served this long, "
           "then the server shuts down: requests still running get 0.5 s more, pulls waiting on "
@@ -149,6 +155,18 @@ absl::StatusOr<ps::ParameterServerOptions> OptionsFromFlags() {
   options.checkpoint_write_delay = absl::GetFlag(FLAGS_checkpoint_write_delay);
   options.checkpoint_roots = absl::GetFlag(FLAGS_checkpoint_roots);
   options.transport = TransportFromFlags();
+  if (const std::vector<std::string> tier_roots = absl::GetFlag(FLAGS_tier_roots);
+      !tier_roots.empty()) {
+    auto roots = ps::CheckpointRoots::Create(tier_roots);  // absolute, normalized
+    if (!roots.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--tier_roots: ",
+          absl::StrReplaceAll(roots.status().message(), {{"checkpoint root", "tier root"}})));
+    }
+    options.tier_dir = (std::filesystem::path(roots->roots().front()) /
+                        absl::StrCat("tier-", options.server_index, "-", getpid()))
+                           .string();
+  }
   const std::string nonfinite = absl::GetFlag(FLAGS_nonfinite);
   if (nonfinite == "reject") {
     options.nonfinite = ps::NonFinitePolicy::kReject;
@@ -302,6 +320,9 @@ int main(int argc, char** argv) {
                     "refused";
   } else {
     LOG(INFO) << "ps_server: checkpoint roots " << absl::StrJoin(options->checkpoint_roots, ",");
+  }
+  if (!options->tier_dir.empty()) {
+    LOG(INFO) << "ps_server: disk tier (tables with tier.disk) at " << options->tier_dir;
   }
   if (absl::Status s =
           ps::WritePortFileFlag("--port_file", absl::GetFlag(FLAGS_port_file), (*server)->port());

@@ -56,6 +56,7 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
   store_options.max_pull_bytes = static_cast<uint64_t>(options.max_message_bytes);
   store_options.max_job_bytes = options.max_job_bytes;
   store_options.huge_pages = options.huge_pages;
+  store_options.tier.dir = options.tier_dir;
 
   std::unique_ptr<ParameterServer> ps(new ParameterServer);
   if (registry != nullptr) {

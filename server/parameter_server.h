@@ -54,6 +54,8 @@ struct ParameterServerOptions {
   // (Checkpoint paths and restore orders' shard paths must lie under one of them, symlinks
   // resolved). Empty (the default): every checkpoint and every restore from one is refused.
   std::vector<std::string> checkpoint_roots;
+  // The disk tier's directory (TableStoreOptions::tier; --tier_roots). Empty: none.
+  std::string tier_dir;
   // The tokens every call must carry (null: none).
   std::shared_ptr<const Authorizer> authorizer;
 

@@ -107,6 +107,17 @@ absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Create(
         registry, "ps_server_table_row_events_total",
         "What admission and eviction did to a sparse table's keys, by event: admitted, rejected (a "
         "push of a key not admitted yet, dropped), evicted (for the cap), expired (for the TTL)");
+    m->tier_rows_ = &Gauges(registry, "ps_server_tier_rows",
+                            "Rows of a table with a disk tier held on this server's disk tier");
+    m->tier_bytes_ = &Gauges(registry, "ps_server_tier_bytes",
+                             "About the bytes a table's rows take on this server's disk tier");
+    m->tier_events_ = &Counters(
+        registry, "ps_server_tier_events_total",
+        "Keys and rows of a table with a disk tier, by event: ram_hit (a key found in RAM), "
+        "disk_lookup (a key looked up on disk), disk_read (a row read back from disk), "
+        "written_back (a row evicted from RAM to disk)");
+    m->tier_read_seconds_ = &Histograms(registry, "ps_server_tier_read_seconds",
+                                        "Time of one batched read from the disk tier");
     m->codec_bytes_ = &Counters(
         registry, "ps_server_table_codec_bytes_total",
         "Values of a table with a push_codec or pull_codec, by direction (push, pull) and stage: "
@@ -300,7 +311,8 @@ void ServerMetrics::DropJob(const std::string& job_id, uint64_t tables, uint64_t
 ServerMetrics::Table::~Table() { owner_->ReleaseTable(key_, *this); }
 
 std::unique_ptr<ServerMetrics::Table> ServerMetrics::AddTable(const std::string& job_id,
-                                                              const std::string& table_name) {
+                                                              const std::string& table_name,
+                                                              bool tiered) {
   std::unique_ptr<Table> table(new Table(this, {job_id, table_name}));
   const prometheus::Labels labels = {{"job", job_id}, {"table", table_name}};
   absl::MutexLock l(&series_mu_);
@@ -326,6 +338,19 @@ std::unique_ptr<ServerMetrics::Table> ServerMetrics::AddTable(const std::string&
     table->push_wire = codec("push", "wire");
     table->pull_raw = codec("pull", "raw");
     table->pull_wire = codec("pull", "wire");
+    if (!tiered) return;
+    table->disk_rows = &tier_rows_->Add(labels);
+    table->disk_bytes = &tier_bytes_->Add(labels);
+    auto tier_event = [&](const char* name) {
+      prometheus::Labels with = labels;
+      with["event"] = name;
+      return &tier_events_->Add(with);
+    };
+    table->ram_hits = tier_event("ram_hit");
+    table->disk_lookups = tier_event("disk_lookup");
+    table->disk_reads = tier_event("disk_read");
+    table->written_back = tier_event("written_back");
+    table->disk_read_seconds = &tier_read_seconds_->Add(labels, LatencyBuckets());
   });
   if (!s.ok()) {
     LOG(WARNING) << "no metrics for table '" << table_name << "' of job '" << job_id << "': " << s;
@@ -353,6 +378,14 @@ void ServerMetrics::ReleaseTable(const std::pair<std::string, std::string>& key,
        {table.push_raw, table.push_wire, table.pull_raw, table.pull_wire}) {
     codec_bytes_->Remove(c);
   }
+  if (table.disk_rows == nullptr) return;
+  tier_rows_->Remove(table.disk_rows);
+  tier_bytes_->Remove(table.disk_bytes);
+  for (prometheus::Counter* c :
+       {table.ram_hits, table.disk_lookups, table.disk_reads, table.written_back}) {
+    tier_events_->Remove(c);
+  }
+  tier_read_seconds_->Remove(table.disk_read_seconds);
 }
 
 }  // namespace ps

@@ -80,6 +80,16 @@ class ServerMetrics {
     prometheus::Counter* push_wire = nullptr;
     prometheus::Counter* pull_raw = nullptr;
     prometheus::Counter* pull_wire = nullptr;
+    // A table with a disk tier (AddTable's `tiered`; else all null): its rows and bytes there
+    // (ps_server_tier_rows, ps_server_tier_bytes), ps_server_tier_events_total by event, and
+    // the time of each batched read from disk (ps_server_tier_read_seconds).
+    prometheus::Gauge* disk_rows = nullptr;
+    prometheus::Gauge* disk_bytes = nullptr;
+    prometheus::Counter* ram_hits = nullptr;
+    prometheus::Counter* disk_lookups = nullptr;
+    prometheus::Counter* disk_reads = nullptr;
+    prometheus::Counter* written_back = nullptr;
+    prometheus::Histogram* disk_read_seconds = nullptr;
     ~Table();
     Table(const Table&) = delete;
     Table& operator=(const Table&) = delete;
@@ -117,7 +127,8 @@ class ServerMetrics {
   // stay until kKeepDroppedJobs later jobs were dropped (and nothing holds them).
   void DropJob(const std::string& job_id, uint64_t tables, uint64_t bytes);
   // The rows / bytes gauges of a table. Null if prometheus-cpp refused them (logged).
-  std::unique_ptr<Table> AddTable(const std::string& job_id, const std::string& table_name);
+  std::unique_ptr<Table> AddTable(const std::string& job_id, const std::string& table_name,
+                                  bool tiered = false);
 
   // A finished checkpoint write (`seconds` and `bytes` count only when it succeeded).
   void RecordCheckpointWrite(const absl::Status& status, double seconds, uint64_t bytes);
@@ -157,6 +168,10 @@ class ServerMetrics {
   prometheus::Family<prometheus::Gauge>* table_bytes_ = nullptr;
   prometheus::Family<prometheus::Counter>* codec_bytes_ = nullptr;
   prometheus::Family<prometheus::Counter>* row_events_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* tier_rows_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* tier_bytes_ = nullptr;
+  prometheus::Family<prometheus::Counter>* tier_events_ = nullptr;
+  prometheus::Family<prometheus::Histogram>* tier_read_seconds_ = nullptr;
   prometheus::Family<prometheus::Gauge>* owned_slots_ = nullptr;
   prometheus::Family<prometheus::Histogram>* pull_wait_ = nullptr;
   prometheus::Family<prometheus::Gauge>* waiting_pulls_ = nullptr;

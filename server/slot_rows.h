@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "ps/v1/types.pb.h"
 #include "server/internal/bulk_allocator.h"
 
@@ -40,6 +41,9 @@ struct JobSnapshot {
   std::vector<SlotRows> rows;         // by slot, then table id; no empty entries
   uint64_t num_rows = 0;
   uint64_t bytes = 0;  // row floats (values + optimizer state) * 4
+  // OK unless rows on a disk tier could not be read: the copy is then incomplete (not to be
+  // written).
+  absl::Status status;
 };
 
 }  // namespace ps

@@ -1,5 +1,7 @@
 #include "server/table_store.h"
 
+#include <glog/logging.h>
+
 #include <algorithm>
 #include <cmath>
 #include <random>
@@ -102,6 +104,14 @@ TableStore::DroppedJob TableStore::DropJob(const std::string& job_id) {
     }
     ErasePendingIf(slot.pending, [&](uint32_t id) { return ids.contains(id); });
   }
+  for (const auto& t : tables) {
+    if (t->tier == nullptr) continue;
+    // Once: the job's rows of every tiered table are one range of the tier.
+    if (absl::Status s = t->tier->DeletePrefix(DiskTier::JobPrefix(job_id)); !s.ok()) {
+      LOG(ERROR) << "dropping job " << job_id << ": " << s;
+    }
+    break;
+  }
   dropped.tables = static_cast<uint32_t>(tables.size());
   {
     absl::MutexLock l(&tables_mu_);
@@ -112,6 +122,12 @@ TableStore::DroppedJob TableStore::DropJob(const std::string& job_id) {
 
 absl::Status TableStore::CreateTable(const TableSpec& spec) {
   PS_ASSIGN_OR_RETURN(const std::shared_ptr<Table> table, NewTable(spec));
+  if (spec.tier().disk()) {
+    PS_ASSIGN_OR_RETURN(table->tier, Tier(spec));
+    table->tier_prefix = DiskTier::TablePrefix(spec.job_id(), spec.table_id());
+    table->disk_rows_in_slot = std::make_unique<uint32_t[]>(kNumSlots);
+    table->pinned = std::make_unique<absl::flat_hash_map<uint64_t, uint32_t>[]>(kNumSlots);
+  }
   if (spec.kind() == v1::DENSE) PS_RETURN_IF_ERROR(CheckDenseTable(*table));
   PS_ASSIGN_OR_RETURN(const bool added, AddTable(table));
   if (!added || spec.kind() != v1::DENSE) return absl::OkStatus();  // not added: held already
@@ -214,7 +230,7 @@ absl::StatusOr<bool> TableStore::AddTable(const std::shared_ptr<Table>& table) {
   if (metrics_ != nullptr) {
     const std::string name =
         spec.name().empty() ? absl::StrCat("table_", spec.table_id()) : spec.name();
-    table->metrics = metrics_->AddTable(spec.job_id(), name);
+    table->metrics = metrics_->AddTable(spec.job_id(), name, table->tier != nullptr);
   }
   tables_.emplace(spec.table_id(), table);
   return true;
@@ -338,6 +354,14 @@ v1::TableStats TableStore::StatsOf(const Table& t) const {
   stats.set_push_wire_bytes(t.push_wire.load());
   stats.set_pull_raw_bytes(t.pull_raw.load());
   stats.set_pull_wire_bytes(t.pull_wire.load());
+  if (t.tier != nullptr) {
+    stats.set_disk_rows(t.disk_rows.load());
+    stats.set_disk_bytes(t.DiskBytes());
+    stats.set_ram_hits(t.ram_hits.load());
+    stats.set_disk_lookups(t.disk_lookups.load());
+    stats.set_disk_reads(t.disk_reads.load());
+    stats.set_written_back(t.written_back.load());
+  }
   return stats;
 }
 

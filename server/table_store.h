@@ -20,6 +20,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "ps/v1/parameter_server.pb.h"
+#include "server/disk_tier.h"
 #include "server/internal/admission_sketch.h"
 #include "server/internal/job_shards.h"
 #include "server/internal/row_arena.h"
@@ -63,6 +64,9 @@ struct TableStoreOptions {
   // pages (madvise): fewer TLB misses when rows are looked up at random, but where the kernel is
   // slow to fault huge pages in the first time (some VMs), new rows cost more to create.
   bool huge_pages = false;
+  // The disk tier of tables with tier.disk (docs/embedding-tables.md#disk-tier): opened at the
+  // first such table. tier.dir empty (the default): no disk tier, and such tables are refused.
+  DiskTier::Options tier;
 };
 
 // Thread-safe. Each slot has its own lock: requests touching different slots never wait on each
@@ -105,7 +109,20 @@ class TableStore {
     std::unique_ptr<AdmissionSketch[]> sketches;
     // Null without metrics; the series go with the last table of their job and name.
     std::unique_ptr<ServerMetrics::Table> metrics;
-    // Rows held on this server.
+    // Disk tier (tier.disk; null without): rows evicted from RAM are written back there, under
+    // `tier_prefix`. Entry s of `disk_rows_in_slot` (rows of slot s there) and of `pinned`
+    // (prefetched keys -> the time their pin ends, TableStore::Now) is guarded by slot s's lock.
+    DiskTier* tier = nullptr;
+    std::string tier_prefix;
+    std::unique_ptr<uint32_t[]> disk_rows_in_slot;
+    std::unique_ptr<absl::flat_hash_map<uint64_t, uint32_t>[]> pinned;
+    // Its figures (TableStats): rows there, keys found in RAM, keys looked up on disk, rows
+    // read back from disk, rows written back to it.
+    mutable std::atomic<uint64_t> disk_rows{0}, ram_hits{0}, disk_lookups{0}, disk_reads{0},
+        written_back{0};
+    // The bytes of its rows on disk as stored (key and row; RocksDB's own overhead aside).
+    uint64_t DiskBytes() const { return disk_rows.load() * (tier_prefix.size() + 2 + row_bytes); }
+    // Rows held on this server (in RAM).
     mutable std::atomic<uint64_t> rows{0};
     // Bytes of the slots' indexes and sketches.
     mutable std::atomic<uint64_t> index_bytes{0};
@@ -249,6 +266,11 @@ class TableStore {
   // full from then on).
   absl::Status PullDelta(const BlockView& view, uint64_t since, size_t max_changed, float* out,
                          std::vector<uint32_t>* changed, bool* full, uint64_t* token);
+  // Tables with a disk tier: reads the rows of the block's keys that are on disk into RAM (one
+  // batched read per slot) and pins them there (eviction passes them by) until a pull reads them
+  // or `pin_for` has passed. A no-op for other tables. RESOURCE_EXHAUSTED if the rows they
+  // push out of RAM cannot be written back (a full disk).
+  absl::Status Prefetch(const BlockView& view, absl::Duration pin_for = absl::Seconds(30));
   // Applies the gradients now (async / ssp), the learning rate multiplied by `lr_scale`.
   // FAILED_PRECONDITION if the table was dropped meanwhile (the rows left were dropped too).
   absl::Status Apply(const BlockView& view, float lr_scale = 1.0f);
@@ -313,14 +335,16 @@ class TableStore {
   // Drops all of `job_id`'s accumulated sync gradients and their learning-rate factors.
   void ClearPending(const std::string& job_id);
 
-  // Calls `fn` for every row of the table held here, in no particular order, each under its
-  // slot's lock (`fn` must not call the store). For tests and tools.
+  // Calls `fn` for every row of the table held here (in RAM and on disk), in no particular
+  // order, each under its slot's lock (`fn` must not call the store). For tests and tools.
   void ForEachRow(
       uint32_t table_id,
       absl::FunctionRef<void(uint64_t key, int64_t updates, absl::Span<const float> row)> fn) const;
 
  private:
   using RowKey = std::pair<uint32_t, uint64_t>;  // (table id, key)
+  // Keys of a table that eviction must pass by (those of the request being served).
+  using RowPins = absl::flat_hash_set<uint64_t>;
   struct Slot {
     // Guards this slot's entries of every table's `index` and `sketches` too.
     absl::Mutex mu;
@@ -362,7 +386,10 @@ class TableStore {
   };
   // The row of `key` (created if missing and `missing` allows); null if the table was dropped,
   // the key was not admitted or no memory was to be had (`*status` says which, if given).
-  char* RowFor(Slot& slot, const Table& table, uint64_t key, Missing missing = Missing::kCreate)
+  // Tables with a disk tier: a key not in RAM must have been read back first (ReadBack), and
+  // `pins` passed; a row that cannot be written back leaves it null with `*status` set.
+  char* RowFor(Slot& slot, const Table& table, uint64_t key, Missing missing = Missing::kCreate,
+               const RowPins* pins = nullptr, absl::Status* status = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
   // Whether a push of `key` (no row) admits it now: counts it in the slot's sketch.
   bool Admit(Slot& slot, const Table& table, uint64_t key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
@@ -391,17 +418,70 @@ class TableStore {
     size_t next_ = 0;
     size_t size_ = 0;
   };
-  // Creates the row of `key` (not in the slot) of `table`, initialized, evicting one first if
-  // the table is at its cap; the caller counts it (CountNewRows). Null if no memory. Its memory
-  // comes from `cache` if given.
-  char* InsertRow(Slot& slot, const Table& table, uint64_t key, RowCache* cache = nullptr)
+  // Creates the row of `key` (not in the slot) of `table`, initialized (or, with `stored`, as
+  // it was stored on disk: StoredRow), evicting one first if the table is at its cap (never a
+  // key of `pins`); the caller counts it (CountNewRows). Null if no memory, or (`*error` set)
+  // if the row evicted could not be written back to the disk tier. Its memory comes from
+  // `cache` if given.
+  char* InsertRow(Slot& slot, const Table& table, uint64_t key, RowCache* cache = nullptr,
+                  const RowPins* pins = nullptr, absl::Status* error = nullptr,
+                  const char* stored = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
+  // InsertRow without making room first.
+  char* PlaceRow(Slot& slot, const Table& table, uint64_t key, RowCache* cache, const char* stored)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
-  // Drops the least recently used of a few rows of `table` sampled in the slot; false if the
-  // slot holds none of the table's rows.
-  bool EvictOne(Slot& slot, const Table& table) ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
+  // Drops the least recently used of a few rows of `table` sampled in the slot (passing by keys
+  // of `pins` and prefetched keys), writing it back first if the table has a disk tier; false
+  // if none was dropped (`*error` set if the write-back failed: the row stays in RAM).
+  bool EvictOne(Slot& slot, const Table& table, const RowPins* pins = nullptr,
+                absl::Status* error = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
+  // EvictOne's choice: the least recently used of a few rows sampled in the slot, passing by
+  // keys of `pins` and prefetched keys; kNoRow if none.
+  uint32_t PickVictim(Slot& slot, const Table& table, const RowPins* pins)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
   // EvictOne in a few other slots picked at random whose lock is free at once (TryLock: it never
   // waits, so it forms no lock order with the slots the caller holds); false if none evicted.
-  bool EvictElsewhere(Slot& slot, const Table& table) ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
+  bool EvictElsewhere(Slot& slot, const Table& table, absl::Status* error = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
+  // The disk tier's part (table_store_tier.cc). Whether eviction must pass `key` by.
+  bool Pinned(const Table& table, uint32_t slot, uint64_t key, const RowPins* pins) const;
+  // Writes `row` (of slot `slot`) back to the table's disk tier.
+  absl::Status WriteBack(const Table& table, uint32_t slot, const char* row) const;
+  // A row's bytes as the disk tier stores them (the row after its key), and the size.
+  static size_t StoredBytes(const Table& table) { return table.row_bytes - sizeof(uint64_t); }
+  // Reads the rows of `keys` (of the slot; any not in RAM) that are on disk back into RAM with
+  // one batched read, evicting others (not `pins`) as needed. The table must have a tier.
+  absl::Status ReadBack(Slot& slot, const Table& table, absl::Span<const uint64_t> keys,
+                        const RowPins& pins) ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
+  // ForEachRow's pass over a batch of locked slots of a table with a disk tier: reads back what
+  // is on disk (ReadBack, per slot), then hands every row to fn as ForEachRow does. `pull`:
+  // unpins the prefetched keys read.
+  absl::Status TieredBatch(const Table& t, absl::Span<const SlotGroupRef<Slot>> batch,
+                           absl::Span<const uint64_t> keys, Missing missing, bool pull,
+                           uint64_t* created, absl::FunctionRef<void(char*, uint32_t)> fn);
+  // TieredBatch's first step: reads back the batch's keys that are on disk (one batched read
+  // per slot) and makes room for the keys not in RAM by evicting rows of the batch's slots,
+  // with one write to disk for both (the evicted rows, and deletes of the rows read back). A
+  // failed write changes nothing in RAM.
+  absl::Status SwapIn(const Table& t, absl::Span<const SlotGroupRef<Slot>> batch,
+                      absl::Span<const uint64_t> keys, const RowPins& pins);
+  // Evicts rows of the batch's slots until the table is within its cap again.
+  void TrimToCap(const Table& t, absl::Span<const SlotGroupRef<Slot>> batch);
+  // Before the sums of a slot are applied (ApplyAccumulated): reads back the rows of tiered
+  // tables that are on disk; their keys to `pins` (by table id). An error leaves the table out
+  // of `pins`: its sums there are not applied.
+  void ReadBackPending(Slot& slot, const absl::flat_hash_map<RowKey, std::vector<float>>& sums,
+                       const absl::flat_hash_map<uint32_t, std::shared_ptr<const Table>>& tables,
+                       absl::flat_hash_map<uint32_t, RowPins>* pins)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
+  // Appends the table's rows on disk in slot `s` (not those in RAM, not expired) to `r`.
+  absl::Status AppendDiskRows(const Table& table, uint32_t s, SlotRows* r) const;
+  // Writes rows `which` of `r` (of slot `s`) to the table's disk tier (a restore past the cap).
+  absl::Status PutOnDisk(const Table& table, uint32_t s, const SlotRows& r,
+                         absl::Span<const size_t> which) const;
+  // Removes the table's rows on disk in slot `s`.
+  absl::Status ClearDiskSlot(const Table& table, uint32_t s) const;
+  // The disk tier, opened at the first call; FAILED_PRECONDITION where the server has none.
+  absl::StatusOr<DiskTier*> Tier(const v1::TableSpec& spec);
   // Drops the row `row` of `key` from the slot's index of `table` and gives its memory back;
   // the caller counts it (CountErasedRows).
   void EraseRow(Slot& slot, const Table& table, uint64_t key, uint32_t row)
@@ -415,6 +495,11 @@ class TableStore {
   uint64_t NextRandom(Slot& slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
   // The TTL sweep of one table; returns the rows expired.
   uint64_t Expire(const Table& table, uint32_t now);
+  // Whether a row last used at `used` has expired by now (tables with a TTL).
+  bool Expired(const Table& table, uint32_t used) const {
+    const uint32_t now = Now();
+    return table.ttl_seconds != 0 && now >= used && now - used > table.ttl_seconds;
+  }
   // Adds `rows` new rows of `table` to its bytes and gauges (once per request, not per row: the
   // gauges are shared by every server thread).
   void CountNewRows(const Table& table, uint64_t rows) const;
@@ -456,7 +541,9 @@ class TableStore {
   ServerMetrics* const metrics_;
   const absl::Time start_ = absl::Now();
   std::atomic<uint32_t> now_{0};  // seconds since start_, as of the last Tick
-  absl::Mutex tick_mu_;           // one Tick at a time
+  absl::Mutex tier_mu_;           // a leaf lock
+  std::unique_ptr<DiskTier> tier_ ABSL_GUARDED_BY(tier_mu_);
+  absl::Mutex tick_mu_;  // one Tick at a time
   uint32_t last_sweep_ ABSL_GUARDED_BY(tick_mu_) = 0;
   // Each job's slots and epoch, and the dropped jobs (its lock is a leaf).
   JobShards shards_;

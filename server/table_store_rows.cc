@@ -1,6 +1,8 @@
 // TableStore's row passes: finding and creating rows under their slots' locks (admission,
 // eviction at a cap, expiry), and pulls, pushes and sync sums applied to them. The hot path of
 // every request (compiled at -O3, see CMakeLists.txt).
+#include <glog/logging.h>
+
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -23,7 +25,8 @@ namespace ps {
 using store_internal::NoMemoryError;
 using store_internal::TableDroppedError;
 
-char* TableStore::RowFor(Slot& slot, const Table& table, uint64_t key, Missing missing) {
+char* TableStore::RowFor(Slot& slot, const Table& table, uint64_t key, Missing missing,
+                         const RowPins* pins, absl::Status* status) {
   if (table.dropped.load()) return nullptr;  // its rows may be erased from this slot already
   const uint32_t found = table.index[SlotIndex(slot)].Find(*table.arena, key);
   if (found != RowArena::kNoRow) {
@@ -34,7 +37,7 @@ char* TableStore::RowFor(Slot& slot, const Table& table, uint64_t key, Missing m
   if (table.admission && missing != Missing::kCreate) {
     if (missing == Missing::kPull || !Admit(slot, table, key)) return nullptr;
   }
-  char* row = InsertRow(slot, table, key);
+  char* row = InsertRow(slot, table, key, nullptr, pins, status);
   if (row != nullptr) CountNewRows(table, 1);
   return row;
 }
@@ -61,15 +64,28 @@ uint64_t TableStore::NextRandom(Slot& slot) {
   return x;
 }
 
-char* TableStore::InsertRow(Slot& slot, const Table& table, uint64_t key, RowCache* cache) {
+char* TableStore::InsertRow(Slot& slot, const Table& table, uint64_t key, RowCache* cache,
+                            const RowPins* pins, absl::Status* error, const char* stored) {
   // At the cap, a row of this slot goes first, else one of another slot that is free now;
   // where neither was found the table goes over by one, which the next inserts take back (two
-  // evictions each at most).
+  // evictions each at most). A row that cannot be written back to disk stays, and so no row is
+  // added.
+  absl::Status written;
   for (int i = 0;
        i < 2 && table.max_rows != 0 && table.rows.load(std::memory_order_relaxed) >= table.max_rows;
        ++i) {
-    if (!EvictOne(slot, table) && !EvictElsewhere(slot, table)) break;
+    if (EvictOne(slot, table, pins, &written)) continue;
+    if (!written.ok() || !EvictElsewhere(slot, table, &written)) break;
   }
+  if (!written.ok()) {
+    if (error != nullptr) *error = std::move(written);
+    return nullptr;
+  }
+  return PlaceRow(slot, table, key, cache, stored);
+}
+
+char* TableStore::PlaceRow(Slot& slot, const Table& table, uint64_t key, RowCache* cache,
+                           const char* stored) {
   const uint32_t handle = cache != nullptr ? cache->Take() : table.arena->Allocate();
   if (handle == RowArena::kNoRow) return nullptr;
   char* row = table.arena->At(handle);
@@ -77,7 +93,10 @@ char* TableStore::InsertRow(Slot& slot, const Table& table, uint64_t key, RowCac
   header->key = key;
   header->updates = 0;
   header->used = Now();
-  if (float* values = table.Values32(row)) {
+  if (stored != nullptr) {
+    std::memcpy(row + sizeof(uint64_t), stored, StoredBytes(table));
+    header->used = Now();
+  } else if (float* values = table.Values32(row)) {
     InitializeRow(table.spec.initializer(), table.init_stream, key, values, table.dim);
     table.optimizer->InitState(values, table.State(row), table.dim);
   } else {
@@ -109,12 +128,21 @@ void TableStore::EraseRow(Slot& slot, const Table& table, uint64_t key, uint32_t
   table.rows.fetch_sub(1, std::memory_order_relaxed);
 }
 
-bool TableStore::EvictOne(Slot& slot, const Table& table) {
+uint32_t TableStore::PickVictim(Slot& slot, const Table& table, const RowPins* pins) {
   constexpr size_t kSample = 8;
   uint32_t sample[kSample];
-  const size_t n = table.index[SlotIndex(slot)].Sample(NextRandom(slot), sample, kSample);
-  if (n == 0) return false;
+  size_t n = table.index[SlotIndex(slot)].Sample(NextRandom(slot), sample, kSample);
+  if (n == 0) return RowArena::kNoRow;
   for (size_t i = 0; i < n; ++i) PrefetchRead(table.arena->At(sample[i]));
+  if (table.tier != nullptr) {  // rows the request (or a prefetch) needs are passed by
+    size_t kept = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const uint64_t key = table.Header(table.arena->At(sample[i]))->key;
+      if (!Pinned(table, SlotIndex(slot), key, pins)) sample[kept++] = sample[i];
+    }
+    n = kept;
+    if (n == 0) return RowArena::kNoRow;
+  }
   uint32_t victim = sample[0];
   uint32_t oldest = table.Header(table.arena->At(victim))->used;
   for (size_t i = 1; i < n; ++i) {
@@ -124,22 +152,37 @@ bool TableStore::EvictOne(Slot& slot, const Table& table) {
       victim = sample[i];
     }
   }
+  return victim;
+}
+
+bool TableStore::EvictOne(Slot& slot, const Table& table, const RowPins* pins,
+                          absl::Status* error) {
+  const uint32_t victim = PickVictim(slot, table, pins);
+  if (victim == RowArena::kNoRow) return false;
+  if (table.tier != nullptr) {
+    absl::Status s = WriteBack(table, SlotIndex(slot), table.arena->At(victim));
+    if (!s.ok()) {
+      if (error != nullptr) *error = std::move(s);
+      return false;
+    }
+  }
   EraseRow(slot, table, table.Header(table.arena->At(victim))->key, victim);
   CountErasedRows(table, 1);
   CountEvicted(table, 1, 0);
   return true;
 }
 
-bool TableStore::EvictElsewhere(Slot& slot, const Table& table) {
+bool TableStore::EvictElsewhere(Slot& slot, const Table& table, absl::Status* error) {
   constexpr int kTries = 8;
   for (int i = 0; i < kTries; ++i) {
     Slot& other = slots_[NextRandom(slot) % kNumSlots];
     if (&other == &slot) continue;
     // Never waits: a slot held by this request (or another) is skipped, so no lock order forms.
     if (!other.mu.TryLock()) continue;
-    const bool evicted = !table.dropped.load() && EvictOne(other, table);
+    const bool evicted = !table.dropped.load() && EvictOne(other, table, nullptr, error);
     other.mu.Unlock();
     if (evicted) return true;
+    if (error != nullptr && !error->ok()) return false;
   }
   return false;
 }
@@ -216,6 +259,10 @@ absl::Status TableStore::ForEachRow(const Table& t, absl::Span<const uint64_t> k
                        ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::Status {
     // Checked once per batch: DropJob sets the flag before it takes the slot locks to erase.
     if (t.dropped.load()) return TableDroppedError(t);
+    if (t.tier != nullptr) {
+      return TieredBatch(t, batch, keys, missing, /*pull=*/missing != Missing::kPush, &created,
+                         [&](char* row, uint32_t i) { fn(row, i); });
+    }
     stream.clear();
     for (const SlotGroupRef<Slot>& g : batch) {
       const RowIndex* index = &t.index[SlotIndex(*g.slot)];
@@ -269,8 +316,9 @@ absl::Status TableStore::ForEachRow(const Table& t, absl::Span<const uint64_t> k
     return absl::OkStatus();
   };
   absl::Status status;
-  if (keys.size() < SlotGroups::kGroupFrom) {
-    // Too few keys to group: slot by slot, each key under its own lock.
+  if (keys.size() < SlotGroups::kGroupFrom && t.tier == nullptr) {
+    // Too few keys to group: slot by slot, each key under its own lock. (Tiered tables group
+    // always: one read from disk per slot.)
     status = ForEachSlotGroup(slots_.get(), table_id, keys,
                               [&](Slot& slot, absl::Span<const uint32_t> group) {
                                 const SlotGroupRef<Slot> one{&slot, group};
@@ -431,8 +479,11 @@ void TableStore::ApplyAccumulated(const std::string& job_id, int64_t clock) {
   // The job's tables, looked up once (not per row under the slot locks), held while applying.
   absl::flat_hash_map<uint32_t, TableRef> job_tables;
   size_t max_scratch = 0;
+  bool tiered = false;
+  absl::flat_hash_map<uint32_t, RowPins> tier_pins;
   for (TableRef& t : TablesOf(job_id)) {
     max_scratch = std::max(max_scratch, ApplyScratchFloats(*t));
+    tiered |= t->tier != nullptr;
     job_tables[t->spec.table_id()] = std::move(t);
   }
   std::vector<float> scratch(max_scratch);
@@ -442,6 +493,8 @@ void TableStore::ApplyAccumulated(const std::string& job_id, int64_t clock) {
     auto pending = slot.pending.find(clock);
     if (pending == slot.pending.end()) continue;
     auto& sums = pending->second;
+    tier_pins.clear();
+    if (tiered) ReadBackPending(slot, sums, job_tables, &tier_pins);
     for (auto it = sums.begin(); it != sums.end();) {
       auto table = job_tables.find(it->first.first);
       if (table == job_tables.end()) {
@@ -449,9 +502,23 @@ void TableStore::ApplyAccumulated(const std::string& job_id, int64_t clock) {
         continue;
       }
       // A table dropped meanwhile: its sums are erased unapplied (DropJob would erase them);
-      // so are those of keys not admitted (the push counted towards admission).
-      if (char* row = RowFor(slot, *table->second, it->first.second, Missing::kPush)) {
+      // so are those of keys not admitted (the push counted towards admission), and (tables
+      // with a disk tier) those of rows that could not be read back or make room (logged).
+      const RowPins* pins = nullptr;
+      if (table->second->tier != nullptr) {
+        auto p = tier_pins.find(it->first.first);
+        if (p == tier_pins.end()) {
+          sums.erase(it++);
+          continue;
+        }
+        pins = &p->second;
+      }
+      absl::Status error;
+      if (char* row =
+              RowFor(slot, *table->second, it->first.second, Missing::kPush, pins, &error)) {
         ApplyToRow(*table->second, it->second.data(), lr_scale, row, scratch.data());
+      } else if (!error.ok()) {
+        LOG_EVERY_N(ERROR, 1000) << "sync sums of clock " << clock << " not applied: " << error;
       }
       sums.erase(it++);
     }
@@ -534,12 +601,16 @@ uint64_t TableStore::Tick(absl::Time now) {
     absl::ReaderMutexLock tl(&tables_mu_);
     for (const auto& [id, t] : tables_) {
       const bool decays = t->sketches != nullptr && t->spec.admission().decay_seconds() != 0;
-      if ((t->ttl_seconds != 0 || decays) && !t->dropped.load()) tables.push_back(t);
+      const bool tiered = t->tier != nullptr;
+      if ((t->ttl_seconds != 0 || decays || tiered) && !t->dropped.load()) tables.push_back(t);
     }
   }
   uint64_t expired = 0;
   for (const auto& t : tables) {
     if (t->ttl_seconds != 0) expired += Expire(*t, current);
+    if (t->tier != nullptr && t->metrics != nullptr && t->metrics->disk_bytes != nullptr) {
+      t->metrics->disk_bytes->Set(static_cast<double>(t->DiskBytes()));
+    }
     const uint32_t decay = t->spec.admission().decay_seconds();
     if (t->sketches == nullptr || decay == 0 || current - t->last_decay.load() < decay) continue;
     t->last_decay.store(current);

@@ -1,5 +1,7 @@
 // TableStore's whole-job passes: snapshots and loads of slots (checkpoints and restores),
 // clearing pending sync gradients, and visiting every row of a table.
+#include <glog/logging.h>
+
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -33,7 +35,7 @@ JobSnapshot TableStore::Snapshot(const std::string& job_id) const {
     for (const TableRef& tr : tables) {
       const Table& t = *tr;
       const RowIndex& rows = t.index[s];
-      if (rows.size() == 0) continue;
+      if (rows.size() == 0 && (t.tier == nullptr || t.disk_rows_in_slot[s] == 0)) continue;
       SlotRows& r = snap.rows.emplace_back();
       r.slot = s;
       r.table_id = t.spec.table_id();
@@ -51,6 +53,11 @@ JobSnapshot TableStore::Snapshot(const std::string& job_id) const {
         std::memcpy(out + t.dim, t.State(row), t.state_floats * sizeof(float));
         out += r.row_floats;
       });
+      // Rows on disk: a scan of the slot's range, under the slot's lock (a consistent copy).
+      if (absl::Status st = AppendDiskRows(t, s, &r); !st.ok() && snap.status.ok()) {
+        snap.status = st;
+      }
+      if (r.size() == 0) snap.rows.pop_back();
     }
   }
   for (const SlotRows& r : snap.rows) {
@@ -99,7 +106,8 @@ absl::Status TableStore::CheckLoad(const std::string& job_id, const std::vector<
   for (const SlotRows& r : rows) loaded[r.table_id] += r.keys.size();
   for (const auto& [id, n] : loaded) {
     const Table& t = *tables.at(id);
-    if (t.max_rows != 0 && n > t.max_rows) {
+    // (A table with a disk tier takes them all: those past the cap go to disk.)
+    if (t.max_rows != 0 && t.tier == nullptr && n > t.max_rows) {
       return absl::FailedPreconditionError(absl::StrCat(
           "table ", id, " ('", t.spec.name(), "'): the checkpoint holds ", n,
           " rows for this server, over the table's cap of ", t.max_rows,
@@ -135,15 +143,24 @@ absl::Status TableStore::LoadSlots(const std::string& job_id, const std::vector<
     // The job's tables are dropped together: DropJob empties (or emptied) the slots loaded so
     // far, and nothing is loaded into the others.
     if (any_dropped()) return JobDroppedError(job_id);
-    for (const auto& [id, t] : tables) CountErasedRows(*t, ClearSlot(slot, *t));
+    for (const auto& [id, t] : tables) {
+      CountErasedRows(*t, ClearSlot(slot, *t));
+      PS_RETURN_IF_ERROR(ClearDiskSlot(*t, s));
+    }
     ErasePendingIf(slot.pending, [&](uint32_t id) { return tables.contains(id); });
     for (const SlotRows* r : by_slot[s]) {
       const Table& t = *tables.at(r->table_id);
       const uint32_t now = Now();
       uint64_t added = 0;
+      std::vector<size_t> to_disk;  // rows past the cap of a table with a disk tier
       for (size_t i = 0; i < r->size(); ++i) {
         // A key listed twice is loaded once (its last row wins).
         uint32_t handle = t.index[s].Find(*t.arena, r->keys[i]);
+        if (handle == RowArena::kNoRow && t.tier != nullptr &&
+            t.rows.load(std::memory_order_relaxed) >= t.max_rows) {
+          to_disk.push_back(i);
+          continue;
+        }
         if (handle == RowArena::kNoRow) {
           handle = t.arena->Allocate();
           if (handle == RowArena::kNoRow) return NoMemoryError(t);
@@ -165,6 +182,7 @@ absl::Status TableStore::LoadSlots(const std::string& job_id, const std::vector<
         t.StampRow(row);
       }
       CountNewRows(t, added);
+      PS_RETURN_IF_ERROR(PutOnDisk(t, s, *r, to_disk));
     }
   }
   return absl::OkStatus();
@@ -204,6 +222,15 @@ void TableStore::ForEachRow(
       std::memcpy(floats.data() + t->dim, t->State(row), t->state_floats * sizeof(float));
       fn(t->Header(row)->key, t->Header(row)->updates, floats);
     });
+    SlotRows on_disk;
+    on_disk.row_floats = static_cast<uint32_t>(t->row_floats);
+    if (absl::Status st = AppendDiskRows(*t, s, &on_disk); !st.ok()) {
+      LOG(ERROR) << "rows on disk of slot " << s << " not visited: " << st;
+    }
+    for (size_t i = 0; i < on_disk.size(); ++i) {
+      fn(on_disk.keys[i], on_disk.updates[i],
+         absl::MakeConstSpan(on_disk.row(i), on_disk.row_floats));
+    }
   }
 }
 

@@ -544,7 +544,8 @@ void BindClientTables(py::class_<PyClient>& cls) {
             py::object rows, py::object initializer, py::object optimizer, long long id,
             const std::string& storage, py::object admission, py::object eviction,
             const std::string& push_codec, const std::string& pull_codec, py::object topk_ratio,
-            py::object topk_momentum, py::object topk_warmup_steps, bool pull_delta) {
+            py::object topk_momentum, py::object topk_warmup_steps, bool pull_delta,
+            bool disk_tier) {
            ps::TableConfig config;
            config.name = name;
            config.kind = ParseKind(kind);
@@ -561,6 +562,7 @@ void BindClientTables(py::class_<PyClient>& cls) {
            config.optimizer = OptimizerOf(optimizer);
            config.id = ToUint32(id, "id");
            SetTableFeatures(storage, admission, eviction, config);
+           config.disk_tier = disk_tier;
            SetTableCodecs(push_codec, pull_codec, topk_ratio, topk_momentum, topk_warmup_steps,
                           pull_delta, config);
            PyClient& c = ClientOf(self);
@@ -579,6 +581,7 @@ void BindClientTables(py::class_<PyClient>& cls) {
          py::arg("push_codec") = "none", py::arg("pull_codec") = "none",
          py::arg("topk_ratio") = py::none(), py::arg("topk_momentum") = py::none(),
          py::arg("topk_warmup_steps") = py::none(), py::arg("pull_delta") = false,
+         py::arg("disk_tier") = false,
          R"doc(Creates a table on every server and returns it (a Table).
 
 name: 1..128 characters: letters, digits, '_', '-', '.', '/'.
@@ -596,6 +599,9 @@ admission: sparse tables: None (every key gets a row), or a dict of min_count (a
     decay_seconds (push counts halve this often); a key not admitted pulls its initializer.
 eviction: sparse tables: None (rows stay), or a dict of max_rows (most rows per server; the
     least recently used go) and ttl_seconds (rows unused this long are dropped).
+disk_tier: sparse tables with eviction max_rows: rows past the cap go to the servers' disk
+    tier (RocksDB under their --tier_roots) instead of being forgotten, and come back when used
+    (default False). docs/embedding-tables.md#disk-tier.
 push_codec, pull_codec: compression on the wire: "none" (default, float32), "fp16" or "bf16"
     (both directions), "topk" or "sign" (pushes of dense tables, with error feedback: the
     client keeps what it did not send and adds it to the next push), "int8" (pulls: a byte a

@@ -148,7 +148,9 @@ Commands:
                          and expired (eviction.ttl_seconds), and per direction (PUSH, PULL) the
                          table's codec and the compression it achieved on that server (float32
                          bytes / bytes on the wire: "topk 24.60x"; "int8+delta 40.1x": delta
-                         pulls; "none": no codec); asks the servers directly
+                         pulls; "none": no codec), and for a table with a disk tier (tier.disk)
+                         its rows and bytes on disk, the % of keys found in RAM and the rows
+                         read back from disk ("-" without a tier); asks the servers directly
   help                   this text
 
 The scheduler is --scheduler, else $PS_SCHEDULER, else localhost:7000.

@@ -68,8 +68,9 @@ class Commands {
   int Checkpoints(const std::string& job_id);
   int Restore(const std::string& job_id);
   // Each of the job's tables (its spec's) on each of its servers: storage, rows, bytes, bytes
-  // per row, admitted, rejected, evicted, expired, and each direction's codec and achieved
-  // compression, from the servers' DescribeTable.
+  // per row, admitted, rejected, evicted, expired, each direction's codec and achieved
+  // compression, and (tables with a disk tier) rows and bytes on disk, RAM hit rate and disk
+  // reads, from the servers' DescribeTable.
   int Tables(const std::string& job_id);
 
  private:

@@ -83,6 +83,17 @@ std::string JsonLine(const std::string& server, const v1::TableSpec& table,
       R"(,"stats":)", stats, "}");
 }
 
+// A table with a disk tier: its rows and bytes there, the share of keys found in RAM, and the
+// rows read back from disk; "-" each for a table without one.
+std::vector<std::string> TierColumns(const v1::TableSpec& spec, const v1::TableStats& st) {
+  if (!spec.tier().disk()) return {"-", "-", "-", "-"};
+  const uint64_t looked_up = st.ram_hits() + st.disk_lookups();
+  return {absl::StrCat(st.disk_rows()), absl::StrCat(st.disk_bytes()),
+          looked_up == 0 ? std::string("-")
+                         : absl::StrFormat("%.1f", 100.0 * st.ram_hits() / looked_up),
+          absl::StrCat(st.disk_reads())};
+}
+
 }  // namespace
 
 void Commands::DescribeTables(
@@ -161,7 +172,8 @@ int Commands::Tables(const std::string& job_id) {
   }
   Table table;
   table.AddRow({"TABLE", "SERVER", "STORAGE", "ROWS", "BYTES", "BYTES/ROW", "ADMITTED", "REJECTED",
-                "EVICTED", "EXPIRED", "PUSH", "PULL"});
+                "EVICTED", "EXPIRED", "PUSH", "PULL", "DISK-ROWS", "DISK-BYTES", "RAM-HIT%",
+                "DISK-READS"});
   std::vector<std::string> json;
   int exit_code = kOk;
   DescribeTables(job, [&](const v1::TableSpec& t, const std::string& address,
@@ -177,12 +189,14 @@ int Commands::Tables(const std::string& job_id) {
       json.push_back(JsonLine(address, t, answer));
       return;
     }
-    table.AddRow(
+    std::vector<std::string> row(
         {t.name(), address, StorageName(answer.spec()), absl::StrCat(st.rows()),
          absl::StrCat(st.bytes()), BytesPerRow(st), absl::StrCat(st.admitted()),
          absl::StrCat(st.rejected()), absl::StrCat(st.evicted()), absl::StrCat(st.expired()),
          CodecColumn(answer.spec().push_codec(), st.push_raw_bytes(), st.push_wire_bytes()),
          CodecColumn(answer.spec().pull_codec(), st.pull_raw_bytes(), st.pull_wire_bytes())});
+    for (std::string& column : TierColumns(answer.spec(), st)) row.push_back(std::move(column));
+    table.AddRow(row);
   });
   if (options_.json) {
     std::cout << "[" << absl::StrJoin(json, ",\n ") << "]\n";

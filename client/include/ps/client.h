@@ -141,6 +141,10 @@ struct TableConfig {
   Storage storage = Storage::kFp32;
   Admission admission;  // sparse only
   Eviction eviction;    // sparse only
+  // Sparse tables with eviction.max_rows: rows past the cap go to the servers' disk tier
+  // instead of being forgotten, and come back when used (docs/embedding-tables.md#disk-tier).
+  // The servers need --tier_roots.
+  bool disk_tier = false;
   // Compression on the wire: of the gradients pushed, and of the values pulled (kFp16, kBf16).
   WireCodec push_codec;
   WireCodec pull_codec;

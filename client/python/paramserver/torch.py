@@ -202,7 +202,8 @@ class Embedding(torch.nn.Module):
     """An embedding layer whose rows live in a sparse parameter-server table.
 
     Embedding(source, name=None, dim=None, *, initializer=None, optimizer=None,
-              grad_scale=1.0, async_push=False, storage="fp32", admission=None, eviction=None)
+              grad_scale=1.0, async_push=False, storage="fp32", admission=None, eviction=None,
+              disk_tier=False)
 
     source: a ``paramserver.Table`` to use (any kind: ids are its keys), or a
         ``paramserver.Client`` on which to create the sparse table ``name`` of ``dim`` floats
@@ -210,9 +211,10 @@ class Embedding(torch.nn.Module):
         the server's, sgd with learning rate 0.01); creating is idempotent, so every worker
         may do it.
         ``optimizer`` gets PyTorch's defaults where the server's differ (torch_defaults).
-    storage, admission, eviction: passed to ``create_table`` when the table is created here
-        (``storage="fp16"``, ``admission={"min_count": 2}``, ``eviction={"max_rows": 10**6}``;
-        the defaults are off); not with a Table. In a program job the job file's tables
+    storage, admission, eviction, disk_tier: passed to ``create_table`` when the table is
+        created here (``storage="fp16"``, ``admission={"min_count": 2}``,
+        ``eviction={"max_rows": 10**6}``, ``disk_tier=True``: rows past max_rows go to the
+        servers' disk tier; the defaults are off); not with a Table. In a program job the job file's tables
         decide them (other values than the job file's raise InvalidArgumentError).
     grad_scale: multiplies the gradients before they are pushed (e.g. 1/num_workers in sync
         mode, to average over workers rather than sum).
@@ -233,17 +235,20 @@ class Embedding(torch.nn.Module):
     """
 
     def __init__(self, source, name=None, dim=None, *, initializer=None, optimizer=None,
-                 grad_scale=1.0, async_push=False, storage="fp32", admission=None, eviction=None):
+                 grad_scale=1.0, async_push=False, storage="fp32", admission=None, eviction=None,
+                 disk_tier=False):
         super().__init__()
-        features = {"storage": storage, "admission": admission, "eviction": eviction}
+        features = {"storage": storage, "admission": admission, "eviction": eviction,
+                    "disk_tier": disk_tier}
         if isinstance(source, _ps.Table):
             if name is not None and name != source.name:
                 raise ValueError(f"name {name!r} does not match the table's {source.name!r}")
             if dim is not None and dim != source.dim:
                 raise ValueError(f"dim {dim} does not match the table's dim {source.dim}")
-            if features != {"storage": "fp32", "admission": None, "eviction": None}:
-                raise ValueError("storage, admission and eviction apply when Embedding creates "
-                                 "the table (from a Client), not to an existing Table")
+            if features != {"storage": "fp32", "admission": None, "eviction": None,
+                            "disk_tier": False}:
+                raise ValueError("storage, admission, eviction and disk_tier apply when Embedding "
+                                 "creates the table (from a Client), not to an existing Table")
             table = source
         elif isinstance(source, _ps.Client):
             if name is None or dim is None:
