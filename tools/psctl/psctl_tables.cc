@@ -1,6 +1,7 @@
 // psctl tables JOB: each of the job's tables on each of its servers (DescribeTable), as the
 // servers count them: rows, memory, bytes per row, what admission and eviction did, and the
 // compression its codecs achieved in each direction.
+#include <algorithm>
 #include <functional>
 #include <iostream>
 #include <map>
@@ -170,10 +171,14 @@ int Commands::Tables(const std::string& job_id) {
               << v1::JobState_Name(job.state()) << ")\n";
     return kRefused;
   }
+  // The disk tier's columns only where a table of the job has one.
+  const bool tiered = std::any_of(job.spec().tables().begin(), job.spec().tables().end(),
+                                  [](const v1::TableSpec& t) { return t.tier().disk(); });
+  std::vector<std::string> header({"TABLE", "SERVER", "STORAGE", "ROWS", "BYTES", "BYTES/ROW",
+                                   "ADMITTED", "REJECTED", "EVICTED", "EXPIRED", "PUSH", "PULL"});
+  if (tiered) header.insert(header.end(), {"DISK-ROWS", "DISK-BYTES", "RAM-HIT%", "DISK-READS"});
   Table table;
-  table.AddRow({"TABLE", "SERVER", "STORAGE", "ROWS", "BYTES", "BYTES/ROW", "ADMITTED", "REJECTED",
-                "EVICTED", "EXPIRED", "PUSH", "PULL", "DISK-ROWS", "DISK-BYTES", "RAM-HIT%",
-                "DISK-READS"});
+  table.AddRow(header);
   std::vector<std::string> json;
   int exit_code = kOk;
   DescribeTables(job, [&](const v1::TableSpec& t, const std::string& address,
@@ -195,7 +200,9 @@ int Commands::Tables(const std::string& job_id) {
          absl::StrCat(st.rejected()), absl::StrCat(st.evicted()), absl::StrCat(st.expired()),
          CodecColumn(answer.spec().push_codec(), st.push_raw_bytes(), st.push_wire_bytes()),
          CodecColumn(answer.spec().pull_codec(), st.pull_raw_bytes(), st.pull_wire_bytes())});
-    for (std::string& column : TierColumns(answer.spec(), st)) row.push_back(std::move(column));
+    if (tiered) {
+      for (std::string& column : TierColumns(answer.spec(), st)) row.push_back(std::move(column));
+    }
     table.AddRow(row);
   });
   if (options_.json) {
