@@ -90,8 +90,14 @@ struct SlotGroupRef {
   absl::Span<const uint32_t> group;
 };
 
+// Most slots a batch of ForEachSlotBatch locks at once, whatever its keys: fn may take a lock of
+// its own under them (a row arena's, the disk tier's), and a thread holding more than 64 locks
+// at once overflows ThreadSanitizer's deadlock detector (a CHECK in its runtime, then a hang).
+inline constexpr size_t kMaxBatchSlots = 32;
+
 // Like ForEachSlotGroup, but hands fn(batch) a batch of slots at a time, all locked: the next
-// slots that hold keys, until they hold at least `batch_keys` keys (fewer at the end), so that
+// slots that hold keys, until they hold at least `batch_keys` keys (fewer at the end) or are
+// kMaxBatchSlots, so that
 // fn can work on the keys of several slots as one stream (a few keys a slot is common: 8192 keys
 // spread over 1024 slots). A walk starts at the slot of keys[0], so that two requests served at
 // once are seldom at the same slot, and goes round; a batch never holds slot kNumSlots - 1 and
@@ -123,7 +129,7 @@ absl::Status ForEachSlotBatch(SlotT* slots, uint32_t table_id, absl::Span<const 
     slots[s].mu.Lock();
     batch.push_back(SlotGroupRef<SlotT>{&slots[s], group});
     held_keys += group.size();
-    if (held_keys >= batch_keys) PS_RETURN_IF_ERROR(run());
+    if (held_keys >= batch_keys || batch.size() >= kMaxBatchSlots) PS_RETURN_IF_ERROR(run());
   }
   return batch.empty() ? absl::OkStatus() : run();
 }

@@ -82,6 +82,22 @@ TEST(ForEachSlotBatchTest, VisitsEveryKeyOnceInBatchesOfLockedSlotsInIncreasingO
   for (uint32_t s = 0; s < kNumSlots; ++s) ASSERT_TRUE(IsFree(slots[s].mu)) << "slot " << s;
 }
 
+TEST(ForEachSlotBatchTest, ABatchLocksAtMostkMaxBatchSlotsSlots) {
+  auto slots = std::make_unique<TestSlot[]>(kNumSlots);
+  const std::vector<uint64_t> keys = SpreadKeys(300, 4);  // most slots hold one key or none
+  size_t visited = 0, batches = 0;
+  ASSERT_TRUE(ForEachSlotBatch(slots.get(), kTable, keys, /*batch_keys=*/1000, nullptr,
+                               [&](absl::Span<const SlotGroupRef<TestSlot>> batch) {
+                                 EXPECT_LE(batch.size(), kMaxBatchSlots);
+                                 for (const auto& g : batch) visited += g.group.size();
+                                 ++batches;
+                                 return absl::OkStatus();
+                               })
+                  .ok());
+  EXPECT_EQ(visited, keys.size());
+  EXPECT_GT(batches, 1u);  // 300 keys < batch_keys: only the slot cap cut them
+}
+
 TEST(ForEachSlotBatchTest, StopsAtTheFirstErrorAndUnlocksEverything) {
   auto slots = std::make_unique<TestSlot[]>(kNumSlots);
   const std::vector<uint64_t> keys = SpreadKeys(3000, 2);
