@@ -80,8 +80,8 @@ absl::Status CheckJobCheckpointPath(const std::string& job_id, const std::string
     return absl::PermissionDeniedError(absl::StrCat(
         "checkpoint path '", Printable(path, 256), "' is not job '", Printable(job_id, 64),
         "''s own: a job's credential writes checkpoints only as the scheduler names them, <a "
-        "checkpoint root>/", Printable(job_id, 64),
-        ".<submit time>/ckpt-<id>/shard-<k>; nothing was written"));
+        "checkpoint root>/",
+        Printable(job_id, 64), ".<submit time>/ckpt-<id>/shard-<k>; nothing was written"));
   };
   if (path.empty() || !fs::path(path).is_absolute() || job_id.empty()) return refuse();
   std::error_code ec;

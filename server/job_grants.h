@@ -51,8 +51,7 @@ class JobGrants {
   grpc::Status CheckCreateTable(const Authorizer* authorizer,
                                 const grpc::ServerContextBase& context,
                                 const v1::TableSpec& spec) const;
-  grpc::Status CheckCheckpoint(const Authorizer* authorizer,
-                               const grpc::ServerContextBase& context,
+  grpc::Status CheckCheckpoint(const Authorizer* authorizer, const grpc::ServerContextBase& context,
                                const v1::CheckpointRequest& req) const;
 
  private:
