@@ -3,8 +3,8 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "common/packed_bytes.h"
 #include "common/optimizer_spec.h"
+#include "common/packed_bytes.h"
 
 // The update loops are element-wise, so the compiler vectorizes them (server/CMakeLists.txt
 // builds this file with -O3 -fno-math-errno; __restrict: a row's values, its state and the
