@@ -8,11 +8,24 @@
 // Prints a progress line every --report_rows rows (rows, rows/s, the server's RSS) and a last
 // line: rows/s over the whole run and the RSS grown per row against the row's own bytes (8-byte
 // key, values as stored, optimizer state). Benchmarks report figures; nothing here asserts.
+//
+// With a disk tier (docs/embedding-tables.md#disk-tier): --ram_rows caps the rows in RAM
+// (eviction.max_rows) and --tier_root gives the server its --tier_roots, so that every row past
+// the cap is written back to disk. The lines then add the rows in RAM and on disk, the tier's
+// bytes on disk, and the RAM the server grew per on-disk row since the cap was reached (bloom
+// filters, SST indexes, write buffers: what a row on disk costs in RAM):
+//
+//   rows_bench --rows=1000000000 --dim=16 --storage=fp16 --ram_rows=100000000 \
+//       --tier_root=/var/tmp/rows_bench_tier
+//
+// The run stops early, saying so, when the tier's filesystem has less than --min_free_gib left.
 #include <glog/logging.h>
+#include <grpcpp/grpcpp.h>
 #include <sys/types.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,11 +38,12 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "common/flags_usage.h"
-#include "common/status_macros.h"
-#include "tests/bench/server_fleet.h"
 #include "client/job_admin.h"
 #include "client/rpc_client.h"
+#include "common/flags_usage.h"
+#include "common/status_macros.h"
+#include "ps/v1/parameter_server.grpc.pb.h"
+#include "tests/bench/server_fleet.h"
 
 ABSL_FLAG(uint64_t, rows, uint64_t{20} << 20, "rows to create (new keys pulled)");
 ABSL_FLAG(int, dim, 16, "floats per row");
@@ -38,6 +52,12 @@ ABSL_FLAG(std::string, storage, "fp32", "the table's storage of values: fp32, fp
 ABSL_FLAG(uint64_t, keys_per_request, 65536, "keys per pull");
 ABSL_FLAG(uint64_t, report_rows, uint64_t{10} << 20, "a progress line every this many rows");
 ABSL_FLAG(std::string, server_binary, "", "the ps_server to spawn (default: beside this tool)");
+ABSL_FLAG(uint64_t, ram_rows, 0, "the table's RAM cap, rows (eviction.max_rows; 0: none)");
+ABSL_FLAG(std::string, tier_root, "",
+          "an absolute directory for the server's disk tier (--tier_roots); the table gets "
+          "tier.disk (needs --ram_rows). Removed by the server at exit");
+ABSL_FLAG(uint64_t, min_free_gib, 4,
+          "with --tier_root: stop early when its filesystem has less than this many GiB free");
 
 namespace ps {
 namespace {
@@ -62,6 +82,8 @@ struct Options {
   uint64_t report_rows = 0;
   v1::TableSpec spec;
   std::string server_binary;
+  std::string tier_root;
+  uint64_t min_free_bytes = 0;
 };
 
 absl::StatusOr<Options> OptionsFromFlags(const char* argv0) {
@@ -95,6 +117,17 @@ absl::StatusOr<Options> OptionsFromFlags(const char* argv0) {
   o.spec.mutable_initializer()->set_low(-0.01f);
   o.spec.mutable_initializer()->set_high(0.01f);
   o.spec.mutable_optimizer()->set_kind(optimizer);
+  if (const uint64_t cap = absl::GetFlag(FLAGS_ram_rows); cap != 0) {
+    o.spec.mutable_eviction()->set_max_rows(cap);
+  }
+  o.tier_root = absl::GetFlag(FLAGS_tier_root);
+  if (!o.tier_root.empty()) {
+    if (absl::GetFlag(FLAGS_ram_rows) == 0 || o.tier_root.front() != '/') {
+      return absl::InvalidArgumentError("--tier_root needs --ram_rows and an absolute directory");
+    }
+    o.spec.mutable_tier()->set_disk(true);
+    o.min_free_bytes = absl::GetFlag(FLAGS_min_free_gib) << 30;
+  }
   o.server_binary = absl::GetFlag(FLAGS_server_binary);
   if (o.server_binary.empty()) {
     const std::string self(argv0);
@@ -105,8 +138,28 @@ absl::StatusOr<Options> OptionsFromFlags(const char* argv0) {
   return o;
 }
 
+// The server's figures for the table (rows in RAM, rows and bytes on disk).
+absl::StatusOr<v1::TableStats> Stats(const std::string& address, uint32_t table_id) {
+  auto stub = v1::ParameterServer::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+  v1::DescribeTableRequest req;
+  req.set_table_id(table_id);
+  v1::DescribeTableResponse resp;
+  const grpc::Status s = stub->DescribeTable(&ctx, req, &resp);
+  if (!s.ok()) return absl::UnavailableError(absl::StrCat("DescribeTable: ", s.error_message()));
+  return resp.stats();
+}
+
 absl::Status Run(const Options& o) {
-  PS_ASSIGN_OR_RETURN(auto fleet, bench::ServerFleet::Spawn(o.server_binary, 1));
+  std::vector<std::string> flags;
+  if (!o.tier_root.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(o.tier_root, ec);
+    flags.push_back("--tier_roots=" + o.tier_root);
+  }
+  PS_ASSIGN_OR_RETURN(auto fleet, bench::ServerFleet::Spawn(o.server_binary, 1, flags));
   const pid_t server = fleet->pids()[0];
   RpcClientOptions co;
   co.servers = fleet->addresses();
@@ -136,18 +189,49 @@ absl::Status Run(const Options& o) {
   const absl::Time start = absl::Now();
   uint64_t done = 0;
   uint64_t next_report = o.report_rows;
-  auto line = [&](const char* what) {
+  // With a tier: the RSS and rows on disk when rows first went to disk, the base of the RAM per
+  // on-disk row.
+  uint64_t rss_at_cap = 0;
+  uint64_t disk_rows_at_cap = 0;
+  auto line = [&](const char* what) -> absl::Status {
     const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
     const uint64_t rss = ResidentBytes(server);
     absl::PrintF(
         "%-6s %11llu rows  %9.0f rows/s  server RSS %8.1f MiB  %6.1f B/row (own %llu, "
-        "%.2fx)\n",
+        "%.2fx)",
         what, static_cast<unsigned long long>(done), done / seconds, rss / 1048576.0,
         static_cast<double>(rss - before) / done, static_cast<unsigned long long>(own),
         static_cast<double>(rss - before) / done / own);
+    if (!o.tier_root.empty()) {
+      PS_ASSIGN_OR_RETURN(const v1::TableStats stats, Stats(fleet->addresses()[0], 1));
+      absl::PrintF(
+          "  RAM %llu rows, disk %llu rows %.1f MiB", static_cast<unsigned long long>(stats.rows()),
+          static_cast<unsigned long long>(stats.disk_rows()), stats.disk_bytes() / 1048576.0);
+      if (rss_at_cap == 0 && stats.disk_rows() > 0) {
+        rss_at_cap = rss;
+        disk_rows_at_cap = stats.disk_rows();
+      } else if (rss_at_cap != 0 && stats.disk_rows() > disk_rows_at_cap) {
+        absl::PrintF("  RAM per disk row %.2f B",
+                     (static_cast<double>(rss) - static_cast<double>(rss_at_cap)) /
+                         static_cast<double>(stats.disk_rows() - disk_rows_at_cap));
+      }
+    }
+    absl::PrintF("\n");
     std::fflush(stdout);
+    return absl::OkStatus();
   };
-  while (done < o.rows) {
+  // Whether the tier's filesystem still has room; false (and why, printed) when it has not.
+  auto room = [&]() {
+    if (o.tier_root.empty()) return true;
+    std::error_code ec;
+    const std::filesystem::space_info space = std::filesystem::space(o.tier_root, ec);
+    if (ec || space.available >= o.min_free_bytes) return true;
+    absl::PrintF("stopped: %s has %.1f GiB free (--min_free_gib=%llu)\n", o.tier_root,
+                 space.available / 1073741824.0,
+                 static_cast<unsigned long long>(o.min_free_bytes >> 30));
+    return false;
+  };
+  while (done < o.rows && room()) {
     const uint64_t n = std::min(o.keys_per_request, o.rows - done);
     // Keys spread over the slots as hashed ids are (an odd multiplier: every key distinct).
     for (uint64_t i = 0; i < n; ++i) keys[i] = (done + i + 1) * 0x9E3779B97F4A7C15ull;
@@ -155,12 +239,11 @@ absl::Status Run(const Options& o) {
         client->Pull({TableOp{1, absl::MakeConstSpan(keys.data(), n), nullptr, out.data()}}));
     done += n;
     if (done >= next_report && done < o.rows) {
-      line("after");
+      PS_RETURN_IF_ERROR(line("after"));
       next_report += o.report_rows;
     }
   }
-  line("total");
-  return absl::OkStatus();
+  return line("total");
 }
 
 }  // namespace
