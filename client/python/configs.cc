@@ -252,9 +252,16 @@ void SetTableSpec(py::object spec, const py::kwargs& settings, ps::TableConfig& 
     }
     fields[item.first] = item.second;
   }
-  if (py::len(fields) != 0) {
-    config.spec = py::module_::import("json").attr("dumps")(fields).cast<std::string>();
-  }
+  if (py::len(fields) == 0) return;
+  // numpy scalars (np.int64(10), np.bool_(True)) as the Python values they hold.
+  py::cpp_function scalar([](py::object value) -> py::object {
+    if (py::hasattr(value, "item")) return value.attr("item")();
+    throw py::type_error("a table setting's value must be a dict, list, str, number or bool, got " +
+                         TypeName(value));
+  });
+  config.spec = py::module_::import("json")
+                    .attr("dumps")(fields, py::arg("default") = scalar)
+                    .cast<std::string>();
 }
 
 std::string OptionalRepr(const char* name, const std::optional<float>& v) {

@@ -24,7 +24,8 @@ def test_text_dict_and_keywords_make_the_same_table(client):
     for same in [dict(storage="bf16", admission={"min_count": 2}),
                  dict(spec={"storage": "BF16", "admission": {"min_count": 2}}),
                  dict(spec={"storage": "BF16"}, admission={"min_count": 2}),
-                 dict(spec={"admission": {"minCount": 2}}, storage="bf16")]:
+                 dict(spec={"admission": {"minCount": 2}}, storage="bf16"),
+                 dict(spec={"storage": "BF16", "admission": {"min_count": np.uint8(2)}})]:
         assert client.create_table("s", kind="sparse", dim=1, initializer=init, **same).id == t.id
     with pytest.raises(ps.AlreadyExistsError):  # another spec under the same id
         client.create_table("s", kind="sparse", dim=1, initializer=init, spec="storage: FP16")
@@ -49,6 +50,7 @@ def test_a_setting_without_a_keyword_of_its_own_reaches_the_check_and_the_server
     ({"spec": "dim: 3"}, ValueError, "spec sets dim"),
     ({"spec": {"optimizer": {"kind": "ADAM"}}}, ValueError, "spec sets optimizer"),
     ({"spec": 5}, TypeError, "spec must be a str"),
+    ({"spec": {"eviction": {"max_rows": object()}}}, TypeError, "must be a dict, list, str"),
     ({"spec": "storage: BF16", "tier": {"disk": True}}, TypeError, "takes no other"),
     ({"spec": {"tier": {"disk": True}}, "tier": {"disk": False}}, TypeError, "both"),
 ])
