@@ -13,73 +13,18 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "client/client_internal.h"
+#include "client/job_admin.h"
+#include "client/rpc_client.h"
+#include "client/table_spec.h"
 #include "common/grpc_status.h"
 #include "common/printable.h"
 #include "common/process_tuning.h"
 #include "common/status_macros.h"
 #include "common/table_features.h"
-#include "client/client_internal.h"
-#include "client/job_admin.h"
-#include "client/rpc_client.h"
 
 namespace ps {
 namespace {
-
-v1::InitializerSpec ToProto(const Initializer& init) {
-  v1::InitializerSpec p;
-  switch (init.kind) {
-    case Initializer::Kind::kZeros:
-      p.set_kind(v1::InitializerSpec::ZEROS);
-      break;
-    case Initializer::Kind::kConstant:
-      p.set_kind(v1::InitializerSpec::CONSTANT);
-      break;
-    case Initializer::Kind::kUniform:
-      p.set_kind(v1::InitializerSpec::UNIFORM);
-      break;
-    case Initializer::Kind::kNormal:
-      p.set_kind(v1::InitializerSpec::NORMAL);
-      break;
-  }
-  p.set_value(init.value);
-  p.set_low(init.low);
-  p.set_high(init.high);
-  p.set_stddev(init.stddev);
-  p.set_seed(init.seed);
-  return p;
-}
-
-v1::OptimizerSpec ToProto(const Optimizer& opt) {
-  v1::OptimizerSpec p;
-  switch (opt.kind) {
-    case Optimizer::Kind::kSgd:
-      p.set_kind(v1::OptimizerSpec::SGD);
-      break;
-    case Optimizer::Kind::kMomentum:
-      p.set_kind(v1::OptimizerSpec::MOMENTUM);
-      break;
-    case Optimizer::Kind::kAdagrad:
-      p.set_kind(v1::OptimizerSpec::ADAGRAD);
-      break;
-    case Optimizer::Kind::kAdam:
-      p.set_kind(v1::OptimizerSpec::ADAM);
-      break;
-    case Optimizer::Kind::kFtrl:
-      p.set_kind(v1::OptimizerSpec::FTRL);
-      break;
-  }
-  if (opt.learning_rate) p.set_learning_rate(*opt.learning_rate);
-  if (opt.momentum) p.set_momentum(*opt.momentum);
-  if (opt.beta1) p.set_beta1(*opt.beta1);
-  if (opt.beta2) p.set_beta2(*opt.beta2);
-  if (opt.epsilon) p.set_epsilon(*opt.epsilon);
-  if (opt.initial_accumulator) p.set_initial_accumulator(*opt.initial_accumulator);
-  if (opt.l1) p.set_l1(*opt.l1);
-  if (opt.l2) p.set_l2(*opt.l2);
-  if (opt.ftrl_beta) p.set_ftrl_beta(*opt.ftrl_beta);
-  if (opt.weight_decay) p.set_weight_decay(*opt.weight_decay);
-  return p;
-}
 
 Table FromProto(const v1::TableSpec& spec) {
   Table t;
@@ -132,71 +77,6 @@ bool Deduplicate(absl::Span<const uint64_t> keys, std::vector<uint64_t>* unique,
     return false;
   }
   return true;
-}
-
-void SetCodec(const WireCodec& c, v1::CodecSpec* spec) {
-  static constexpr v1::ValueCodec kCodecs[] = {v1::CODEC_NONE, v1::CODEC_FP16, v1::CODEC_BF16,
-                                               v1::CODEC_TOPK, v1::CODEC_SIGN, v1::CODEC_INT8};
-  spec->set_codec(kCodecs[static_cast<int>(c.codec)]);
-  spec->set_ratio(c.ratio);
-  spec->set_momentum(c.momentum);
-  spec->set_warmup_steps(c.warmup_steps);
-  spec->set_delta(c.delta);
-}
-
-// The config's storage, admission, eviction and codecs into the spec; a zero field stays unset
-// (off).
-void SetTableFeatures(const TableConfig& config, v1::TableSpec& spec) {
-  auto set = [](const WireCodec& c) {
-    return c.codec != Codec::kNone || c.ratio != 0 || c.momentum != 0 || c.warmup_steps != 0 ||
-           c.delta;
-  };
-  if (set(config.push_codec)) SetCodec(config.push_codec, spec.mutable_push_codec());
-  if (set(config.pull_codec)) SetCodec(config.pull_codec, spec.mutable_pull_codec());
-  switch (config.storage) {
-    case Storage::kFp32:
-      spec.set_storage(v1::TableSpec::FP32);
-      break;
-    case Storage::kFp16:
-      spec.set_storage(v1::TableSpec::FP16);
-      break;
-    case Storage::kBf16:
-      spec.set_storage(v1::TableSpec::BF16);
-      break;
-  }
-  const Admission& a = config.admission;
-  if (a.min_count != 0) spec.mutable_admission()->set_min_count(a.min_count);
-  if (a.probability != 0) spec.mutable_admission()->set_probability(a.probability);
-  if (a.decay_seconds != 0) spec.mutable_admission()->set_decay_seconds(a.decay_seconds);
-  const Eviction& e = config.eviction;
-  if (e.max_rows != 0) spec.mutable_eviction()->set_max_rows(e.max_rows);
-  if (e.ttl_seconds != 0) spec.mutable_eviction()->set_ttl_seconds(e.ttl_seconds);
-  if (config.disk_tier) spec.mutable_tier()->set_disk(true);
-}
-
-// A program job's tables are the job file's: a config that asks for other storage, admission,
-// eviction or disk tier is an error rather than silently ignored (the defaults, off, accept the
-// job file's).
-absl::Status CheckDeclaredFeatures(const TableConfig& config, const v1::TableSpec& declared) {
-  v1::TableSpec wanted;
-  SetTableFeatures(config, wanted);
-  const bool defaults = !wanted.has_admission() && !wanted.has_eviction() && !wanted.has_tier() &&
-                        !wanted.has_push_codec() && !wanted.has_pull_codec() &&
-                        wanted.storage() == v1::TableSpec::FP32;
-  if (defaults) return absl::OkStatus();
-  auto same = [](const google::protobuf::Message& a, const google::protobuf::Message& b) {
-    return a.SerializeAsString() == b.SerializeAsString();
-  };
-  if (wanted.storage() == declared.storage() && same(wanted.admission(), declared.admission()) &&
-      same(wanted.eviction(), declared.eviction()) && same(wanted.tier(), declared.tier()) &&
-      same(wanted.push_codec(), declared.push_codec()) &&
-      same(wanted.pull_codec(), declared.pull_codec())) {
-    return absl::OkStatus();
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "table '", config.name,
-      "': storage, admission, eviction, disk tier and codecs of a program job's table are the "
-      "job file's (set them in its tables { ... }); the program asks for others"));
 }
 
 }  // namespace
@@ -668,25 +548,18 @@ absl::StatusOr<Table> Client::CreateTable(const TableConfig& config) {
           "; the program asks for ", KindName(config.kind), " of dim ", config.dim,
           config.kind == TableKind::kDense ? absl::StrCat(" x ", config.num_rows, " rows") : ""));
     }
-    PS_RETURN_IF_ERROR(CheckDeclaredFeatures(config, declared));
+    absl::Status s = CheckDeclaredSettings(config, declared);
+    if (!s.ok()) return WithPrefix(s, absl::StrCat("table '", config.name, "'"));
     return impl_->Remember(declared);
   }
-  v1::TableSpec spec;
-  spec.set_table_id(config.id != 0 ? config.id : TableIdFor(impl_->options().job_id, config.name));
-  spec.set_name(config.name);
-  spec.set_job_id(impl_->options().job_id);
-  spec.set_kind(config.kind == TableKind::kDense ? v1::DENSE : v1::SPARSE);
-  spec.set_dim(config.dim);
-  spec.set_num_rows(config.num_rows);
-  *spec.mutable_initializer() = ToProto(config.initializer);
-  *spec.mutable_optimizer() = ToProto(config.optimizer);
-  SetTableFeatures(config, spec);
+  absl::StatusOr<v1::TableSpec> spec = TableSpecOf(config, impl_->options().job_id);
   // The servers check the same; this names the table and fails before any server is asked.
-  absl::Status s = ValidateTableFeatures(spec);
+  absl::Status s = spec.status();
+  if (s.ok()) s = ValidateTableFeatures(*spec);
   if (!s.ok()) return WithPrefix(s, absl::StrCat("table '", config.name, "'"));
-  s = impl_->rpc().CreateTable(spec);
+  s = impl_->rpc().CreateTable(*spec);
   if (!s.ok()) return WithPrefix(s, absl::StrCat("creating table '", config.name, "'"));
-  return impl_->Remember(spec);
+  return impl_->Remember(*spec);
 }
 
 absl::StatusOr<Table> Client::OpenTable(const std::string& name) {

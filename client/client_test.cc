@@ -424,6 +424,37 @@ TEST_F(ClientTest, BadAdmissionOrEvictionIsRefusedNamingTheTableAndField) {
   EXPECT_FALSE(client->CreateTable(config).ok());
 }
 
+TEST_F(ClientTest, TheSpecStringCarriesAnySettingToTheServers) {
+  auto client = Connect(Options());
+  ASSERT_NE(client, nullptr);
+  TableConfig config = Sparse("byspec", 2);
+  config.eviction.max_rows = 1000;
+  config.spec = "admission { min_count: 3 } eviction { ttl_seconds: 600 } storage: BF16";
+  auto table = client->CreateTable(config);
+  ASSERT_TRUE(table.ok()) << table.status();
+  EXPECT_TRUE(client->CreateTable(config).ok());  // idempotent: the same spec
+  for (auto& server : servers_) {
+    auto described = server->store()->Describe(table->id);
+    ASSERT_TRUE(described.ok()) << described.status();
+    EXPECT_EQ(described->spec().storage(), v1::TableSpec::BF16);
+    EXPECT_EQ(described->spec().admission().min_count(), 3u);
+    EXPECT_EQ(described->spec().eviction().max_rows(), 1000u);
+    EXPECT_EQ(described->spec().eviction().ttl_seconds(), 600);
+  }
+  // What the spec sets is checked as the typed fields are; what it may not set is refused; nothing
+  // reaches a server.
+  config = Sparse("badspec", 2);
+  config.spec = R"({"eviction": {"max_rows": 0}})";
+  absl::Status s = client->CreateTable(config).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("table 'badspec': eviction.max_rows = 0"));
+  config.spec = "dim: 3";
+  EXPECT_THAT(client->CreateTable(config).status().message(), HasSubstr("spec sets dim"));
+  config.spec = "evction {}";
+  EXPECT_THAT(client->CreateTable(config).status().message(), HasSubstr("evction"));
+  EXPECT_EQ(client->OpenTable("badspec").status().code(), absl::StatusCode::kNotFound);
+}
+
 TEST_F(ClientTest, Fp16TablesPushAndPullHalfPrecision) {
   auto client = Connect(Options());
   ASSERT_NE(client, nullptr);

@@ -34,61 +34,6 @@ size_t Int8Chunks(size_t n) { return (n + kInt8ChunkValues - 1) / kInt8ChunkValu
 // A chunk whose largest |value| is beyond 127 x this sends it as 127 x this.
 constexpr float kMaxInt8Scale = 2.6e36f;
 
-absl::Status CheckCodec(const v1::CodecSpec& c, absl::string_view field, bool pull, bool dense) {
-  if (!v1::ValueCodec_IsValid(c.codec())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ".codec = ", static_cast<int>(c.codec()),
-                     " is not a known codec (none, fp16, bf16, topk, sign, int8)"));
-  }
-  const std::string name = CodecName(c.codec());
-  if (c.codec() == v1::CODEC_TOPK) {
-    if (!(c.ratio() > 0.0f && c.ratio() <= 1.0f)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ".ratio = ", c.ratio(),
-                       " is not in (0, 1] (the fraction of a block's values sent)"));
-    }
-    if (!(c.momentum() >= 0.0f && c.momentum() < 1.0f)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ".momentum = ", c.momentum(),
-                       " is not in [0, 1) (the worker's momentum correction; 0: off)"));
-    }
-  } else if (c.ratio() != 0.0f) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ".ratio = ", c.ratio(), " is for topk, not ", name));
-  } else if (c.momentum() != 0.0f) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ".momentum = ", c.momentum(), " is for topk, not ", name));
-  } else if (c.warmup_steps() != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ".warmup_steps = ", c.warmup_steps(), " is for topk, not ", name));
-  }
-  if (KeepsResidual(c.codec()) && pull) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, " = ", name,
-                     ": topk and sign are for gradients (push_codec); pulls take "
-                     "fp16, bf16 or int8"));
-  }
-  if (c.codec() == v1::CODEC_INT8 && !pull) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, " = int8: int8 is for values (pull_codec); pushes take fp16, bf16, topk or sign"));
-  }
-  if (c.delta() && !pull) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ".delta: delta is for pulls (pull_codec), not pushes"));
-  }
-  if (c.delta() && !dense) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, ".delta is for DENSE tables (a client keeps a copy of the rows it pulls)"));
-  }
-  if (KeepsResidual(c.codec()) && !dense) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, " = ", name,
-                     " is for DENSE tables (a sparse table's pushes are its touched "
-                     "rows already; use fp16 or bf16)"));
-  }
-  return absl::OkStatus();
-}
-
 void EncodeHalves(v1::ValueCodec codec, absl::Span<const float> values, char* out,
                   float* residual) {
   FloatsToHalves(codec == v1::CODEC_FP16 ? HalfKind::kFp16 : HalfKind::kBf16, values.data(),
@@ -346,19 +291,6 @@ absl::Status ParseCodecName(absl::string_view name, v1::ValueCodec* codec) {
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown codec '", name, "' (none, fp16, bf16, topk, sign, int8)"));
-}
-
-absl::Status ValidateTableCodecs(const v1::TableSpec& spec) {
-  const bool dense = spec.kind() == v1::DENSE;
-  if (absl::Status s = CheckCodec(spec.push_codec(), "push_codec", false, dense); !s.ok()) return s;
-  if (absl::Status s = CheckCodec(spec.pull_codec(), "pull_codec", true, dense); !s.ok()) return s;
-  if (spec.push_codec().momentum() != 0.0f && spec.optimizer().kind() != v1::OptimizerSpec::SGD) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "push_codec.momentum = ", spec.push_codec().momentum(),
-        " applies the momentum on the workers: the table's optimizer must be SGD, not ",
-        v1::OptimizerSpec::Kind_Name(spec.optimizer().kind())));
-  }
-  return absl::OkStatus();
 }
 
 size_t TopkCount(size_t n, float ratio) {

@@ -1,7 +1,8 @@
 // Compression of a KeyBlock's values on the wire (TableSpec.push_codec / pull_codec): the
-// encodings of ps.v1.ValueCodec, and the checks of a table's codec settings. Shared by the client
-// (which encodes pushes and decodes pulls) and the servers (which decode pushes before they apply
-// them and encode pull answers). The bytes are described in docs/data-plane.md#compression.
+// encodings of ps.v1.ValueCodec. Shared by the client (which encodes pushes and decodes pulls)
+// and the servers (which decode pushes before they apply them and encode pull answers). The
+// bytes are described in docs/data-plane.md#compression. A table's codec settings are checked
+// with its other settings (common/table_features.h).
 #ifndef PS_COMMON_VALUE_CODEC_H_
 #define PS_COMMON_VALUE_CODEC_H_
 
@@ -32,13 +33,6 @@ absl::Status ParseCodecName(absl::string_view name, v1::ValueCodec* codec);
 inline bool KeepsResidual(v1::ValueCodec codec) {
   return codec == v1::CODEC_TOPK || codec == v1::CODEC_SIGN;
 }
-
-// INVALID_ARGUMENT naming the field ("push_codec.ratio = 0 is not in (0, 1]") where a table's
-// push_codec or pull_codec is unknown, has a ratio outside (0, 1] or a momentum outside [0, 1)
-// (TOPK) or a ratio, momentum or warmup_steps it does not use, sends TOPK or SIGN on pulls or
-// INT8 on pushes, TOPK or SIGN on a table that is not DENSE, or a TOPK momentum on a table whose
-// optimizer is not SGD.
-absl::Status ValidateTableCodecs(const v1::TableSpec& spec);
 
 // Values a TOPK block of n values sends: ceil(ratio * n), at least 1 (0 for n = 0).
 size_t TopkCount(size_t n, float ratio);

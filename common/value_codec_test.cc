@@ -331,51 +331,6 @@ TEST(ValueCodecTest, RejectsBadInt8ScalesAndMinus128) {
   EXPECT_FALSE(DecodeBytes(v1::CODEC_INT8, encoded, v.size()).ok());
 }
 
-v1::TableSpec Table(v1::TableKind kind, v1::CodecSpec push, v1::CodecSpec pull = {}) {
-  v1::TableSpec t;
-  t.set_kind(kind);
-  *t.mutable_push_codec() = push;
-  *t.mutable_pull_codec() = pull;
-  return t;
-}
-
-TEST(ValueCodecTest, ValidatesTableCodecs) {
-  EXPECT_TRUE(ValidateTableCodecs(Table(v1::DENSE, Spec(v1::CODEC_TOPK, 0.01f))).ok());
-  EXPECT_TRUE(ValidateTableCodecs(Table(v1::DENSE, Spec(v1::CODEC_SIGN))).ok());
-  EXPECT_TRUE(
-      ValidateTableCodecs(Table(v1::SPARSE, Spec(v1::CODEC_FP16), Spec(v1::CODEC_BF16))).ok());
-  for (float ratio : {0.0f, -0.5f, 1.5f, std::numeric_limits<float>::quiet_NaN()}) {
-    absl::Status s = ValidateTableCodecs(Table(v1::DENSE, Spec(v1::CODEC_TOPK, ratio)));
-    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << ratio;
-    EXPECT_NE(s.message().find("push_codec.ratio"), std::string::npos) << s;
-  }
-  EXPECT_FALSE(ValidateTableCodecs(Table(v1::DENSE, Spec(v1::CODEC_FP16, 0.5f))).ok());
-  EXPECT_FALSE(ValidateTableCodecs(Table(v1::SPARSE, Spec(v1::CODEC_TOPK, 0.1f))).ok());
-  EXPECT_FALSE(ValidateTableCodecs(Table(v1::SPARSE, Spec(v1::CODEC_SIGN))).ok());
-  EXPECT_FALSE(ValidateTableCodecs(Table(v1::DENSE, {}, Spec(v1::CODEC_TOPK, 0.1f))).ok());
-  EXPECT_FALSE(ValidateTableCodecs(Table(v1::DENSE, {}, Spec(v1::CODEC_SIGN))).ok());
-  EXPECT_TRUE(ValidateTableCodecs(Table(v1::DENSE, {}, Spec(v1::CODEC_INT8))).ok());
-  EXPECT_TRUE(ValidateTableCodecs(Table(v1::SPARSE, {}, Spec(v1::CODEC_INT8))).ok());
-  absl::Status int8_push = ValidateTableCodecs(Table(v1::DENSE, Spec(v1::CODEC_INT8)));
-  EXPECT_NE(int8_push.message().find("push_codec = int8: int8 is for values (pull_codec)"),
-            std::string::npos)
-      << int8_push;
-  absl::Status s = ValidateTableCodecs(Table(v1::DENSE, Spec(static_cast<v1::ValueCodec>(17))));
-  EXPECT_NE(s.message().find("push_codec.codec = 17"), std::string::npos) << s;
-}
-
-TEST(ValueCodecTest, ValidatesDeltaPulls) {
-  v1::CodecSpec delta = Spec(v1::CODEC_INT8);
-  delta.set_delta(true);
-  EXPECT_TRUE(ValidateTableCodecs(Table(v1::DENSE, {}, delta)).ok());
-  absl::Status s = ValidateTableCodecs(Table(v1::SPARSE, {}, delta));
-  EXPECT_NE(s.message().find("pull_codec.delta is for DENSE tables"), std::string::npos) << s;
-  v1::CodecSpec push = Spec(v1::CODEC_FP16);
-  push.set_delta(true);
-  s = ValidateTableCodecs(Table(v1::DENSE, push));
-  EXPECT_NE(s.message().find("push_codec.delta: delta is for pulls"), std::string::npos) << s;
-}
-
 TEST(ValueCodecTest, DeltaBlocksRoundTripInEveryPullCodec) {
   const std::vector<uint32_t> indices = {0, 7, 300, 999};
   const std::vector<float> values = {1.5f, -2.0f, 0.25f, 3.0f};
@@ -437,40 +392,6 @@ TEST(ValueCodecTest, RejectsBadDeltaBlocks) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   std::memcpy(int8.data() + 12, &nan, 4);
   EXPECT_FALSE(DecodeDeltaBlock(v1::CODEC_INT8, int8, 4, &idx, &v).ok());
-}
-
-TEST(ValueCodecTest, ValidatesTopkMomentumAndWarmup) {
-  v1::CodecSpec dgc = Spec(v1::CODEC_TOPK, 0.01f);
-  dgc.set_momentum(0.9f);
-  dgc.set_warmup_steps(100);
-  v1::TableSpec sgd = Table(v1::DENSE, dgc);  // OptimizerSpec's default kind: SGD
-  EXPECT_TRUE(ValidateTableCodecs(sgd).ok());
-  for (float m : {-0.1f, 1.0f, 2.0f, std::numeric_limits<float>::quiet_NaN()}) {
-    v1::TableSpec t = sgd;
-    t.mutable_push_codec()->set_momentum(m);
-    absl::Status s = ValidateTableCodecs(t);
-    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << m;
-    EXPECT_NE(s.message().find("push_codec.momentum"), std::string::npos) << s;
-  }
-  // The momentum is the worker's: a server-side optimizer with its own state is refused.
-  v1::TableSpec adam = sgd;
-  adam.mutable_optimizer()->set_kind(v1::OptimizerSpec::ADAM);
-  absl::Status s = ValidateTableCodecs(adam);
-  EXPECT_NE(s.message().find("optimizer must be SGD, not ADAM"), std::string::npos) << s;
-  adam.mutable_push_codec()->set_momentum(0.0f);  // warm-up alone: any optimizer
-  EXPECT_TRUE(ValidateTableCodecs(adam).ok());
-  // Only topk takes them.
-  v1::CodecSpec sign = Spec(v1::CODEC_SIGN);
-  sign.set_momentum(0.5f);
-  s = ValidateTableCodecs(Table(v1::DENSE, sign));
-  EXPECT_NE(s.message().find("push_codec.momentum = 0.5 is for topk, not sign"), std::string::npos)
-      << s;
-  v1::CodecSpec fp16 = Spec(v1::CODEC_FP16);
-  fp16.set_warmup_steps(3);
-  s = ValidateTableCodecs(Table(v1::DENSE, {}, fp16));
-  EXPECT_NE(s.message().find("pull_codec.warmup_steps = 3 is for topk, not fp16"),
-            std::string::npos)
-      << s;
 }
 
 TEST(ValueCodecTest, ParsesCodecNames) {

@@ -544,8 +544,8 @@ void BindClientTables(py::class_<PyClient>& cls) {
             py::object rows, py::object initializer, py::object optimizer, long long id,
             const std::string& storage, py::object admission, py::object eviction,
             const std::string& push_codec, const std::string& pull_codec, py::object topk_ratio,
-            py::object topk_momentum, py::object topk_warmup_steps, bool pull_delta,
-            bool disk_tier) {
+            py::object topk_momentum, py::object topk_warmup_steps, bool pull_delta, bool disk_tier,
+            py::object spec, const py::kwargs& settings) {
            ps::TableConfig config;
            config.name = name;
            config.kind = ParseKind(kind);
@@ -565,6 +565,7 @@ void BindClientTables(py::class_<PyClient>& cls) {
            config.disk_tier = disk_tier;
            SetTableCodecs(push_codec, pull_codec, topk_ratio, topk_momentum, topk_warmup_steps,
                           pull_delta, config);
+           SetTableSpec(spec, settings, config);
            PyClient& c = ClientOf(self);
            absl::StatusOr<ps::Table> table;
            {
@@ -581,7 +582,7 @@ void BindClientTables(py::class_<PyClient>& cls) {
          py::arg("push_codec") = "none", py::arg("pull_codec") = "none",
          py::arg("topk_ratio") = py::none(), py::arg("topk_momentum") = py::none(),
          py::arg("topk_warmup_steps") = py::none(), py::arg("pull_delta") = false,
-         py::arg("disk_tier") = false,
+         py::arg("disk_tier") = false, py::arg("spec") = py::none(),
          R"doc(Creates a table on every server and returns it (a Table).
 
 name: 1..128 characters: letters, digits, '_', '-', '.', '/'.
@@ -612,6 +613,12 @@ push_codec, pull_codec: compression on the wire: "none" (default, float32), "fp1
     topk_warmup_steps: a row's first pushes send more, from nearly all down to topk_ratio
     geometrically over this many pushes (default 0: none). pull_delta: dense tables: pulls get
     only the values changed since this client's last pull (default False). docs/data-plane.md.
+spec, and any other keyword: any setting of the table by the protocol's names (the fields of
+    TableSpec in proto/ps/v1/types.proto, as a job file's tables { ... } write them), also one
+    newer than the keywords above: spec='tier { disk: true }' (text format), a dict
+    spec={"tier": {"disk": True}} (enum values by name: "CODEC_FP16"), or the same as a
+    keyword, tier={"disk": True}. Merged over the keywords above; the name, kind, dim, rows, id,
+    initializer and optimizer take their own keywords only.
 
 Idempotent for the same config; AlreadyExistsError if a table with that id but another config
 exists. A bad config raises InvalidArgumentError (a ValueError).)doc")

@@ -226,6 +226,44 @@ void SetTableCodecs(const std::string& push_codec, const std::string& pull_codec
   }
 }
 
+void SetTableSpec(py::object spec, const py::kwargs& settings, ps::TableConfig& config) {
+  if (py::isinstance<py::str>(spec)) {
+    if (py::len(settings) != 0) {
+      throw py::type_error("spec= given as text takes no other table settings as keywords (" +
+                           py::str(py::list(settings.attr("keys")())).cast<std::string>() +
+                           "): write them in the text, or give spec as a dict");
+    }
+    config.spec = spec.cast<std::string>();
+    return;
+  }
+  py::dict fields;
+  if (!spec.is_none()) {
+    if (!py::isinstance<py::dict>(spec)) {
+      throw py::type_error(
+          "spec must be a str (TableSpec fields in protobuf text format), a dict or None, got " +
+          TypeName(spec));
+    }
+    fields = spec.attr("copy")();
+  }
+  for (auto item : settings) {
+    if (fields.contains(item.first)) {
+      throw py::type_error("table setting '" + py::str(item.first).cast<std::string>() +
+                           "' is given both in spec= and as a keyword");
+    }
+    fields[item.first] = item.second;
+  }
+  if (py::len(fields) == 0) return;
+  // numpy scalars (np.int64(10), np.bool_(True)) as the Python values they hold.
+  py::cpp_function scalar([](py::object value) -> py::object {
+    if (py::hasattr(value, "item")) return value.attr("item")();
+    throw py::type_error("a table setting's value must be a dict, list, str, number or bool, got " +
+                         TypeName(value));
+  });
+  config.spec = py::module_::import("json")
+                    .attr("dumps")(fields, py::arg("default") = scalar)
+                    .cast<std::string>();
+}
+
 std::string OptionalRepr(const char* name, const std::optional<float>& v) {
   return v.has_value() ? std::string(", ") + name + "=" + FloatString(*v) : "";
 }

@@ -31,6 +31,14 @@ void SetTableFeatures(const std::string& storage, py::object admission, py::obje
 void SetTableCodecs(const std::string& push_codec, const std::string& pull_codec,
                     py::object topk_ratio, py::object topk_momentum, py::object topk_warmup_steps,
                     bool pull_delta, ps::TableConfig& config);
+// create_table's spec= and its other keywords into config.spec (ps::TableConfig::spec): spec=
+// None, a str (TableSpec fields in protobuf text format, as a job file writes them, passed as it
+// is) or a dict (TableSpec fields by their proto names, passed as JSON, numpy scalars as the
+// values they hold); `settings`, the keywords create_table does not name, are more entries of
+// that dict (tier={"disk": True}). TypeError for a spec of another type, a str spec with
+// keywords, a key given twice or a value JSON cannot hold; the client library parses and checks
+// the fields (InvalidArgumentError naming a bad one).
+void SetTableSpec(py::object spec, const py::kwargs& settings, ps::TableConfig& config);
 // A float as Python prints it (shortest round-trip form).
 std::string FloatString(float v);
 

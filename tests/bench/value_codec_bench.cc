@@ -24,6 +24,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/flags_usage.h"
+#include "common/table_features.h"
 #include "common/value_codec.h"
 
 ABSL_FLAG(uint64_t, values, uint64_t{1} << 23, "values in the block encoded and decoded");
@@ -60,7 +61,7 @@ absl::Status Run() {
     v1::TableSpec table;  // checked as a push codec, or as a pull codec for the pull-only ones
     table.set_kind(v1::DENSE);
     *(codec == v1::CODEC_INT8 ? table.mutable_pull_codec() : table.mutable_push_codec()) = spec;
-    if (absl::Status s = ValidateTableCodecs(table); !s.ok()) return s;
+    if (absl::Status s = ValidateTableFeatures(table); !s.ok()) return s;
 
     std::vector<double> enc, dec;
     std::vector<float> values(n), out(n);

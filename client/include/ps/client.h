@@ -143,11 +143,19 @@ struct TableConfig {
   Eviction eviction;    // sparse only
   // Sparse tables with eviction.max_rows: rows past the cap go to the servers' disk tier
   // instead of being forgotten, and come back when used (docs/embedding-tables.md#disk-tier).
-  // The servers need --tier_roots.
+  // The servers need --tier_roots. The same as spec = "tier { disk: true }".
   bool disk_tier = false;
   // Compression on the wire: of the gradients pushed, and of the values pulled (kFp16, kBf16).
   WireCodec push_codec;
   WireCodec pull_codec;
+  // Any setting of the table by the protocol's own names (ps.v1.TableSpec's fields in
+  // proto/ps/v1/types.proto, as a job file's tables { ... } write them), in protobuf text format
+  // ("tier { disk: true } eviction { max_rows: 100000 }") or as a JSON object
+  // ({"tier": {"disk": true}}), merged over the fields above. Every setting is reachable here,
+  // also one newer than the fields above; the name, kind, dim, rows, id, initializer and
+  // optimizer are set in their own fields only. A field that does not parse or is not a setting
+  // fails CreateTable with INVALID_ARGUMENT naming it. Empty (the default): none.
+  std::string spec;
 };
 
 // Opt-in process-wide settings for a program that moves large tensors: nothing in the library

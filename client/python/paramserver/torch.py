@@ -203,7 +203,7 @@ class Embedding(torch.nn.Module):
 
     Embedding(source, name=None, dim=None, *, initializer=None, optimizer=None,
               grad_scale=1.0, async_push=False, storage="fp32", admission=None, eviction=None,
-              disk_tier=False)
+              disk_tier=False, spec=None, **settings)
 
     source: a ``paramserver.Table`` to use (any kind: ids are its keys), or a
         ``paramserver.Client`` on which to create the sparse table ``name`` of ``dim`` floats
@@ -216,6 +216,8 @@ class Embedding(torch.nn.Module):
         ``eviction={"max_rows": 10**6}``, ``disk_tier=True``: rows past max_rows go to the
         servers' disk tier; the defaults are off); not with a Table. In a program job the job file's tables
         decide them (other values than the job file's raise InvalidArgumentError).
+    spec, **settings: any other table setting, passed to ``create_table`` in the same way
+        (``spec='tier { disk: true }'``, ``tier={"disk": True}``).
     grad_scale: multiplies the gradients before they are pushed (e.g. 1/num_workers in sync
         mode, to average over workers rather than sum).
     async_push: push in the background (the next forward, or ``flush()``, waits for it).
@@ -236,19 +238,20 @@ class Embedding(torch.nn.Module):
 
     def __init__(self, source, name=None, dim=None, *, initializer=None, optimizer=None,
                  grad_scale=1.0, async_push=False, storage="fp32", admission=None, eviction=None,
-                 disk_tier=False):
+                 disk_tier=False, spec=None, **settings):
         super().__init__()
         features = {"storage": storage, "admission": admission, "eviction": eviction,
-                    "disk_tier": disk_tier}
+                    "disk_tier": disk_tier, "spec": spec, **settings}
         if isinstance(source, _ps.Table):
             if name is not None and name != source.name:
                 raise ValueError(f"name {name!r} does not match the table's {source.name!r}")
             if dim is not None and dim != source.dim:
                 raise ValueError(f"dim {dim} does not match the table's dim {source.dim}")
             if features != {"storage": "fp32", "admission": None, "eviction": None,
-                            "disk_tier": False}:
-                raise ValueError("storage, admission, eviction and disk_tier apply when Embedding "
-                                 "creates the table (from a Client), not to an existing Table")
+                            "disk_tier": False, "spec": None}:
+                raise ValueError("storage, admission, eviction, disk_tier and other table "
+                                 "settings apply when Embedding creates the table (from a "
+                                 "Client), not to an existing Table")
             table = source
         elif isinstance(source, _ps.Client):
             if name is None or dim is None:
@@ -369,7 +372,7 @@ class DenseParameters:
     DenseParameters(client, module, *, optimizer=None, prefix="", initializer=None, seed=0,
                     grad_scale=None, pull=True, push_codec="none", pull_codec="none",
                     topk_ratio=None, topk_momentum=None, topk_warmup_steps=None,
-                    pull_delta=False)
+                    pull_delta=False, spec=None, **settings)
 
     One dense table per parameter (``module.named_parameters()``), named ``prefix + name``:
     a parameter of shape (s0, s1, ...) is stored as it is laid out in memory, in a table of
@@ -397,6 +400,8 @@ class DenseParameters:
         topk_warmup_steps=100``: Deep Gradient Compression's momentum correction and warm-up.
     pull_delta: delta pulls (``create_table``'s pull_delta): the servers answer only the values
         changed since this client's last pull; pays with topk pushes and the sgd optimizer.
+    spec, **settings: any other setting of every table, passed to ``create_table`` in the same
+        way (``spec='pull_codec { codec: CODEC_INT8 }'``).
 
     Training loop (the servers' optimizer replaces a torch optimizer)::
 
@@ -419,7 +424,8 @@ class DenseParameters:
 
     def __init__(self, client, module, *, optimizer=None, prefix="", initializer=None, seed=0,
                  grad_scale=None, pull=True, push_codec="none", pull_codec="none",
-                 topk_ratio=None, topk_momentum=None, topk_warmup_steps=None, pull_delta=False):
+                 topk_ratio=None, topk_momentum=None, topk_warmup_steps=None, pull_delta=False,
+                 spec=None, **settings):
         if not isinstance(client, _ps.Client):
             raise TypeError(f"client must be a paramserver.Client, got {type(client).__name__}")
         if not isinstance(module, torch.nn.Module):
@@ -449,7 +455,7 @@ class DenseParameters:
                                   pull_codec=pull_codec, topk_ratio=topk_ratio,
                                   topk_momentum=topk_momentum,
                                   topk_warmup_steps=topk_warmup_steps,
-                                  pull_delta=pull_delta)
+                                  pull_delta=pull_delta, spec=spec, **settings)
             self._entries.append(_DenseEntry(name, param, table, rows, dim))
         if pull:
             self.pull()
