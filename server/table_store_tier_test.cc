@@ -365,13 +365,56 @@ TEST(TableStoreTierTest, RowsOnDiskExpireByTheirTtl) {
   ASSERT_TRUE(Push(store, 1, Keys(0, 50), 2, 0).ok());
   const std::vector<float> pushed = PullOf(store, 1, {0});
   ASSERT_EQ(StatsOf(store, 1).disk_rows(), 40u);
-  store.Tick(t0 + absl::Seconds(10));  // RAM rows expire in the sweep; disk rows when met
+  store.Tick(t0 + absl::Seconds(10));  // RAM rows and rows on disk expire in the sweep
   EXPECT_EQ(RowsOf(store, 1).size(), 0u);
   TableStore fresh({});
   ASSERT_TRUE(fresh.CreateTable(Sparse(1, 2, 0, false, v1::OptimizerSpec::SGD)).ok());
   EXPECT_EQ(PullOf(store, 1, Keys(0, 50)), PullOf(fresh, 1, Keys(0, 50)));  // new rows again
   EXPECT_NE(PullOf(store, 1, {0}), pushed);
   EXPECT_GE(StatsOf(store, 1).expired(), 50u);
+}
+
+TEST(TableStoreTierTest, TheSweepExpiresRowsOnDiskWithoutReadingThemBack) {
+  TempDir dir;
+  TableStore store(WithTier(dir.path()));
+  TableSpec spec = Sparse(1, 2, 10, true, v1::OptimizerSpec::SGD);
+  spec.mutable_eviction()->set_ttl_seconds(5);
+  ASSERT_TRUE(store.CreateTable(spec).ok());
+  const absl::Time t0 = absl::Now();
+  store.Tick(t0);
+  ASSERT_TRUE(Push(store, 1, Keys(0, 50), 2, 0).ok());
+  ASSERT_EQ(StatsOf(store, 1).disk_rows(), 40u);
+  store.Tick(t0 + absl::Seconds(4));  // within the TTL: every row stays
+  EXPECT_EQ(StatsOf(store, 1).disk_rows(), 40u);
+  EXPECT_EQ(StatsOf(store, 1).expired(), 0u);
+  store.Tick(t0 + absl::Seconds(10));
+  const v1::TableStats s = StatsOf(store, 1);
+  EXPECT_EQ(s.disk_rows(), 0u);
+  EXPECT_EQ(s.disk_bytes(), 0u);
+  EXPECT_EQ(s.rows(), 0u);
+  EXPECT_EQ(s.expired(), 50u);
+  EXPECT_EQ(s.disk_reads(), 0u);  // deleted where they lay
+  EXPECT_TRUE(RowsOf(store, 1).empty());
+}
+
+TEST(TableStoreTierTest, TheSweepOnDiskIsBoundedAndGoesOnWhereItStopped) {
+  TempDir dir;
+  TableStore store(WithTier(dir.path()));
+  TableSpec spec = Sparse(1, 1, 10, true, v1::OptimizerSpec::SGD);
+  spec.mutable_eviction()->set_ttl_seconds(5);
+  ASSERT_TRUE(store.CreateTable(spec).ok());
+  const absl::Time t0 = absl::Now();
+  store.Tick(t0);
+  const uint64_t n = TableStore::kDiskSweepRows + 5000;
+  ASSERT_TRUE(Push(store, 1, Keys(0, n), 1, 0).ok());
+  ASSERT_EQ(StatsOf(store, 1).disk_rows(), n - 10);
+  store.Tick(t0 + absl::Seconds(10));  // RAM's 10 rows, and kDiskSweepRows rows on disk
+  EXPECT_EQ(StatsOf(store, 1).disk_rows(), n - 10 - TableStore::kDiskSweepRows);
+  EXPECT_EQ(StatsOf(store, 1).expired(), 10 + TableStore::kDiskSweepRows);
+  store.Tick(t0 + absl::Seconds(11));  // the rest, from where the first sweep stopped
+  EXPECT_EQ(StatsOf(store, 1).disk_rows(), 0u);
+  EXPECT_EQ(StatsOf(store, 1).expired(), n);
+  EXPECT_EQ(StatsOf(store, 1).disk_reads(), 0u);
 }
 
 TEST(TableStoreTierTest, PrefetchedRowsStayInRamUntilPulled) {
