@@ -4,6 +4,7 @@
 #include <sys/mount.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -533,6 +534,50 @@ TEST(TableStoreTierTest, ConcurrentPushesAndPullsLoseNoRowAndNoUpdate) {
   for (const auto& [key, row] : rows) {
     EXPECT_EQ(row.updates, kThreads * kRounds) << "key " << key;
   }
+}
+
+// The TTL sweeps (RAM and disk) run while threads push and pull through a small cap: no row is
+// held twice, and the counts of rows in RAM and on disk stay those of the rows there. (TSan.)
+TEST(TableStoreTierTest, TheTtlSweepOnDiskRacesPushesAndPullsSafely) {
+  TempDir dir;
+  TableStore store(WithTier(dir.path()));
+  TableSpec spec = Sparse(1, 2, 64, true, v1::OptimizerSpec::SGD);
+  spec.mutable_eviction()->set_ttl_seconds(2);
+  ASSERT_TRUE(store.CreateTable(spec).ok());
+  const absl::Time t0 = absl::Now();
+  std::atomic<bool> done{false};
+  std::atomic<int> seconds{0};
+  std::thread ticker([&] {
+    while (!done.load()) {
+      store.Tick(t0 + absl::Seconds(seconds.fetch_add(1) + 1));
+      std::this_thread::yield();
+    }
+  });
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 3; ++w) {
+    threads.emplace_back([&, w] {
+      std::mt19937_64 rng(w);
+      for (int r = 0; r < 20; ++r) {
+        std::vector<uint64_t> keys = Keys(0, 300);
+        std::shuffle(keys.begin(), keys.end(), rng);
+        for (size_t at = 0; at < keys.size(); at += 100) {
+          std::vector<uint64_t> part(keys.begin() + at, keys.begin() + at + 100);
+          EXPECT_TRUE(Push(store, 1, part, 2, r).ok());
+          std::vector<float> out;
+          EXPECT_TRUE(PullInto(store, 1, part, &out).ok());
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  done.store(true);
+  ticker.join();
+  const v1::TableStats stats = StatsOf(store, 1);
+  EXPECT_EQ(RowsOf(store, 1).size(), stats.rows() + stats.disk_rows());  // none held twice
+  store.Tick(t0 + absl::Seconds(seconds.load() + 10));  // every row expires, on disk too
+  EXPECT_EQ(StatsOf(store, 1).rows(), 0u);
+  EXPECT_EQ(StatsOf(store, 1).disk_rows(), 0u);
+  EXPECT_TRUE(RowsOf(store, 1).empty());
 }
 
 // A write-back that fails for a full disk: the request is RESOURCE_EXHAUSTED naming the table
