@@ -247,19 +247,31 @@ absl::Status DiskTier::DeletePrefix(absl::string_view prefix) {
 absl::Status DiskTier::ScanSlot(
     absl::string_view prefix, uint32_t slot,
     absl::FunctionRef<void(uint64_t key, absl::string_view row)> fn) const {
+  return ScanSlotFrom(prefix, slot, 0, [&](uint64_t key, absl::string_view row) {
+    fn(key, row);
+    return true;
+  });
+}
+
+absl::Status DiskTier::ScanSlotFrom(
+    absl::string_view prefix, uint32_t slot, uint64_t from,
+    absl::FunctionRef<bool(uint64_t key, absl::string_view row)> fn) const {
   const std::string begin = SlotPrefix(prefix, slot);
   const std::string end = SlotPrefix(prefix, slot + 1);
   rocksdb::ReadOptions read;
   const rocksdb::Slice upper(end);
   read.iterate_upper_bound = &upper;
-  read.fill_cache = false;  // a scan (checkpoint) would push the hot blocks out
+  read.fill_cache = false;  // a scan (checkpoint, TTL sweep) would push the hot blocks out
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read));
-  // The first row key of the slot: its prefix (SlotPrefixTransform) picks the slot's rows.
-  for (it->Seek(RowKey(prefix, slot, 0)); it->Valid(); it->Next()) {
+  // A row key of the slot: its prefix (SlotPrefixTransform) picks the slot's rows.
+  for (it->Seek(RowKey(prefix, slot, from)); it->Valid(); it->Next()) {
     const rocksdb::Slice k = it->key();
     if (k.size() != begin.size() + kKeyBytes) continue;  // not a row key (none are written)
     const rocksdb::Slice v = it->value();
-    fn(ReadBigEndian(k.data() + begin.size(), kKeyBytes), absl::string_view(v.data(), v.size()));
+    if (!fn(ReadBigEndian(k.data() + begin.size(), kKeyBytes),
+            absl::string_view(v.data(), v.size()))) {
+      break;
+    }
   }
   return FromRocksDb(it->status(), "scan a slot");
 }

@@ -108,6 +108,10 @@ class DiskTier {
   // (a consistent view: writes meanwhile are not seen).
   absl::Status ScanSlot(absl::string_view prefix, uint32_t slot,
                         absl::FunctionRef<void(uint64_t key, absl::string_view row)> fn) const;
+  // The same from the first key >= `from` on, until fn returns false (the TTL sweep: a bounded
+  // number of rows at a time). Reads bypass the block cache, as ScanSlot's do.
+  absl::Status ScanSlotFrom(absl::string_view prefix, uint32_t slot, uint64_t from,
+                            absl::FunctionRef<bool(uint64_t key, absl::string_view row)> fn) const;
 
   const std::string& dir() const { return dir_; }
 

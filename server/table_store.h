@@ -116,6 +116,9 @@ class TableStore {
     std::string tier_prefix;
     std::unique_ptr<uint32_t[]> disk_rows_in_slot;
     std::unique_ptr<absl::flat_hash_map<uint64_t, uint32_t>[]> pinned;
+    // Where the TTL sweep of its rows on disk goes on (ExpireOnDisk; Tick, one at a time).
+    mutable std::atomic<uint32_t> disk_sweep_slot{0};
+    mutable std::atomic<uint64_t> disk_sweep_key{0};
     // Its figures (TableStats): rows there, keys found in RAM, keys looked up on disk, rows
     // read back from disk, rows written back to it.
     mutable std::atomic<uint64_t> disk_rows{0}, ram_hits{0}, disk_lookups{0}, disk_reads{0},
@@ -306,6 +309,8 @@ class TableStore {
   // counts of tables with decay halve when their time comes. Called about once a second by the
   // server; tests call it with the times they need. Returns the rows expired.
   uint64_t Tick(absl::Time now);
+  // Rows on disk a Tick's TTL sweep looks at, at most, per tiered table with a TTL.
+  static constexpr uint64_t kDiskSweepRows = 65536;
   // The store's clock (seconds since it was created, as of the last Tick).
   uint32_t Now() const { return now_.load(std::memory_order_relaxed); }
 
@@ -495,6 +500,10 @@ class TableStore {
   uint64_t NextRandom(Slot& slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
   // The TTL sweep of one table; returns the rows expired.
   uint64_t Expire(const Table& table, uint32_t now);
+  // The TTL sweep of a tiered table's rows on disk: looks at kDiskSweepRows of them at most,
+  // slot by slot from where the last call stopped, and deletes the expired ones (not those
+  // in RAM); returns the rows expired.
+  uint64_t ExpireOnDisk(const Table& table);
   // Whether a row last used at `used` has expired by now (tables with a TTL).
   bool Expired(const Table& table, uint32_t used) const {
     const uint32_t now = Now();

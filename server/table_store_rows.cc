@@ -608,6 +608,7 @@ uint64_t TableStore::Tick(absl::Time now) {
   uint64_t expired = 0;
   for (const auto& t : tables) {
     if (t->ttl_seconds != 0) expired += Expire(*t, current);
+    if (t->ttl_seconds != 0 && t->tier != nullptr) expired += ExpireOnDisk(*t);
     if (t->tier != nullptr && t->metrics != nullptr && t->metrics->disk_bytes != nullptr) {
       t->metrics->disk_bytes->Set(static_cast<double>(t->DiskBytes()));
     }

@@ -149,6 +149,60 @@ absl::Status TableStore::ReadBack(Slot& slot, const Table& t, absl::Span<const u
   return status;
 }
 
+uint64_t TableStore::ExpireOnDisk(const Table& t) {
+  uint64_t budget = kDiskSweepRows;
+  uint64_t expired = 0;
+  uint32_t s = t.disk_sweep_slot.load() % kNumSlots;
+  uint64_t from = t.disk_sweep_key.load();
+  std::vector<uint64_t> gone;
+  for (uint32_t visited = 0; visited < kNumSlots && budget > 0; ++visited) {
+    bool slot_done = true;
+    {
+      Slot& slot = slots_[s];
+      absl::MutexLock l(&slot.mu);
+      if (t.dropped.load()) return expired;
+      if (t.disk_rows_in_slot[s] != 0) {
+        gone.clear();
+        const absl::Status scanned =
+            t.tier->ScanSlotFrom(t.tier_prefix, s, from, [&](uint64_t key, absl::string_view row) {
+              if (budget == 0) {  // the next call goes on from here
+                from = key;
+                slot_done = false;
+                return false;
+              }
+              --budget;
+              if (row.size() != StoredBytes(t)) return true;  // a read of it says DATA_LOSS
+              uint32_t used;
+              std::memcpy(&used, row.data() + kStoredUsedOffset, sizeof(used));
+              // A key in RAM has a stale copy here at most (its RAM row rules): left alone.
+              if (Expired(t, used) && t.index[s].Find(*t.arena, key) == RowArena::kNoRow) {
+                gone.push_back(key);
+              }
+              return true;
+            });
+        LOG_IF_EVERY_N(WARNING, !scanned.ok(), 100) << OfTable(t, scanned);
+        // Deleted, or left for the next sweep (a full disk may refuse the deletes too).
+        if (!gone.empty() && t.tier->Delete(t.tier_prefix, s, gone).ok()) {
+          t.disk_rows_in_slot[s] -= static_cast<uint32_t>(gone.size());
+          t.disk_rows.fetch_sub(gone.size(), std::memory_order_relaxed);
+          if (t.metrics != nullptr && t.metrics->disk_rows != nullptr) {
+            t.metrics->disk_rows->Decrement(static_cast<double>(gone.size()));
+          }
+          expired += gone.size();
+        }
+      }
+    }
+    if (slot_done) {
+      s = (s + 1) % kNumSlots;
+      from = 0;
+    }
+  }
+  t.disk_sweep_slot.store(s);
+  t.disk_sweep_key.store(from);
+  CountEvicted(t, 0, expired);
+  return expired;
+}
+
 absl::Status TableStore::TieredBatch(const Table& t, absl::Span<const SlotGroupRef<Slot>> batch,
                                      absl::Span<const uint64_t> keys, Missing missing, bool pull,
                                      uint64_t* created, absl::FunctionRef<void(char*, uint32_t)> fn)

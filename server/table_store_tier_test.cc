@@ -4,6 +4,7 @@
 #include <sys/mount.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -365,13 +366,56 @@ TEST(TableStoreTierTest, RowsOnDiskExpireByTheirTtl) {
   ASSERT_TRUE(Push(store, 1, Keys(0, 50), 2, 0).ok());
   const std::vector<float> pushed = PullOf(store, 1, {0});
   ASSERT_EQ(StatsOf(store, 1).disk_rows(), 40u);
-  store.Tick(t0 + absl::Seconds(10));  // RAM rows expire in the sweep; disk rows when met
+  store.Tick(t0 + absl::Seconds(10));  // RAM rows and rows on disk expire in the sweep
   EXPECT_EQ(RowsOf(store, 1).size(), 0u);
   TableStore fresh({});
   ASSERT_TRUE(fresh.CreateTable(Sparse(1, 2, 0, false, v1::OptimizerSpec::SGD)).ok());
   EXPECT_EQ(PullOf(store, 1, Keys(0, 50)), PullOf(fresh, 1, Keys(0, 50)));  // new rows again
   EXPECT_NE(PullOf(store, 1, {0}), pushed);
   EXPECT_GE(StatsOf(store, 1).expired(), 50u);
+}
+
+TEST(TableStoreTierTest, TheSweepExpiresRowsOnDiskWithoutReadingThemBack) {
+  TempDir dir;
+  TableStore store(WithTier(dir.path()));
+  TableSpec spec = Sparse(1, 2, 10, true, v1::OptimizerSpec::SGD);
+  spec.mutable_eviction()->set_ttl_seconds(5);
+  ASSERT_TRUE(store.CreateTable(spec).ok());
+  const absl::Time t0 = absl::Now();
+  store.Tick(t0);
+  ASSERT_TRUE(Push(store, 1, Keys(0, 50), 2, 0).ok());
+  ASSERT_EQ(StatsOf(store, 1).disk_rows(), 40u);
+  store.Tick(t0 + absl::Seconds(4));  // within the TTL: every row stays
+  EXPECT_EQ(StatsOf(store, 1).disk_rows(), 40u);
+  EXPECT_EQ(StatsOf(store, 1).expired(), 0u);
+  store.Tick(t0 + absl::Seconds(10));
+  const v1::TableStats s = StatsOf(store, 1);
+  EXPECT_EQ(s.disk_rows(), 0u);
+  EXPECT_EQ(s.disk_bytes(), 0u);
+  EXPECT_EQ(s.rows(), 0u);
+  EXPECT_EQ(s.expired(), 50u);
+  EXPECT_EQ(s.disk_reads(), 0u);  // deleted where they lay
+  EXPECT_TRUE(RowsOf(store, 1).empty());
+}
+
+TEST(TableStoreTierTest, TheSweepOnDiskIsBoundedAndGoesOnWhereItStopped) {
+  TempDir dir;
+  TableStore store(WithTier(dir.path()));
+  TableSpec spec = Sparse(1, 1, 10, true, v1::OptimizerSpec::SGD);
+  spec.mutable_eviction()->set_ttl_seconds(5);
+  ASSERT_TRUE(store.CreateTable(spec).ok());
+  const absl::Time t0 = absl::Now();
+  store.Tick(t0);
+  const uint64_t n = TableStore::kDiskSweepRows + 5000;
+  ASSERT_TRUE(Push(store, 1, Keys(0, n), 1, 0).ok());
+  ASSERT_EQ(StatsOf(store, 1).disk_rows(), n - 10);
+  store.Tick(t0 + absl::Seconds(10));  // RAM's 10 rows, and kDiskSweepRows rows on disk
+  EXPECT_EQ(StatsOf(store, 1).disk_rows(), n - 10 - TableStore::kDiskSweepRows);
+  EXPECT_EQ(StatsOf(store, 1).expired(), 10 + TableStore::kDiskSweepRows);
+  store.Tick(t0 + absl::Seconds(11));  // the rest, from where the first sweep stopped
+  EXPECT_EQ(StatsOf(store, 1).disk_rows(), 0u);
+  EXPECT_EQ(StatsOf(store, 1).expired(), n);
+  EXPECT_EQ(StatsOf(store, 1).disk_reads(), 0u);
 }
 
 TEST(TableStoreTierTest, PrefetchedRowsStayInRamUntilPulled) {
@@ -490,6 +534,50 @@ TEST(TableStoreTierTest, ConcurrentPushesAndPullsLoseNoRowAndNoUpdate) {
   for (const auto& [key, row] : rows) {
     EXPECT_EQ(row.updates, kThreads * kRounds) << "key " << key;
   }
+}
+
+// The TTL sweeps (RAM and disk) run while threads push and pull through a small cap: no row is
+// held twice, and the counts of rows in RAM and on disk stay those of the rows there. (TSan.)
+TEST(TableStoreTierTest, TheTtlSweepOnDiskRacesPushesAndPullsSafely) {
+  TempDir dir;
+  TableStore store(WithTier(dir.path()));
+  TableSpec spec = Sparse(1, 2, 64, true, v1::OptimizerSpec::SGD);
+  spec.mutable_eviction()->set_ttl_seconds(2);
+  ASSERT_TRUE(store.CreateTable(spec).ok());
+  const absl::Time t0 = absl::Now();
+  std::atomic<bool> done{false};
+  std::atomic<int> seconds{0};
+  std::thread ticker([&] {
+    while (!done.load()) {
+      store.Tick(t0 + absl::Seconds(seconds.fetch_add(1) + 1));
+      std::this_thread::yield();
+    }
+  });
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 3; ++w) {
+    threads.emplace_back([&, w] {
+      std::mt19937_64 rng(w);
+      for (int r = 0; r < 20; ++r) {
+        std::vector<uint64_t> keys = Keys(0, 300);
+        std::shuffle(keys.begin(), keys.end(), rng);
+        for (size_t at = 0; at < keys.size(); at += 100) {
+          std::vector<uint64_t> part(keys.begin() + at, keys.begin() + at + 100);
+          EXPECT_TRUE(Push(store, 1, part, 2, r).ok());
+          std::vector<float> out;
+          EXPECT_TRUE(PullInto(store, 1, part, &out).ok());
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  done.store(true);
+  ticker.join();
+  const v1::TableStats stats = StatsOf(store, 1);
+  EXPECT_EQ(RowsOf(store, 1).size(), stats.rows() + stats.disk_rows());  // none held twice
+  store.Tick(t0 + absl::Seconds(seconds.load() + 10));  // every row expires, on disk too
+  EXPECT_EQ(StatsOf(store, 1).rows(), 0u);
+  EXPECT_EQ(StatsOf(store, 1).disk_rows(), 0u);
+  EXPECT_TRUE(RowsOf(store, 1).empty());
 }
 
 // A write-back that fails for a full disk: the request is RESOURCE_EXHAUSTED naming the table

@@ -30,10 +30,13 @@ server is lost), and the progress (loss, samples/s, keys pulled per second, the 
 step time spent waiting on the servers) and the result (auc, teacher_auc) go to psctl status.
 
 Prints progress lines ("step 100/400 loss 0.44 ...") and, on worker 0, a last line
-"auc 0.8812 teacher_auc 0.8990". Exits 0 on success, 1 on an error.
+"auc 0.8812 teacher_auc 0.8990". With --digest it also reports params_digest, 48 bits of a hash
+of the parameters the held-out set reads (tests/tier_job_test.sh compares runs with it).
+Exits 0 on success, 1 on an error.
 """
 
 import argparse
+import hashlib
 import os
 import sys
 import time
@@ -173,6 +176,22 @@ def evaluate(model, data, examples, device):
     return ctr_data.auc(labels, np.concatenate(scores)), data.teacher_auc(test)
 
 
+def parameter_digest(model, data, examples, device):
+    """A 48-bit digest (an integer, exact as a float) of the parameters the held-out set reads:
+    the wide and deep rows of its keys, pulled in order, and the MLP's values. Two runs whose
+    digests are equal ended with these parameters bit for bit equal (barring a 2^-48 chance)."""
+    ids = data.test_set(examples)[0]
+    h = hashlib.sha256()
+    with torch.no_grad():
+        for i in range(0, len(ids), 4096):
+            keys = _ids(ctr_data.keys_of(ids[i:i + 4096])).to(device)
+            h.update(model.wide(keys).cpu().numpy().tobytes())
+            h.update(model.emb(keys).cpu().numpy().tobytes())
+        for _, p in sorted(model.mlp.named_parameters()):
+            h.update(p.detach().cpu().numpy().tobytes())
+    return int.from_bytes(h.digest()[:6], "big")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--servers", help="host:port,... in shard-map order")
@@ -190,6 +209,9 @@ def main():
     p.add_argument("--log_every", type=int, default=100)
     p.add_argument("--device", default="auto",
                    help="cpu, cuda, cuda:N or auto (cuda when PyTorch sees a device, else cpu)")
+    p.add_argument("--digest", action="store_true",
+                   help="also report params_digest: 48 bits of a hash of the parameters the "
+                   "held-out set reads (tests compare two runs with it)")
     a = p.parse_args()
     if not a.session and not a.servers:
         p.error("give --servers (standalone) or --session (a program job)")
@@ -214,8 +236,12 @@ def main():
     if session or a.worker == 0:
         auc, teacher_auc = evaluate(model, data, a.test_examples, device)
         print(f"auc {auc:.4f} teacher_auc {teacher_auc:.4f}", flush=True)
+        digest = {}
+        if a.digest:
+            digest["params_digest"] = parameter_digest(model, data, a.test_examples, device)
+            print(f"params_digest {digest['params_digest']:012x}", flush=True)
         if session:
-            session.report_evaluation(auc=auc, teacher_auc=teacher_auc)
+            session.report_evaluation(auc=auc, teacher_auc=teacher_auc, **digest)
     if not session:
         client.close()
     return 0
