@@ -7,6 +7,12 @@
 //             thread while the current batch is pulled and pushed
 //   per-key   no RAM rows: each key read with its own Get and written back with its own Put
 //             (the disk tier's RocksDB, one key per call): offloading one key at a time
+// With --wire, the same through one in-process ps_server and ps::Client over loopback gRPC:
+//   wire-ram  the table uncapped
+//   wire      capped, with a disk tier
+//   wire+pf   the same, the next batch's keys announced (Client::PrefetchAsync: the server
+//             reads their rows from disk on its own threads) before the current batch is
+//             pulled and pushed, and waited for after
 // Every workload first creates all --rows rows (a push of each key), then runs batches of
 // --keys_per_request keys drawn from a Zipf distribution (rank r with probability ~ 1/r^alpha,
 // ranks scattered over the keys by a hash), each batch pulled then pushed (sgd), for
@@ -42,7 +48,9 @@
 #include "common/packed_bytes.h"
 #include "common/shard_map.h"
 #include "common/status_macros.h"
+#include "ps/client.h"
 #include "server/disk_tier.h"
+#include "server/parameter_server.h"
 #include "server/table_store.h"
 
 ABSL_FLAG(uint64_t, rows, 1000000, "rows of the table (keys 0..rows-1 scattered)");
@@ -57,6 +65,9 @@ ABSL_FLAG(std::string, dir, "/var/tmp/tier_bench", "the disk tier's directory (r
 ABSL_FLAG(bool, per_key, true, "also run the per-key RocksDB baseline");
 ABSL_FLAG(uint64_t, block_cache_mb, 32, "the tier's block cache, MiB (DiskTier::Options)");
 ABSL_FLAG(uint64_t, block_kb, 8, "the tier's SST block size, KiB (DiskTier::Options)");
+ABSL_FLAG(bool, wire, true,
+          "also run the workloads through an in-process ps_server over loopback gRPC (wire-ram, "
+          "wire, wire+pf: the next batch prefetched with Client::PrefetchAsync)");
 
 namespace ps {
 namespace {
@@ -211,6 +222,78 @@ absl::StatusOr<Result> RunStore(const Zipf& zipf, bool tier, bool prefetch) {
   return r;
 }
 
+// The workload through a ps_server over loopback gRPC: the table capped with a disk tier
+// (`tier`) or uncapped; `prefetch`: the next batch announced before the current one is pulled.
+absl::StatusOr<Result> RunWire(const Zipf& zipf, bool tier, bool prefetch) {
+  const uint64_t rows = absl::GetFlag(FLAGS_rows);
+  const uint32_t dim = absl::GetFlag(FLAGS_dim);
+  ParameterServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.max_job_bytes = uint64_t{64} << 30;
+  if (tier) options.tier_dir = absl::GetFlag(FLAGS_dir) + "/wire";
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<ParameterServer> server, ParameterServer::Start(options));
+  ClientOptions client_options;
+  client_options.servers = {absl::StrCat("127.0.0.1:", server->port())};
+  client_options.job_id = kJob;
+  client_options.rpc_timeout = absl::Seconds(120);
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Client::Connect(client_options));
+  TableConfig config;
+  config.name = "emb";
+  config.kind = TableKind::kSparse;
+  config.dim = dim;
+  config.storage = absl::GetFlag(FLAGS_storage) == "fp16" ? Storage::kFp16 : Storage::kFp32;
+  config.initializer = Initializer::Uniform(-0.01f, 0.01f);
+  config.optimizer = Optimizer::Sgd(0.01f);
+  if (tier) {
+    config.eviction.max_rows = std::max<uint64_t>(1, rows * absl::GetFlag(FLAGS_ram_fraction));
+    config.disk_tier = true;
+  }
+  PS_ASSIGN_OR_RETURN(const Table table, client->CreateTable(config));
+  std::vector<float> values, grads;
+  auto pull_push = [&](const std::vector<uint64_t>& keys, std::vector<double>* pull_us) {
+    values.resize(keys.size() * dim);
+    grads.assign(keys.size() * dim, 0.001f);
+    const absl::Time start = absl::Now();
+    PS_RETURN_IF_ERROR(client->Pull(table, keys, absl::MakeSpan(values)));
+    if (pull_us != nullptr) pull_us->push_back(absl::ToDoubleMicroseconds(absl::Now() - start));
+    return client->Push(table, keys, grads);
+  };
+  for (uint64_t at = 0; at < rows; at += 4096) {  // every row created (most go to disk)
+    std::vector<uint64_t> keys;
+    for (uint64_t r = at; r < std::min(rows, at + 4096); ++r) keys.push_back(zipf.Scramble(r));
+    PS_RETURN_IF_ERROR(pull_push(keys, nullptr));
+  }
+  std::mt19937_64 rng(1);
+  const uint64_t per_request = absl::GetFlag(FLAGS_keys_per_request);
+  std::vector<uint64_t> next = Batch(zipf, rng, per_request);
+  std::vector<double> pull_us;
+  PS_ASSIGN_OR_RETURN(const v1::TableStats before, server->store()->Stats(table.id));
+  uint64_t keys_done = 0;
+  const absl::Time start = absl::Now();
+  const absl::Duration run = absl::Seconds(absl::GetFlag(FLAGS_seconds));
+  while (absl::Now() - start < run) {
+    const std::vector<uint64_t> keys = std::move(next);
+    next = Batch(zipf, rng, per_request);
+    Pending ahead;
+    if (prefetch) ahead = client->PrefetchAsync(table, next);  // copies the keys
+    PS_RETURN_IF_ERROR(pull_push(keys, &pull_us));
+    if (prefetch) PS_RETURN_IF_ERROR(ahead.Wait());
+    keys_done += keys.size();
+  }
+  Result r;
+  r.keys_per_second = keys_done / absl::ToDoubleSeconds(absl::Now() - start);
+  Percentiles(std::move(pull_us), &r);
+  if (tier) {
+    PS_ASSIGN_OR_RETURN(const v1::TableStats after, server->store()->Stats(table.id));
+    const double hits = after.ram_hits() - before.ram_hits();
+    const double looked = hits + (after.disk_lookups() - before.disk_lookups());
+    r.ram_hit = looked > 0 ? hits / looked : 1.0;
+  }
+  client.reset();
+  server->Shutdown();
+  return r;
+}
+
 // One RocksDB Get and one Put per key (the rows as the tier stores them), no RAM rows.
 absl::StatusOr<Result> RunPerKey(const Zipf& zipf) {
   const uint64_t rows = absl::GetFlag(FLAGS_rows);
@@ -310,6 +393,22 @@ int Run() {
         break;
       }
       Print(alpha, "per-key", *per_key, ram->keys_per_second);
+    }
+    if (absl::GetFlag(FLAGS_wire)) {
+      auto wire_ram = RunWire(zipf, false, false);
+      auto wire = RunWire(zipf, true, false);
+      auto wire_pf = RunWire(zipf, true, true);
+      for (const auto* r : {&wire_ram, &wire, &wire_pf}) {
+        if (!r->ok()) {
+          std::fprintf(stderr, "tier_bench: %s\n", r->status().ToString().c_str());
+          rc = 1;
+        }
+      }
+      if (rc != 0) break;
+      // Their share is of the wire-ram line's keys/s.
+      Print(alpha, "wire-ram", *wire_ram, wire_ram->keys_per_second);
+      Print(alpha, "wire", *wire, wire_ram->keys_per_second);
+      Print(alpha, "wire+pf", *wire_pf, wire_ram->keys_per_second);
     }
   }
   std::error_code ec;
