@@ -11,13 +11,15 @@
 //   wire-ram  the table uncapped
 //   wire      capped, with a disk tier
 //   wire+pf   the same, the next batch's keys announced (Client::PrefetchAsync: the server
-//             reads their rows from disk on its own threads) before the current batch is
-//             pulled and pushed, and waited for after
+//             reads their rows from disk on its own threads) once the current batch is pulled,
+//             while the step computes (--compute), and waited for after its push
 // Every workload first creates all --rows rows (a push of each key), then runs batches of
 // --keys_per_request keys drawn from a Zipf distribution (rank r with probability ~ 1/r^alpha,
-// ranks scattered over the keys by a hash), each batch pulled then pushed (sgd), for
-// --seconds. One line per alpha and workload: keys/s (a key pulled and pushed counts once),
-// the share of the RAM table's keys/s, p50 / p99 of the pulls' latency, and the RAM hit rate.
+// ranks scattered over the keys by a hash), each batch pulled then pushed (sgd), for --seconds
+// (with --compute, a sleep between each batch's pull and push stands for a training step's
+// compute, which a prefetch overlaps). One line per alpha and workload: keys/s (a key pulled
+// and pushed counts once), the share of the RAM table's keys/s, p50 / p99 of the pulls'
+// latency, and the RAM hit rate.
 //
 //   tier_bench --rows=1000000 --dim=16 --alphas=0.9,1.05,1.2 --dir=/var/tmp/tier_bench
 //
@@ -38,6 +40,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/functional/function_ref.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -65,6 +68,9 @@ ABSL_FLAG(std::string, dir, "/var/tmp/tier_bench", "the disk tier's directory (r
 ABSL_FLAG(bool, per_key, true, "also run the per-key RocksDB baseline");
 ABSL_FLAG(uint64_t, block_cache_mb, 32, "the tier's block cache, MiB (DiskTier::Options)");
 ABSL_FLAG(uint64_t, block_kb, 8, "the tier's SST block size, KiB (DiskTier::Options)");
+ABSL_FLAG(absl::Duration, compute, absl::ZeroDuration(),
+          "a training step's compute, simulated by a sleep between each batch's pull and its "
+          "push (what a prefetch overlaps with); 0: none, the data plane alone");
 ABSL_FLAG(bool, wire, true,
           "also run the workloads through an in-process ps_server over loopback gRPC (wire-ram, "
           "wire, wire+pf: the next batch prefetched with Client::PrefetchAsync)");
@@ -138,7 +144,7 @@ struct Result {
 
 // Pulls then pushes `keys` (the view's block); the pull's latency to `pull_us`.
 absl::Status PullPush(TableStore& store, const std::vector<uint64_t>& keys,
-                      std::vector<double>* pull_us) {
+                      std::vector<double>* pull_us, absl::Duration compute = absl::ZeroDuration()) {
   const uint32_t dim = absl::GetFlag(FLAGS_dim);
   v1::KeyBlock block;
   block.set_table_id(1);
@@ -149,6 +155,7 @@ absl::Status PullPush(TableStore& store, const std::vector<uint64_t>& keys,
   const absl::Time start = absl::Now();
   PS_RETURN_IF_ERROR(store.Pull(view, &values));
   pull_us->push_back(absl::ToDoubleMicroseconds(absl::Now() - start));
+  absl::SleepFor(compute);
   std::vector<float> grads(keys.size() * dim, 0.001f);
   AppendValues(grads.data(), grads.size(), block.mutable_values());
   TableStore::BlockView push;
@@ -204,7 +211,7 @@ absl::StatusOr<Result> RunStore(const Zipf& zipf, bool tier, bool prefetch) {
     absl::Status fetched;
     std::thread ahead;
     if (prefetch) ahead = std::thread([&] { fetched = Prefetch(store, next); });
-    absl::Status done = PullPush(store, keys, &pull_us);
+    absl::Status done = PullPush(store, keys, &pull_us, absl::GetFlag(FLAGS_compute));
     if (ahead.joinable()) ahead.join();
     PS_RETURN_IF_ERROR(done);
     PS_RETURN_IF_ERROR(fetched);
@@ -250,18 +257,22 @@ absl::StatusOr<Result> RunWire(const Zipf& zipf, bool tier, bool prefetch) {
   }
   PS_ASSIGN_OR_RETURN(const Table table, client->CreateTable(config));
   std::vector<float> values, grads;
-  auto pull_push = [&](const std::vector<uint64_t>& keys, std::vector<double>* pull_us) {
+  // Pulls `keys` (its latency to `pull_us`, if any), runs `between` (the step's compute), and
+  // pushes them.
+  auto pull_push = [&](const std::vector<uint64_t>& keys, std::vector<double>* pull_us,
+                       absl::FunctionRef<void()> between) {
     values.resize(keys.size() * dim);
     grads.assign(keys.size() * dim, 0.001f);
     const absl::Time start = absl::Now();
     PS_RETURN_IF_ERROR(client->Pull(table, keys, absl::MakeSpan(values)));
     if (pull_us != nullptr) pull_us->push_back(absl::ToDoubleMicroseconds(absl::Now() - start));
+    between();
     return client->Push(table, keys, grads);
   };
   for (uint64_t at = 0; at < rows; at += 4096) {  // every row created (most go to disk)
     std::vector<uint64_t> keys;
     for (uint64_t r = at; r < std::min(rows, at + 4096); ++r) keys.push_back(zipf.Scramble(r));
-    PS_RETURN_IF_ERROR(pull_push(keys, nullptr));
+    PS_RETURN_IF_ERROR(pull_push(keys, nullptr, [] {}));
   }
   std::mt19937_64 rng(1);
   const uint64_t per_request = absl::GetFlag(FLAGS_keys_per_request);
@@ -274,9 +285,12 @@ absl::StatusOr<Result> RunWire(const Zipf& zipf, bool tier, bool prefetch) {
   while (absl::Now() - start < run) {
     const std::vector<uint64_t> keys = std::move(next);
     next = Batch(zipf, rng, per_request);
+    // The next batch announced once this one is pulled, while the step computes.
     Pending ahead;
-    if (prefetch) ahead = client->PrefetchAsync(table, next);  // copies the keys
-    PS_RETURN_IF_ERROR(pull_push(keys, &pull_us));
+    PS_RETURN_IF_ERROR(pull_push(keys, &pull_us, [&] {
+      if (prefetch) ahead = client->PrefetchAsync(table, next);  // copies the keys
+      absl::SleepFor(absl::GetFlag(FLAGS_compute));
+    }));
     if (prefetch) PS_RETURN_IF_ERROR(ahead.Wait());
     keys_done += keys.size();
   }
@@ -365,10 +379,13 @@ int Run() {
     }
     alphas.push_back(v);
   }
-  std::printf("rows %llu, dim %u %s, RAM cap %.0f%% of the rows, %llu keys drawn per batch\n",
-              static_cast<unsigned long long>(absl::GetFlag(FLAGS_rows)), absl::GetFlag(FLAGS_dim),
-              absl::GetFlag(FLAGS_storage).c_str(), 100 * absl::GetFlag(FLAGS_ram_fraction),
-              static_cast<unsigned long long>(absl::GetFlag(FLAGS_keys_per_request)));
+  std::printf(
+      "rows %llu, dim %u %s, RAM cap %.0f%% of the rows, %llu keys drawn per batch, "
+      "compute %s a batch\n",
+      static_cast<unsigned long long>(absl::GetFlag(FLAGS_rows)), absl::GetFlag(FLAGS_dim),
+      absl::GetFlag(FLAGS_storage).c_str(), 100 * absl::GetFlag(FLAGS_ram_fraction),
+      static_cast<unsigned long long>(absl::GetFlag(FLAGS_keys_per_request)),
+      absl::FormatDuration(absl::GetFlag(FLAGS_compute)).c_str());
   int rc = 0;
   for (double alpha : alphas) {
     const Zipf zipf(absl::GetFlag(FLAGS_rows), alpha);
