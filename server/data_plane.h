@@ -121,7 +121,7 @@ class DataPlane {
   // Serves a prefetch: resolves its blocks once (ResolvePrefetch), then has the store read the
   // rows of tables with a disk tier back into RAM and pin them for the store's prefetch_pin
   // (TableStore::Prefetch), and answers an empty PullResponse. It never waits in the
-  // consistency gate, but reading the disk blocks: without `may_block`, returns nullopt where a
+  // consistency gate, but its disk reads block: without `may_block`, returns nullopt where a
   // block's table has a disk tier (call it again with `may_block`). Blocks of tables without
   // one are checked and otherwise ignored.
   absl::StatusOr<std::optional<PullAnswer>> Prefetch(PendingPull* pull, bool may_block);
