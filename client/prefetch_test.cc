@@ -169,13 +169,21 @@ TEST_F(PrefetchTest, APrefetchedBatchIsPulledFromRamWithTheSameValues) {
   const v1::TableStats prefetched = Stats(tiered->id);
   EXPECT_GT(prefetched.disk_reads(), before.disk_reads());  // the prefetch read them from disk
 
+  // Other keys churn through RAM meanwhile (2.5x both servers' caps): the prefetched rows stay.
+  std::vector<float> churn(120 * kDim);
+  ASSERT_TRUE(tiered_client->Pull(*tiered, Range(1200, 120), absl::MakeSpan(churn)).ok());
+  ASSERT_TRUE(
+      tiered_client->Pull(*tiered, Range(1320, 80), absl::MakeSpan(churn).first(80 * kDim)).ok());
+  const v1::TableStats churned = Stats(tiered->id);
+  ASSERT_GT(churned.disk_reads(), prefetched.disk_reads());
+
   std::vector<float> got(batch.size() * kDim), want(batch.size() * kDim);
   ASSERT_TRUE(tiered_client->Pull(*tiered, batch, absl::MakeSpan(got)).ok());
   const v1::TableStats pulled = Stats(tiered->id);
   // The pull found every row in RAM: no disk lookup of its own.
-  EXPECT_EQ(pulled.ram_hits() - prefetched.ram_hits(), batch.size());
-  EXPECT_EQ(pulled.disk_lookups(), prefetched.disk_lookups());
-  EXPECT_EQ(pulled.disk_reads(), prefetched.disk_reads());
+  EXPECT_EQ(pulled.ram_hits() - churned.ram_hits(), batch.size());
+  EXPECT_EQ(pulled.disk_lookups(), churned.disk_lookups());
+  EXPECT_EQ(pulled.disk_reads(), churned.disk_reads());
   // And the values are the uncapped table's (which never had a prefetch).
   ASSERT_TRUE(plain_client->Pull(*plain, batch, absl::MakeSpan(want)).ok());
   EXPECT_EQ(got, want);
@@ -265,6 +273,18 @@ TEST_F(PrefetchTest, BadPrefetchesAreRefusedAndTheServersServeOn) {
   EXPECT_TRUE(client->Prefetch(*t, Range(0, 100000)).ok());
   std::vector<float> out(keys.size() * kDim);
   EXPECT_TRUE(client->Pull(*t, keys, absl::MakeSpan(out)).ok());
+}
+
+TEST(PrefetchPinTest, APinBoundOutsideASecondToAnHourIsRefused) {
+  for (absl::Duration pin : {absl::ZeroDuration(), absl::Milliseconds(500), absl::Hours(2)}) {
+    ParameterServerOptions options;
+    options.listen = "127.0.0.1:0";
+    options.prefetch_pin = pin;
+    auto server = ParameterServer::Start(options);
+    ASSERT_FALSE(server.ok());
+    EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(server.status().message(), HasSubstr("--prefetch_pin"));
+  }
 }
 
 }  // namespace
