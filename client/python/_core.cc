@@ -680,6 +680,7 @@ A key may appear several times: its gradients are summed.)doc")
            "The request holds the arrays until it is done.")
       .def("push_async", &PushAsync, py::arg("table"), py::arg("keys"), py::arg("grads"),
            "Starts a push and returns a Request (see push).")
+      .def("prefetch", &PrefetchAsync, py::arg("table"), py::arg("keys"), kTablePrefetchDoc)
       .def(
           "pull_many",
           [](py::object self, py::object ops) { return WaitNow(PullManyAsync(self, ops)); },

@@ -104,7 +104,9 @@ def test_table_prefetch_reads_rows_back_and_changes_no_value(tier_cluster, job_i
         # Not waited for, then pushed and pulled: the same training as without.
         tiered.prefetch(keys[30:60])
         np.testing.assert_array_equal(train(tiered, keys, 3), train(plain, keys, 3))
-        # A table without a disk tier takes it as a no-op; bad keys are refused.
+        # The client's form; a table without a disk tier takes it as a no-op; bad keys are
+        # refused.
+        assert clients[0].prefetch(tiered, keys[100:110]).wait() is None
         assert plain.prefetch(keys[:10]).wait() is None
         with pytest.raises(ValueError):
             tiered.prefetch(np.array([-1], dtype=np.int64))
