@@ -329,6 +329,26 @@ class Client::Impl {
     return pending;
   }
 
+  // A prefetch (RpcClient::StartPrefetch), sent; its keys are copied before this returns.
+  std::shared_ptr<Pending::Impl> Prefetch(const Table& table, absl::Span<const uint64_t> keys) {
+    auto pending = std::make_shared<Pending::Impl>();
+    pending->early = CheckOpen();
+    if (pending->early.ok()) {
+      pending->early = CheckOp("prefetch", table, keys, keys.size() * size_t{table.dim});
+    }
+    std::vector<TableOp> ops(1);
+    ops[0].table_id = table.id;
+    ops[0].keys = keys;
+    std::vector<uint64_t> unique;
+    std::vector<uint32_t> slot;
+    if (pending->early.ok() && Deduplicate(keys, &unique, &slot)) {  // servers refuse repeats
+      pending->keys.push_back(std::move(unique));
+      ops[0].keys = pending->keys.back();
+    }
+    Start(pending.get(), [&](RpcClient& rpc) { return rpc.StartPrefetch(std::move(ops)); });
+    return pending;
+  }
+
   // Sends a request (unless refused early, or not sent in an interrupted step of a Session).
   template <typename Send>
   void Start(Pending::Impl* pending, Send send) {
@@ -589,6 +609,14 @@ Pending Client::PullAsync(std::vector<PullOp> ops) {
 
 Pending Client::PushAsync(std::vector<PushOp> ops) {
   return Pending(impl_->Push(std::move(ops), /*caller_waits=*/false));
+}
+
+Pending Client::PrefetchAsync(const Table& table, absl::Span<const uint64_t> keys) {
+  return Pending(impl_->Prefetch(table, keys));
+}
+
+absl::Status Client::Prefetch(const Table& table, absl::Span<const uint64_t> keys) {
+  return PrefetchAsync(table, keys).Wait();
 }
 
 Pending Client::PullAsync(const Table& table, absl::Span<const uint64_t> keys,

@@ -156,6 +156,7 @@ void EncodePullRequest(const RequestHeader& h, const std::vector<TableOp>& ops,
   PutVarintField(PullRequest::kClockFieldNumber, static_cast<uint64_t>(h.clock), out);
   PutVarintField(PullRequest::kShardEpochFieldNumber, h.shard_epoch, out);
   AppendBlocks(PullRequest::kBlocksFieldNumber, ops, dims, segments, /*with_values=*/false, b);
+  if (h.prefetch) PutVarintField(PullRequest::kPrefetchFieldNumber, 1, b->out());
 }
 
 void EncodePushRequest(const RequestHeader& h, const std::vector<TableOp>& ops,

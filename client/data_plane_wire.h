@@ -47,6 +47,7 @@ struct RequestHeader {
   int64_t clock = 0;
   uint64_t shard_epoch = 0;
   float lr_scale = 1.0f;  // pushes
+  bool prefetch = false;  // pulls: PullRequest.prefetch (rows read from disk, no values)
 };
 
 // PullRequest: keys only.

@@ -11,8 +11,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
-#include "common/packed_bytes.h"
 #include "common/grpc_status.h"
+#include "common/packed_bytes.h"
 #include "common/security.h"
 #include "common/status_macros.h"
 #include "common/value_codec.h"
@@ -682,6 +682,32 @@ RpcHandle RpcClient::StartPull(std::vector<TableOp> ops, bool caller_waits) {
   }
   return StartRequest(std::move(calls), std::move(state), options_.max_parts_in_flight, 0,
                       caller_waits);
+}
+
+RpcHandle RpcClient::StartPrefetch(std::vector<TableOp> ops) {
+  std::vector<int> dims;
+  absl::Status s = ResolveDims(ops, &dims);
+  if (!s.ok()) return FailedHandle(s);
+  // Parts cut as a pull's of float32 values would be (a prefetch carries keys only): at most
+  // max_part_bytes / 12 keys each, under the server's DataPlane::kMaxPrefetchKeys.
+  auto parts = Split(ops, dims, /*with_values=*/false, {});
+  std::vector<std::shared_ptr<Call>> calls;
+  auto state = std::make_shared<RpcHandle::State>();
+  state->observer = observer_.load();
+  RequestHeader header = Header(clock_.load());
+  header.prefetch = true;
+  for (int server = 0; server < static_cast<int>(parts.size()); ++server) {
+    for (size_t p = 0; p < parts[server].size(); ++p) {
+      // No pull segments: the answer holds no block.
+      auto call = std::make_shared<Call>(this, Call::kPull, server, p, state, ops, dims);
+      wire::MessageBuilder b(nullptr);  // borrows nothing: keys are copied
+      EncodePullRequest(header, ops, dims, parts[server][p].segments, &b);
+      call->request = b.Finish();
+      calls.push_back(std::move(call));
+    }
+  }
+  return StartRequest(std::move(calls), std::move(state), options_.max_parts_in_flight, 0,
+                      /*caller_waits=*/false);
 }
 
 RpcHandle RpcClient::StartPush(std::vector<TableOp> ops, bool caller_waits) {

@@ -19,14 +19,14 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "client/data_plane_wire.h"
+#include "client/pull_cache.h"
+#include "client/push_encoder.h"
 #include "common/grpc_status.h"
 #include "common/shard_map.h"
 #include "common/transport_options.h"
 #include "ps/client.h"  // kDefaultRpcTimeout
 #include "ps/v1/parameter_server.grpc.pb.h"
-#include "client/pull_cache.h"
-#include "client/push_encoder.h"
-#include "client/data_plane_wire.h"
 
 namespace ps {
 
@@ -136,6 +136,10 @@ class RpcClient {
   // The requests, started; `caller_waits`: the caller waits for the handle at once, and a
   // request of one part then runs on this thread (done when these return).
   RpcHandle StartPull(std::vector<TableOp> ops, bool caller_waits);
+  // A prefetch (PullRequest.prefetch): each server reads the rows of its share of the keys
+  // from its disk tier into RAM and pins them until a pull reads them; no values come back
+  // (the ops' `out` is not used). The keys are copied before this returns.
+  RpcHandle StartPrefetch(std::vector<TableOp> ops);
   RpcHandle StartPush(std::vector<TableOp> ops, bool caller_waits);
   RpcHandle StartPushPull(std::vector<TableOp> push_ops, std::vector<TableOp> pull_ops,
                           bool caller_waits);

@@ -17,12 +17,12 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "common/grpc_status.h"
-#include "common/status_macros.h"
-#include "ps/v1/agent.grpc.pb.h"
 #include "client/client_internal.h"
 #include "client/data_ranges.h"
 #include "client/job_run.h"
+#include "common/grpc_status.h"
+#include "common/status_macros.h"
+#include "ps/v1/agent.grpc.pb.h"
 
 namespace ps {
 namespace {
@@ -563,6 +563,9 @@ Consistency Session::consistency() const {
 }
 int Session::staleness() const { return const_cast<Impl&>(*impl_).client().options().staleness; }
 Client& Session::client() { return impl_->client(); }
+Pending Session::Prefetch(const Table& table, absl::Span<const uint64_t> keys) {
+  return impl_->client().PrefetchAsync(table, keys);
+}
 
 absl::StatusOr<Table> Session::table(const std::string& name) const {
   auto spec = impl_->state().DeclaredTable(name);

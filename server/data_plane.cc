@@ -1,5 +1,6 @@
 #include "server/data_plane.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -149,6 +150,17 @@ absl::StatusOr<PendingPull> DataPlane::StartPull(const std::string& job_scope,
   pull.blocks = &req.blocks();
   pull.deadline = deadline;
   pull.job = JobMetrics(req.job_id());
+  pull.prefetch = req.prefetch();
+  if (pull.prefetch) {
+    size_t keys = 0;
+    for (const v1::KeyBlock& block : req.blocks()) keys += block.keys().size() / sizeof(uint64_t);
+    if (keys > kMaxPrefetchKeys) {
+      return Rejected(RejectReason::kBadSize,
+                      absl::InvalidArgumentError(absl::StrCat(
+                          "a prefetch of ", keys, " keys; at most ", kMaxPrefetchKeys,
+                          " a request (prefetch fewer keys per request); nothing was read")));
+    }
+  }
   return pull;
 }
 
@@ -240,6 +252,35 @@ absl::StatusOr<ResolvedPull> DataPlane::ResolvePull(
   return pull;
 }
 
+absl::StatusOr<ResolvedPull> DataPlane::ResolvePrefetch(
+    const std::string& job_id,
+    const google::protobuf::RepeatedPtrField<v1::KeyBlock>& blocks) const {
+  ResolvedPull pull;
+  pull.views.resize(blocks.size());
+  for (int i = 0; i < blocks.size(); ++i) {
+    PS_RETURN_IF_ERROR(store_->Resolve(job_id, blocks[i], /*with_values=*/false, &pull.views[i]));
+    pull.keys += pull.views[i].keys.size();
+  }
+  return pull;
+}
+
+absl::StatusOr<std::optional<PullAnswer>> DataPlane::Prefetch(PendingPull* pull, bool may_block) {
+  if (!pull->resolved.has_value()) {
+    PS_ASSIGN_OR_RETURN(pull->resolved, ResolvePrefetch(*pull->job_id, *pull->blocks));
+  }
+  const std::vector<TableStore::BlockView>& views = pull->resolved->views;
+  const bool reads_disk = std::any_of(views.begin(), views.end(), [](const auto& v) {
+    return v.table->tier != nullptr && !v.keys.empty();
+  });
+  if (reads_disk && !may_block) return std::nullopt;
+  for (const TableStore::BlockView& view : views) {
+    PS_RETURN_IF_ERROR(store_->Prefetch(view, store_->prefetch_pin()));
+  }
+  // No blocks: the answer is a PullResponse with nothing but its (zero) clock fields.
+  static const auto* const kNoBlocks = new google::protobuf::RepeatedPtrField<v1::KeyBlock>();
+  return PullAnswer::Read(store_, *kNoBlocks, {}, /*min_clock=*/0, /*wait_micros=*/0);
+}
+
 absl::StatusOr<bool> DataPlane::ResolveAndApply(const v1::PushRequest& req,
                                                 const std::deque<ScatteredValues>& values,
                                                 ServerMetrics::Job* job) {
@@ -279,6 +320,7 @@ absl::Status DataPlane::Apply(const ResolvedPush& push, ServerMetrics::Job* job,
 }
 
 absl::StatusOr<std::optional<PullAnswer>> DataPlane::Pull(PendingPull* pull, bool may_block) {
+  if (pull->prefetch) return Prefetch(pull, may_block);
   // A pull that must wait is handed off before its blocks are resolved; there they are resolved
   // once, before the wait, so that a bad block is refused at once rather than after a wait that
   // holds a thread (and then reported as the gate's time-out instead of what was wrong with it).

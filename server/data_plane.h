@@ -68,6 +68,9 @@ struct ResolvedPull {
 struct PendingPull {
   const std::string* job_id = nullptr;
   int64_t clock = 0;
+  // PullRequest.prefetch: its rows read from the disk tier into RAM, no values answered
+  // (DataPlane::Prefetch).
+  bool prefetch = false;
   const google::protobuf::RepeatedPtrField<v1::KeyBlock>* blocks = nullptr;
   absl::Time deadline;                      // of the wait in the consistency gate
   std::shared_ptr<ServerMetrics::Job> job;  // its metrics (null: none)
@@ -85,6 +88,9 @@ class DataPlane {
   // clients' parts (2 MiB by default) stay below it. Handed off to another thread, a 2 MiB part
   // took longer in ps_bench runs (docs/benchmarks.md, "Fifth round").
   static constexpr size_t kServeHereBytes = size_t{4} << 20;
+  // Most keys of one prefetch request (PullRequest.prefetch), all blocks together: 8 MiB of
+  // keys. Our clients' parts hold fewer (a part is cut at max_part_bytes of pulled values).
+  static constexpr size_t kMaxPrefetchKeys = size_t{1} << 20;
 
   // All must outlive this; `metrics` may be null (no metrics).
   DataPlane(TableStore* store, ConsistencyGate* gate, RequestDeduper* deduper,
@@ -101,15 +107,24 @@ class DataPlane {
   absl::StatusOr<PendingPull> PushPull(const std::string& job_scope, const v1::PushPullRequest& req,
                                        const std::deque<ScatteredValues>& values,
                                        absl::Time deadline);
-  // A Pull's caller checked; returns it for Pull to serve (it borrows `req`).
+  // A Pull's caller checked (a prefetch's keys counted against kMaxPrefetchKeys too); returns
+  // it for Pull to serve (it borrows `req`).
   absl::StatusOr<PendingPull> StartPull(const std::string& job_scope, const v1::PullRequest& req,
                                         absl::Time deadline);
   // Serves a pull up to its answer: lets the consistency gate pass it (waiting there only with
   // `may_block`), then resolves its blocks, once, and reads what the answer's size depends on.
   // Without `may_block`, returns nullopt where it would block (the gate would wait, or the
   // answer is over kServeHereBytes), having changed nothing but `pull`'s progress: call it again
-  // with `may_block` to go on. The answer borrows `pull`, which must outlive it.
+  // with `may_block` to go on. The answer borrows `pull`, which must outlive it. A prefetch
+  // (pull->prefetch) goes to Prefetch instead.
   absl::StatusOr<std::optional<PullAnswer>> Pull(PendingPull* pull, bool may_block);
+  // Serves a prefetch: resolves its blocks once (ResolvePrefetch), then has the store read the
+  // rows of tables with a disk tier back into RAM and pin them for the store's prefetch_pin
+  // (TableStore::Prefetch), and answers an empty PullResponse. It never waits in the
+  // consistency gate, but its disk reads block: without `may_block`, returns nullopt where a
+  // block's table has a disk tier (call it again with `may_block`). Blocks of tables without
+  // one are checked and otherwise ignored.
+  absl::StatusOr<std::optional<PullAnswer>> Prefetch(PendingPull* pull, bool may_block);
 
   // The steps above, for tests of each. The caller: PERMISSION_DENIED unless `job_scope` is
   // empty (not a job's credential) or `job_id`; then a well-formed job id of a job not dropped.
@@ -119,6 +134,12 @@ class DataPlane {
   absl::Status ResolvePush(const v1::PushRequest& req, const std::deque<ScatteredValues>& values,
                            ResolvedPush* out) const;
   absl::StatusOr<ResolvedPull> ResolvePull(
+      const std::string& job_id,
+      const google::protobuf::RepeatedPtrField<v1::KeyBlock>& blocks) const;
+  // A prefetch's blocks resolved: tables found (the job's own), keys validated (this server's
+  // slots, in range), as a pull's; codecs, the answer's size and the job's row cap are not
+  // checked (a prefetch answers no value and creates no row). `bytes` stays 0.
+  absl::StatusOr<ResolvedPull> ResolvePrefetch(
       const std::string& job_id,
       const google::protobuf::RepeatedPtrField<v1::KeyBlock>& blocks) const;
 

@@ -4,9 +4,11 @@
 #include "server/data_plane.h"
 
 #include <grpcpp/support/byte_buffer.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <utility>
@@ -237,6 +239,82 @@ TEST_F(DataPlaneTest, AnEncodedBlockIsDecodedAndAPlainOneToAnEncodedTableRefused
   const absl::Status s = plane_.ResolvePush(plain, plain_values, &refused);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("its push_codec"), std::string::npos) << s;
+}
+
+// Prefetches (PullRequest.prefetch) through DataCall, as the reactors serve them.
+v1::PullRequest Prefetch(v1::PullRequest req) {
+  req.set_prefetch(true);
+  return req;
+}
+
+TEST_F(DataPlaneTest, APrefetchOfATableWithoutATierIsAnsweredAtOnceWithNoValues) {
+  Configure(ConsistencySpec::SYNC);
+  // At clock 5, which a pull would wait for: a prefetch never waits on the gate.
+  auto call = Call(ServerMethod::kPull, Prefetch(Pull(kSmall, {1, 2}, /*clock=*/5)));
+  ASSERT_TRUE(call->Serve(/*may_block=*/false));
+  ASSERT_TRUE(call->status().ok()) << call->status();
+  EXPECT_EQ(Parse<v1::PullResponse>(answer_).blocks_size(), 0);
+  // A bad block is refused as a pull's: an unknown table, a key past a dense table.
+  for (const v1::PullRequest& req : {Prefetch(Pull(99, {0})), Prefetch(Pull(kSmall, {8}))}) {
+    auto bad = Call(ServerMethod::kPull, req);
+    ASSERT_TRUE(bad->Serve(/*may_block=*/false));
+    EXPECT_EQ(bad->status().code(), absl::StatusCode::kInvalidArgument) << bad->status();
+  }
+}
+
+TEST_F(DataPlaneTest, APrefetchScopedToAnotherJobOrOverTheKeyCapIsRefused) {
+  Configure(ConsistencySpec::ASYNC);
+  auto call = Call(ServerMethod::kPull, Prefetch(Pull(kSmall, {2})), /*scope=*/"other");
+  ASSERT_TRUE(call->Serve(/*may_block=*/false));
+  EXPECT_EQ(call->status().code(), absl::StatusCode::kPermissionDenied) << call->status();
+  auto big =
+      Call(ServerMethod::kPull,
+           Prefetch(Pull(kSmall, std::vector<uint64_t>(DataPlane::kMaxPrefetchKeys + 1, 0))));
+  ASSERT_TRUE(big->Serve(/*may_block=*/true));
+  EXPECT_EQ(big->status().code(), absl::StatusCode::kInvalidArgument) << big->status();
+  EXPECT_NE(big->status().message().find("at most 1048576"), std::string::npos) << big->status();
+}
+
+TEST(DataPlaneTierTest, APrefetchThatReadsTheDiskIsServedWhereTheCallMayBlock) {
+  TableStoreOptions options;
+  options.tier.dir = ::testing::TempDir() + "/data_plane_prefetch_" + std::to_string(getpid());
+  {
+    TableStore store(options);
+    v1::TableSpec spec = Dense(kSmall, 4, 0);
+    spec.set_kind(v1::SPARSE);
+    spec.set_num_rows(0);
+    spec.mutable_eviction()->set_max_rows(4);
+    spec.mutable_tier()->set_disk(true);
+    ASSERT_TRUE(store.CreateTable(spec).ok());
+    ConsistencyGate gate([&](const std::string& job, int64_t from, int64_t to) {
+      store.ApplyAccumulated(job, from, to);
+    });
+    ConsistencySpec mode;
+    mode.set_mode(ConsistencySpec::ASYNC);
+    ASSERT_TRUE(gate.Configure(kJob, mode, {1}, 1).ok());
+    RequestDeduper deduper;
+    DataPlane plane(&store, &gate, &deduper, nullptr);
+    std::vector<uint64_t> keys(64);
+    for (uint64_t k = 0; k < keys.size(); ++k) keys[k] = k;
+    v1::PullRequest pull;
+    pull.set_job_id(kJob);
+    pull.set_worker_id(1);
+    *pull.add_blocks() = Block(kSmall, keys);
+    grpc::ByteBuffer answer;
+    DataCall created(&plane, ServerMethod::kPull, Bytes(pull), &answer,
+                     absl::Now() + absl::Seconds(10), "");
+    ASSERT_TRUE(created.Serve(/*may_block=*/true));  // 64 rows, 60 of them on disk now
+    ASSERT_TRUE(created.status().ok()) << created.status();
+    const uint64_t reads = store.Stats(kSmall)->disk_reads();
+    DataCall prefetch(&plane, ServerMethod::kPull, Bytes(Prefetch(pull)), &answer,
+                      absl::Now() + absl::Seconds(10), "");
+    EXPECT_FALSE(prefetch.Serve(/*may_block=*/false));  // not on the thread that read it
+    EXPECT_EQ(store.Stats(kSmall)->disk_reads(), reads);
+    ASSERT_TRUE(prefetch.Serve(/*may_block=*/true));
+    ASSERT_TRUE(prefetch.status().ok()) << prefetch.status();
+    EXPECT_GT(store.Stats(kSmall)->disk_reads(), reads);
+  }
+  std::filesystem::remove_all(options.tier.dir);
 }
 
 }  // namespace

@@ -256,5 +256,31 @@ TEST_F(JobGrantsServerTest, DataCallsWithAnotherJobsCredentialAreRefusedAndCount
   EXPECT_EQ(Refused("other_job"), 2);
 }
 
+TEST_F(JobGrantsServerTest, APrefetchWithAnotherJobsCredentialIsRefusedAndCounted) {
+  const std::string a = JobToken(kClusterToken, "job-1");
+  const std::string b = JobToken(kClusterToken, "job-2");
+  ASSERT_TRUE(Configure("job-2", b).ok());
+  ASSERT_TRUE(Create("job-2", 2001, b).ok());
+  v1::PullRequest prefetch;
+  prefetch.set_job_id("job-2");
+  prefetch.set_shard_epoch(1);
+  prefetch.set_prefetch(true);
+  v1::KeyBlock& block = *prefetch.add_blocks();
+  block.set_table_id(2001);
+  const uint64_t key = 0;
+  block.set_keys(std::string(reinterpret_cast<const char*>(&key), sizeof(key)));
+  v1::PullResponse answer;
+  {
+    Context c(a);
+    grpc::Status s = stub_->Pull(&c.ctx, prefetch, &answer);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  }
+  EXPECT_EQ(Refused("other_job"), 1);
+  Context c(b);  // job-2's own credential: answered, with no value
+  grpc::Status s = stub_->Pull(&c.ctx, prefetch, &answer);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(answer.blocks_size(), 0);
+}
+
 }  // namespace
 }  // namespace ps

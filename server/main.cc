@@ -77,6 +77,11 @@ ABSL_FLAG(std::vector<std::string>, tier_roots, {},
           "(docs/embedding-tables.md#disk-tier): its RocksDB lives in <first root>/tier-<server "
           "index>-<pid>, emptied at start and removed at exit. Default: none, such tables are "
           "refused at CreateTable");
+ABSL_FLAG(absl::Duration, prefetch_pin, absl::Seconds(30),
+          "how long a row that a client prefetched (PullRequest.prefetch: read from the disk "
+          "tier into RAM before the step that pulls it) stays pinned in RAM at most when no pull "
+          "reads it; eviction passes it by until then (docs/embedding-tables.md#prefetch). "
+          "1s..1h");
 ABSL_FLAG(absl::Duration, drain_grace, absl::Seconds(1),
           "on SIGTERM/SIGINT: health turns NOT_SERVING, requests are still served this long, "
           "then the server shuts down: requests still running get 0.5 s more, pulls waiting on "
@@ -154,6 +159,7 @@ absl::StatusOr<ps::ParameterServerOptions> OptionsFromFlags() {
   options.huge_pages = absl::GetFlag(FLAGS_huge_pages);
   options.checkpoint_write_delay = absl::GetFlag(FLAGS_checkpoint_write_delay);
   options.checkpoint_roots = absl::GetFlag(FLAGS_checkpoint_roots);
+  options.prefetch_pin = absl::GetFlag(FLAGS_prefetch_pin);
   options.transport = TransportFromFlags();
   if (const std::vector<std::string> tier_roots = absl::GetFlag(FLAGS_tier_roots);
       !tier_roots.empty()) {

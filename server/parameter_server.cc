@@ -24,6 +24,10 @@ absl::Status ParameterServerOptions::Validate() const {
   if (checkpoint_write_delay < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--checkpoint_write_delay must not be negative");
   }
+  if (prefetch_pin < absl::Seconds(1) || prefetch_pin > absl::Hours(1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--prefetch_pin ", absl::FormatDuration(prefetch_pin), " must be in [1s, 1h]"));
+  }
   if (max_job_bytes == 0) return absl::InvalidArgumentError("--max_job_bytes must be positive");
   if (max_message_bytes < (1 << 20)) {
     return absl::InvalidArgumentError("--max_message_bytes must be at least 1 MiB");
@@ -57,6 +61,7 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
   store_options.max_job_bytes = options.max_job_bytes;
   store_options.huge_pages = options.huge_pages;
   store_options.tier.dir = options.tier_dir;
+  store_options.prefetch_pin = options.prefetch_pin;
 
   std::unique_ptr<ParameterServer> ps(new ParameterServer);
   if (registry != nullptr) {

@@ -56,6 +56,9 @@ struct ParameterServerOptions {
   std::vector<std::string> checkpoint_roots;
   // The disk tier's directory (TableStoreOptions::tier; --tier_roots). Empty: none.
   std::string tier_dir;
+  // How long a prefetched row (PullRequest.prefetch) stays pinned in RAM at most when no pull
+  // reads it (TableStoreOptions::prefetch_pin; --prefetch_pin). At least 1 s, at most 1 h.
+  absl::Duration prefetch_pin = absl::Seconds(30);
   // The tokens every call must carry (null: none).
   std::shared_ptr<const Authorizer> authorizer;
 

@@ -67,6 +67,9 @@ struct TableStoreOptions {
   // The disk tier of tables with tier.disk (docs/embedding-tables.md#disk-tier): opened at the
   // first such table. tier.dir empty (the default): no disk tier, and such tables are refused.
   DiskTier::Options tier;
+  // How long a prefetched row stays pinned in RAM at most when no pull reads it (Prefetch's
+  // pin_for for prefetches from the wire; ps_server --prefetch_pin).
+  absl::Duration prefetch_pin = absl::Seconds(30);
 };
 
 // Thread-safe. Each slot has its own lock: requests touching different slots never wait on each
@@ -274,6 +277,8 @@ class TableStore {
   // or `pin_for` has passed. A no-op for other tables. RESOURCE_EXHAUSTED if the rows they
   // push out of RAM cannot be written back (a full disk).
   absl::Status Prefetch(const BlockView& view, absl::Duration pin_for = absl::Seconds(30));
+  // TableStoreOptions::prefetch_pin.
+  absl::Duration prefetch_pin() const { return options_.prefetch_pin; }
   // Applies the gradients now (async / ssp), the learning rate multiplied by `lr_scale`.
   // FAILED_PRECONDITION if the table was dropped meanwhile (the rows left were dropped too).
   absl::Status Apply(const BlockView& view, float lr_scale = 1.0f);

@@ -412,23 +412,23 @@ absl::Status TableStore::Prefetch(const BlockView& view, absl::Duration pin_for)
   if (t.tier == nullptr || view.keys.empty()) return absl::OkStatus();
   const uint32_t until = static_cast<uint32_t>(std::min<int64_t>(
       int64_t{Now()} + std::max<int64_t>(1, absl::ToInt64Seconds(pin_for)), UINT32_MAX));
-  const RowPins pins(view.keys.begin(), view.keys.end());
-  SlotGroups own;
-  const SlotGroups* groups = GroupingOf(t.spec.table_id(), view.keys, &view.groups, &own);
-  std::vector<uint64_t> slot_keys;
-  for (uint32_t s = 0; s < kNumSlots; ++s) {
-    const absl::Span<const uint32_t> group = groups->Group(s);
-    if (group.empty()) continue;
-    Slot& slot = slots_[s];
-    absl::MutexLock l(&slot.mu);
-    slot_keys.clear();
-    for (uint32_t i : group) slot_keys.push_back(view.keys[i]);
-    PS_RETURN_IF_ERROR(ReadBack(slot, t, slot_keys, pins));
-    for (uint64_t key : slot_keys) {
-      if (t.index[s].Find(*t.arena, key) != RowArena::kNoRow) t.pinned[s][key] = until;
+  const absl::Span<const uint64_t> keys = view.keys;
+  const RowPins pins(keys.begin(), keys.end());
+  // As a pull's pass does (TieredBatch): the slots taken kBatchKeys keys at a time, each batch
+  // with one read from disk and one write (SwapIn), never pushing out a key of the request.
+  auto fetch = [&](absl::Span<const SlotGroupRef<Slot>> batch)
+                   ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::Status {
+    if (t.dropped.load()) return TableDroppedError(t);
+    PS_RETURN_IF_ERROR(SwapIn(t, batch, keys, pins));
+    for (const SlotGroupRef<Slot>& g : batch) {
+      const uint32_t s = SlotIndex(*g.slot);
+      for (uint32_t i : g.group) {
+        if (t.index[s].Find(*t.arena, keys[i]) != RowArena::kNoRow) t.pinned[s][keys[i]] = until;
+      }
     }
-  }
-  return absl::OkStatus();
+    return absl::OkStatus();
+  };
+  return ForEachSlotBatch(slots_.get(), t.spec.table_id(), keys, kBatchKeys, &view.groups, fetch);
 }
 
 absl::Status TableStore::AppendDiskRows(const Table& t, uint32_t s, SlotRows* r) const {

@@ -216,6 +216,18 @@ PyRequest* PullAsync(py::object self, py::object table, py::object keys, py::obj
   return new PyRequest(std::move(pending), c.shared(), std::move(borrowed), result, "pull");
 }
 
+PyRequest* PrefetchAsync(py::object self, py::object table, py::object keys) {
+  PyClient& c = ClientOf(self);
+  const ps::Table& t = TableOf(table);
+  KeysArg k = ParseKeys(keys, "keys");
+  ps::Pending pending;
+  {
+    py::gil_scoped_release release;
+    pending = c.client().PrefetchAsync(t, k.span);  // copies the keys
+  }
+  return new PyRequest(std::move(pending), c.shared(), {}, py::none(), "prefetch");
+}
+
 PyRequest* PushAsync(py::object self, py::object table, py::object keys, py::object grads) {
   PyClient& c = ClientOf(self);
   OpArgs op = ParsePush(table, keys, grads, "");
@@ -423,6 +435,12 @@ void BindRequestAndTable(py::module_& m) {
             return PushAsync(self.cast<PyTable&>().client, self, keys, grads);
           },
           py::arg("keys"), py::arg("grads"), "See Client.push_async.")
+      .def(
+          "prefetch",
+          [](py::object self, py::object keys) {
+            return PrefetchAsync(self.cast<PyTable&>().client, self, keys);
+          },
+          py::arg("keys"), kTablePrefetchDoc)
       .def("__eq__",
            [](const PyTable& a, py::object b) {
              if (!py::isinstance<PyTable>(b)) return false;
@@ -669,6 +687,7 @@ A key may appear several times: its gradients are summed.)doc")
            "The request holds the arrays until it is done.")
       .def("push_async", &PushAsync, py::arg("table"), py::arg("keys"), py::arg("grads"),
            "Starts a push and returns a Request (see push).")
+      .def("prefetch", &PrefetchAsync, py::arg("table"), py::arg("keys"), kTablePrefetchDoc)
       .def(
           "pull_many",
           [](py::object self, py::object ops) { return WaitNow(PullManyAsync(self, ops)); },

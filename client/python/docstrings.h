@@ -53,11 +53,25 @@ of rows, keys 0..rows-1; sparse: None) and client. The table keeps its client al
 methods are shortcuts for the client's: table.pull(keys) == table.client.pull(table, keys).
 )doc";
 
+constexpr const char* kTablePrefetchDoc =
+    R"doc(Announces the keys of a later batch: each server reads the rows of its share of them
+from its disk tier into RAM and keeps them there until a pull reads them (at most the server's
+--prefetch_pin, 30 s by default), so that the pull finds them in RAM. Returns a Request at once
+(its wait() returns None; waiting is optional: a prefetch that failed changes nothing, the pull
+then reads the rows from disk itself). The keys (uint64 or non-negative int64, any shape) are
+copied before it returns. No value comes back and none changes: a pull after a prefetch answers
+what it would without one, so it may be sent at any time, before the current step's push too.
+A table without a disk tier (dense, or sparse without disk_tier): checked, otherwise a no-op.
+Errors as a pull's: a key out of range of a dense table, a closed client. The servers refuse
+more than 1048576 keys in one request (the client cuts larger ones into parts).
+See docs/embedding-tables.md, "Prefetch".
+)doc";
+
 constexpr const char* kRequestDoc = R"doc(A request in flight, from a *_async call.
 
 wait() blocks (with the GIL released) until the request is done and returns its result: the
 pulled array (pull_async), the list of pulled arrays (push_pull_async, pull_many_async) or None
-(pushes); it raises a paramserver.Error if the request failed. It may be called many times.
+(pushes, Table.prefetch); it raises a paramserver.Error if the request failed. It may be called many times.
 done() tells whether wait() would return at once. Until the request is done it holds references
 to the arrays it reads and writes; dropping the last reference to an unfinished request waits
 for it.

@@ -7,11 +7,19 @@
 //             thread while the current batch is pulled and pushed
 //   per-key   no RAM rows: each key read with its own Get and written back with its own Put
 //             (the disk tier's RocksDB, one key per call): offloading one key at a time
+// With --wire, the same through one in-process ps_server and ps::Client over loopback gRPC:
+//   wire-ram  the table uncapped
+//   wire      capped, with a disk tier
+//   wire+pf   the same, the next batch's keys announced (Client::PrefetchAsync: the server
+//             reads their rows from disk on its own threads) once the current batch is pulled,
+//             while the step computes (--compute), and waited for after its push
 // Every workload first creates all --rows rows (a push of each key), then runs batches of
 // --keys_per_request keys drawn from a Zipf distribution (rank r with probability ~ 1/r^alpha,
-// ranks scattered over the keys by a hash), each batch pulled then pushed (sgd), for
-// --seconds. One line per alpha and workload: keys/s (a key pulled and pushed counts once),
-// the share of the RAM table's keys/s, p50 / p99 of the pulls' latency, and the RAM hit rate.
+// ranks scattered over the keys by a hash), each batch pulled then pushed (sgd), for --seconds
+// (with --compute, a sleep between each batch's pull and push stands for a training step's
+// compute, which a prefetch overlaps). One line per alpha and workload: keys/s (a key pulled
+// and pushed counts once), the share of the RAM table's keys/s, p50 / p99 of the pulls'
+// latency, and the RAM hit rate.
 //
 //   tier_bench --rows=1000000 --dim=16 --alphas=0.9,1.05,1.2 --dir=/var/tmp/tier_bench
 //
@@ -32,6 +40,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/functional/function_ref.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -42,7 +51,9 @@
 #include "common/packed_bytes.h"
 #include "common/shard_map.h"
 #include "common/status_macros.h"
+#include "ps/client.h"
 #include "server/disk_tier.h"
+#include "server/parameter_server.h"
 #include "server/table_store.h"
 
 ABSL_FLAG(uint64_t, rows, 1000000, "rows of the table (keys 0..rows-1 scattered)");
@@ -57,6 +68,12 @@ ABSL_FLAG(std::string, dir, "/var/tmp/tier_bench", "the disk tier's directory (r
 ABSL_FLAG(bool, per_key, true, "also run the per-key RocksDB baseline");
 ABSL_FLAG(uint64_t, block_cache_mb, 32, "the tier's block cache, MiB (DiskTier::Options)");
 ABSL_FLAG(uint64_t, block_kb, 8, "the tier's SST block size, KiB (DiskTier::Options)");
+ABSL_FLAG(absl::Duration, compute, absl::ZeroDuration(),
+          "a training step's compute, simulated by a sleep between each batch's pull and its "
+          "push (what a prefetch overlaps with); 0: none, the data plane alone");
+ABSL_FLAG(bool, wire, true,
+          "also run the workloads through an in-process ps_server over loopback gRPC (wire-ram, "
+          "wire, wire+pf: the next batch prefetched with Client::PrefetchAsync)");
 
 namespace ps {
 namespace {
@@ -127,7 +144,7 @@ struct Result {
 
 // Pulls then pushes `keys` (the view's block); the pull's latency to `pull_us`.
 absl::Status PullPush(TableStore& store, const std::vector<uint64_t>& keys,
-                      std::vector<double>* pull_us) {
+                      std::vector<double>* pull_us, absl::Duration compute = absl::ZeroDuration()) {
   const uint32_t dim = absl::GetFlag(FLAGS_dim);
   v1::KeyBlock block;
   block.set_table_id(1);
@@ -138,6 +155,7 @@ absl::Status PullPush(TableStore& store, const std::vector<uint64_t>& keys,
   const absl::Time start = absl::Now();
   PS_RETURN_IF_ERROR(store.Pull(view, &values));
   pull_us->push_back(absl::ToDoubleMicroseconds(absl::Now() - start));
+  absl::SleepFor(compute);
   std::vector<float> grads(keys.size() * dim, 0.001f);
   AppendValues(grads.data(), grads.size(), block.mutable_values());
   TableStore::BlockView push;
@@ -193,7 +211,7 @@ absl::StatusOr<Result> RunStore(const Zipf& zipf, bool tier, bool prefetch) {
     absl::Status fetched;
     std::thread ahead;
     if (prefetch) ahead = std::thread([&] { fetched = Prefetch(store, next); });
-    absl::Status done = PullPush(store, keys, &pull_us);
+    absl::Status done = PullPush(store, keys, &pull_us, absl::GetFlag(FLAGS_compute));
     if (ahead.joinable()) ahead.join();
     PS_RETURN_IF_ERROR(done);
     PS_RETURN_IF_ERROR(fetched);
@@ -208,6 +226,85 @@ absl::StatusOr<Result> RunStore(const Zipf& zipf, bool tier, bool prefetch) {
     const double looked = hits + (after.disk_lookups() - before.disk_lookups());
     r.ram_hit = looked > 0 ? hits / looked : 1.0;
   }
+  return r;
+}
+
+// The workload through a ps_server over loopback gRPC: the table capped with a disk tier
+// (`tier`) or uncapped; `prefetch`: the next batch announced before the current one is pulled.
+absl::StatusOr<Result> RunWire(const Zipf& zipf, bool tier, bool prefetch) {
+  const uint64_t rows = absl::GetFlag(FLAGS_rows);
+  const uint32_t dim = absl::GetFlag(FLAGS_dim);
+  ParameterServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.max_job_bytes = uint64_t{64} << 30;
+  if (tier) options.tier_dir = absl::GetFlag(FLAGS_dir) + "/wire";
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<ParameterServer> server, ParameterServer::Start(options));
+  ClientOptions client_options;
+  client_options.servers = {absl::StrCat("127.0.0.1:", server->port())};
+  client_options.job_id = kJob;
+  client_options.rpc_timeout = absl::Seconds(120);
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Client::Connect(client_options));
+  TableConfig config;
+  config.name = "emb";
+  config.kind = TableKind::kSparse;
+  config.dim = dim;
+  config.storage = absl::GetFlag(FLAGS_storage) == "fp16" ? Storage::kFp16 : Storage::kFp32;
+  config.initializer = Initializer::Uniform(-0.01f, 0.01f);
+  config.optimizer = Optimizer::Sgd(0.01f);
+  if (tier) {
+    config.eviction.max_rows = std::max<uint64_t>(1, rows * absl::GetFlag(FLAGS_ram_fraction));
+    config.disk_tier = true;
+  }
+  PS_ASSIGN_OR_RETURN(const Table table, client->CreateTable(config));
+  std::vector<float> values, grads;
+  // Pulls `keys` (its latency to `pull_us`, if any), runs `between` (the step's compute), and
+  // pushes them.
+  auto pull_push = [&](const std::vector<uint64_t>& keys, std::vector<double>* pull_us,
+                       absl::FunctionRef<void()> between) {
+    values.resize(keys.size() * dim);
+    grads.assign(keys.size() * dim, 0.001f);
+    const absl::Time start = absl::Now();
+    PS_RETURN_IF_ERROR(client->Pull(table, keys, absl::MakeSpan(values)));
+    if (pull_us != nullptr) pull_us->push_back(absl::ToDoubleMicroseconds(absl::Now() - start));
+    between();
+    return client->Push(table, keys, grads);
+  };
+  for (uint64_t at = 0; at < rows; at += 4096) {  // every row created (most go to disk)
+    std::vector<uint64_t> keys;
+    for (uint64_t r = at; r < std::min(rows, at + 4096); ++r) keys.push_back(zipf.Scramble(r));
+    PS_RETURN_IF_ERROR(pull_push(keys, nullptr, [] {}));
+  }
+  std::mt19937_64 rng(1);
+  const uint64_t per_request = absl::GetFlag(FLAGS_keys_per_request);
+  std::vector<uint64_t> next = Batch(zipf, rng, per_request);
+  std::vector<double> pull_us;
+  PS_ASSIGN_OR_RETURN(const v1::TableStats before, server->store()->Stats(table.id));
+  uint64_t keys_done = 0;
+  const absl::Time start = absl::Now();
+  const absl::Duration run = absl::Seconds(absl::GetFlag(FLAGS_seconds));
+  while (absl::Now() - start < run) {
+    const std::vector<uint64_t> keys = std::move(next);
+    next = Batch(zipf, rng, per_request);
+    // The next batch announced once this one is pulled, while the step computes.
+    Pending ahead;
+    PS_RETURN_IF_ERROR(pull_push(keys, &pull_us, [&] {
+      if (prefetch) ahead = client->PrefetchAsync(table, next);  // copies the keys
+      absl::SleepFor(absl::GetFlag(FLAGS_compute));
+    }));
+    if (prefetch) PS_RETURN_IF_ERROR(ahead.Wait());
+    keys_done += keys.size();
+  }
+  Result r;
+  r.keys_per_second = keys_done / absl::ToDoubleSeconds(absl::Now() - start);
+  Percentiles(std::move(pull_us), &r);
+  if (tier) {
+    PS_ASSIGN_OR_RETURN(const v1::TableStats after, server->store()->Stats(table.id));
+    const double hits = after.ram_hits() - before.ram_hits();
+    const double looked = hits + (after.disk_lookups() - before.disk_lookups());
+    r.ram_hit = looked > 0 ? hits / looked : 1.0;
+  }
+  client.reset();
+  server->Shutdown();
   return r;
 }
 
@@ -282,10 +379,13 @@ int Run() {
     }
     alphas.push_back(v);
   }
-  std::printf("rows %llu, dim %u %s, RAM cap %.0f%% of the rows, %llu keys drawn per batch\n",
-              static_cast<unsigned long long>(absl::GetFlag(FLAGS_rows)), absl::GetFlag(FLAGS_dim),
-              absl::GetFlag(FLAGS_storage).c_str(), 100 * absl::GetFlag(FLAGS_ram_fraction),
-              static_cast<unsigned long long>(absl::GetFlag(FLAGS_keys_per_request)));
+  std::printf(
+      "rows %llu, dim %u %s, RAM cap %.0f%% of the rows, %llu keys drawn per batch, "
+      "compute %s a batch\n",
+      static_cast<unsigned long long>(absl::GetFlag(FLAGS_rows)), absl::GetFlag(FLAGS_dim),
+      absl::GetFlag(FLAGS_storage).c_str(), 100 * absl::GetFlag(FLAGS_ram_fraction),
+      static_cast<unsigned long long>(absl::GetFlag(FLAGS_keys_per_request)),
+      absl::FormatDuration(absl::GetFlag(FLAGS_compute)).c_str());
   int rc = 0;
   for (double alpha : alphas) {
     const Zipf zipf(absl::GetFlag(FLAGS_rows), alpha);
@@ -310,6 +410,22 @@ int Run() {
         break;
       }
       Print(alpha, "per-key", *per_key, ram->keys_per_second);
+    }
+    if (absl::GetFlag(FLAGS_wire)) {
+      auto wire_ram = RunWire(zipf, false, false);
+      auto wire = RunWire(zipf, true, false);
+      auto wire_pf = RunWire(zipf, true, true);
+      for (const auto* r : {&wire_ram, &wire, &wire_pf}) {
+        if (!r->ok()) {
+          std::fprintf(stderr, "tier_bench: %s\n", r->status().ToString().c_str());
+          rc = 1;
+        }
+      }
+      if (rc != 0) break;
+      // Their share is of the wire-ram line's keys/s.
+      Print(alpha, "wire-ram", *wire_ram, wire_ram->keys_per_second);
+      Print(alpha, "wire", *wire, wire_ram->keys_per_second);
+      Print(alpha, "wire+pf", *wire_pf, wire_ram->keys_per_second);
     }
   }
   std::error_code ec;

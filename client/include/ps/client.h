@@ -300,6 +300,16 @@ class PS_EXPORT Client {
   Pending PullAsync(std::vector<PullOp> ops);
   Pending PushAsync(std::vector<PushOp> ops);
 
+  // Announces the keys of a later batch (docs/embedding-tables.md, "Prefetch"): each server
+  // reads the rows of its share of them from its disk tier into RAM and keeps them there until
+  // a pull reads them (or its --prefetch_pin, 30 s by default, has passed), so that the pull
+  // finds them in RAM. Sent at once and answered without values; a key may appear several
+  // times, and the keys are copied before PrefetchAsync returns. A table without a disk tier (a
+  // dense table, a sparse one without tier.disk): checked and otherwise a no-op. Values are
+  // never affected: a pull after a prefetch answers what it would have answered without one.
+  Pending PrefetchAsync(const Table& table, absl::Span<const uint64_t> keys);
+  absl::Status Prefetch(const Table& table, absl::Span<const uint64_t> keys);
+
   // One training step's round trip: pushes the gradients of the current clock, advances this
   // worker's clock, then pulls at the new clock (in sync mode: the values after every worker's
   // gradients of this clock were applied). Every server hears of the clock.

@@ -8,6 +8,7 @@
 //     absl::Status s = client.Pull(emb, keys, absl::MakeSpan(values));
 //     if (ps::IsStepInterrupted(s)) { step = (*session)->Next(); continue; }  // see below
 //     if (!s.ok()) return 1;
+//     (*session)->Prefetch(emb, next_keys);          // optional: a disk tier's next rows
 //     ... compute, push (client.PushPull advances the clock; else Next() does) ...
 //     (*session)->Report({.loss = loss, .samples = batch});
 //     step = (*session)->Next();                     // the next step to run
@@ -108,6 +109,12 @@ class PS_EXPORT Session {
   // A table the job file declares; NOT_FOUND naming the declared ones otherwise.
   absl::StatusOr<Table> table(const std::string& name) const;
   std::vector<Table> tables() const;
+  // Announces the keys of the next batch, so that the servers read their rows from their disk
+  // tier into RAM while this step computes (client().PrefetchAsync; docs/embedding-tables.md,
+  // "Prefetch"). Returns at once; the keys are copied. Waiting for the Pending is optional (a
+  // failed prefetch changes nothing: the pull reads the rows from disk itself). In an
+  // interrupted step it is not sent.
+  Pending Prefetch(const Table& table, absl::Span<const uint64_t> keys);
 
   // The loop helper. Begin() says how many steps the program runs (steps_per_epoch: for the
   // epoch shown in psctl status; 0: one epoch) and returns the step to start at (0, or where a

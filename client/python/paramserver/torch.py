@@ -6,8 +6,9 @@ Embedding
     the batch's unique ids (one pull) and returns ``ids.shape + (dim,)`` embeddings; the
     backward pass sums the gradients per unique id and pushes them (one push): the servers'
     optimizer updates the rows. The layer has no torch parameters, so a torch optimizer over
-    ``model.parameters()`` handles the rest of the model as usual. ``prefetch(ids)`` pulls the
-    next batch's rows in the background while the current step computes.
+    ``model.parameters()`` handles the rest of the model as usual. ``prefetch(ids)`` has the
+    servers read the next batch's rows from their disk tier into RAM and pulls them in the
+    background while the current step computes (``pull=False``: the servers' part only).
 
 DenseParameters
     Keeps a module's parameters in dense tables (one per parameter): ``pull()`` copies the
@@ -229,11 +230,16 @@ class Embedding(torch.nn.Module):
     summed gradient per unique id. The layer holds no torch parameters: the servers' optimizer
     trains it.
 
-    ``prefetch(ids)`` starts pulling the rows of a later batch in the background; the forward
+    ``prefetch(ids)`` announces a later batch's ids to the servers (``Table.prefetch``: a
+    table with a disk tier reads their rows from disk into RAM and keeps them there for the
+    pull; other tables ignore it) and starts pulling their rows in the background; the forward
     pass of those same ids then waits for that pull instead of starting its own (other ids:
     the prefetch is dropped). The rows are those the servers hold when the prefetch is
     served: call it after the current step's push (after ``loss.backward()``) for rows as
     fresh as a plain pull; before it, they miss the current step's update of those rows.
+    ``prefetch(ids, pull=False)`` only announces the ids: the forward pulls as usual, from
+    RAM, and gets the current values wherever in the step the prefetch was called (for a
+    table with a disk tier, call it as early as the next batch's ids are known).
     """
 
     def __init__(self, source, name=None, dim=None, *, initializer=None, optimizer=None,
@@ -269,6 +275,7 @@ class Embedding(torch.nn.Module):
         self.async_push = bool(async_push)
         self._pending = None
         self._prefetched = None  # _Prefetch of prefetch(), until a forward uses or drops it
+        self._announced = None  # the last Table.prefetch request (kept until the next one)
         # Makes autograd call the lookup's backward (the pulled rows themselves need no grad).
         self._anchor = torch.zeros((), requires_grad=True)
 
@@ -307,12 +314,28 @@ class Embedding(torch.nn.Module):
             raise TypeError(f"ids must be an integer tensor, got {ids.dtype}")
         return ids, ids.reshape(-1).to(device="cpu", dtype=torch.int64)
 
-    def prefetch(self, ids):
-        """Starts pulling the rows of `ids` (a later batch) in the background: the forward pass
-        of the same ids uses them. Replaces an earlier prefetch that no forward used."""
+    def prefetch(self, ids, *, pull=True):
+        """Prepares the forward pass of `ids` (a later batch).
+
+        Announces the unique ids to the servers (``Table.prefetch``): those of a table with a
+        disk tier read the rows from disk into RAM and keep them there until they are pulled
+        (at most their --prefetch_pin, 30 s by default); those of other tables ignore it. With
+        ``pull=True`` (the default) it also pulls the rows in the background: the forward pass
+        of the same ids uses them, as they were when the prefetch was served (call it after
+        the current step's push). With ``pull=False`` the forward pulls as usual, and its
+        values are the current ones whenever the prefetch was sent. Replaces an earlier
+        prefetch that no forward used. Returns at once; an error of the announcement is not
+        raised (the pull reads the rows from disk itself then), one of the pull is raised by
+        the forward that uses it."""
         ids, flat = self._flat_ids(ids)
         self._prefetched = None  # dropping an unfinished pull waits for it
-        if flat.numel() > 0:
+        if flat.numel() == 0:
+            return
+        unique = torch.unique(flat, sorted=True).contiguous().numpy()
+        # Not waited for: the request object waits for it only when dropped, and the next
+        # prefetch replaces it.
+        self._announced = self.table.prefetch(unique)
+        if pull:
             self._prefetched = _Prefetch(self.table, flat, ids.device)
 
     def _rows(self, flat, device):
