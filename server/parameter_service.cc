@@ -38,6 +38,7 @@ ParameterService::ParameterService(TableStore* store, absl::Duration max_pull_wa
       }),
       data_plane_(store, &gate_, &deduper_, metrics),
       restorer_(store, &gate_, metrics, checkpoints.roots),
+      backup_(store),
       grants_(checkpoints.roots.roots()),
       checkpointer_(store, std::move(checkpoints), metrics) {
   for (const auto& [index, method] :
@@ -290,6 +291,7 @@ absl::Status ParameterService::DoDropJob(const v1::DropJobRequest& req, v1::Drop
   deduper_.DropJob(req.job_id());  // no push of the job can record a request id any more
   checkpointer_.ForgetJob(req.job_id());
   restorer_.ForgetJob(req.job_id());
+  backup_.ForgetJob(req.job_id());
   if (metrics_ != nullptr && dropped.first) {
     metrics_->DropJob(req.job_id(), dropped.tables, dropped.bytes);
   }
@@ -307,6 +309,19 @@ grpc::Status ParameterService::DropJob(grpc::ServerContext* ctx, const v1::DropJ
   PS_AUTHORIZE(authorizer_.get(), ctx, Access::kNode);
   const absl::Time start = absl::Now();
   return Finish(ServerMethod::kDropJob, start, *req, *resp, DoDropJob(*req, resp));
+}
+
+grpc::Status ParameterService::Replicate(grpc::ServerContext* ctx,
+                                         const v1::ReplicateRequest* req,
+                                         v1::ReplicateResponse* resp) {
+  PS_AUTHORIZE(authorizer_.get(), ctx, Access::kNode);
+  absl::Status s = CheckJob(req->job_id());
+  if (s.ok()) {
+    absl::StatusOr<v1::ReplicateResponse> applied = backup_.Apply(*req);
+    s = applied.status();
+    if (applied.ok()) *resp = std::move(*applied);
+  }
+  return ToGrpcStatus(s);
 }
 
 }  // namespace ps
