@@ -291,14 +291,19 @@ absl::Status CheckReplication(const v1::JobSpec& spec) {
   const int replicas = spec.replication().replicas();
   PS_RETURN_IF_ERROR(CheckRange("replication.replicas", replicas, 0, kMaxReplicas, "none"));
   if (replicas == 0) return absl::OkStatus();
+  if (spec.has_program()) {
+    // A program configures its servers with its job's credential, which may not name where
+    // a server sends the job's rows (the servers forward with the cluster token).
+    return Invalid("replication.replicas is not available for program jobs yet");
+  }
   if (spec.num_servers() == 0) {
     return Invalid(absl::StrCat("replication.replicas = ", replicas,
                                 " needs num_servers (at least ", replicas + 1,
                                 "): a backup lives on another server than its primary"));
   }
   if (replicas > spec.num_servers() - 1) {
-    return Invalid(absl::StrCat("replication.replicas = ", replicas, " must be at most num_servers - 1 = ",
-                                spec.num_servers() - 1,
+    return Invalid(absl::StrCat("replication.replicas = ", replicas,
+                                " must be at most num_servers - 1 = ", spec.num_servers() - 1,
                                 ": a backup lives on another server than its primary"));
   }
   return absl::OkStatus();

@@ -498,6 +498,12 @@ TEST_F(JobSpecTest, ReplicasNeedAnotherServer) {
   s = NormalizeJobSpec(&spec, limits_);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_NE(s.message().find("needs num_servers"), std::string::npos) << s;
+  ExpectRejected(
+      [](v1::JobSpec* s) {
+        s->set_num_servers(2);
+        s->mutable_replication()->set_replicas(1);
+      },
+      "not available for program jobs", Program());
   ExpectRejected([](v1::JobSpec* s) { s->mutable_replication()->set_replicas(-1); },
                  "replication.replicas", Mlp());
   ExpectRejected(

@@ -219,6 +219,7 @@ v1::WorkerAssignment Scheduler::Assignment(const Job& job, int index) const {
   *a.mutable_servers() = info.server_addresses();
   a.set_shard_epoch(info.shard_epoch());
   *a.mutable_slot_owners() = info.slot_owners();
+  *a.mutable_slot_backups() = info.slot_backups();
   if (info.has_restore() && info.restore().shard_epoch() == info.shard_epoch()) {
     *a.mutable_restore() =
         SignedRestoreOrder(options_.authorizer.get(), a.job_id(), info.restore());

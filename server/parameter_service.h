@@ -22,6 +22,7 @@
 #include "server/internal/handoff_pool.h"
 #include "server/job_grants.h"
 #include "server/replication_backup.h"
+#include "server/replication_forwarder.h"
 #include "server/request_deduper.h"
 #include "server/restorer.h"
 #include "server/server_metrics.h"
@@ -77,8 +78,9 @@ class ParameterService final : public v1::ParameterServer::Service {
   grpc::Status Replicate(grpc::ServerContext* ctx, const v1::ReplicateRequest* req,
                          v1::ReplicateResponse* resp) override;
 
-  // The slots this server backs up (server/replication_backup.h).
+  // The slots this server backs up (server/replication_backup.h), and where its own go.
   ReplicationBackup* replication_backup() { return &backup_; }
+  ReplicationForwarder* replication_forwarder() { return &forwarder_; }
 
   // The data plane behind Pull, Push and PushPull: in-process callers (the fuzzer) serve those
   // calls through it as gRPC's handlers do, with a DataCall (server/data_call.h).
@@ -123,6 +125,7 @@ class ParameterService final : public v1::ParameterServer::Service {
   DataPlane data_plane_;       // uses store_, gate_, deduper_
   Restorer restorer_;          // uses gate_
   ReplicationBackup backup_;   // uses store_
+  ReplicationForwarder forwarder_;  // uses store_; gate_ calls it after each sync clock
   const JobGrants grants_;     // what a job's credential may name: its table ids and folder
   Checkpointer checkpointer_;  // stops its writer thread when destroyed
   HandoffPool handoff_;        // destroyed first: waits for the calls it runs

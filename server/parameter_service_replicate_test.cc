@@ -127,5 +127,29 @@ TEST_F(ReplicateServiceTest, AServerThatBacksUpNothingRefuses) {
   EXPECT_NE(s.error_message().find("backs up no slot"), std::string::npos) << s.error_message();
 }
 
+// A replica map says where a server sends the job's rows (with the cluster token): a program's
+// job credential may not set one.
+TEST_F(ReplicateServiceTest, AJobCredentialMayNotSetAReplicaMap) {
+  v1::ConfigureJobRequest configure;
+  configure.set_job_id(kJob);
+  configure.add_worker_ids(1);
+  configure.set_membership_epoch(1);
+  v1::ReplicaMap& map = *configure.mutable_replicas();
+  map.add_servers("127.0.0.1:1");
+  map.add_servers("attacker.example:443");
+  for (uint32_t s = 0; s < kNumSlots; ++s) map.add_slot_backups((s + 1) % 2);
+  v1::ConfigureJobResponse resp;
+  Context job(JobToken(kClusterToken, kJob));
+  grpc::Status s = stub_->ConfigureJob(&job.ctx, configure, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  Context node(kClusterToken);
+  s = stub_->ConfigureJob(&node.ctx, configure, &resp);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  map.set_server_index(2);  // malformed: refused, nothing changed
+  Context again(kClusterToken);
+  s = stub_->ConfigureJob(&again.ctx, configure, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+}
+
 }  // namespace
 }  // namespace ps

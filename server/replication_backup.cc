@@ -60,13 +60,15 @@ absl::Status ReplicationBackup::Check(const Job& job, const v1::ReplicateRequest
           ")"));
     }
     const uint64_t last = job.progress[r.slot()].seq;
-    if (r.seq() > last + 1) {
+    // An update carries the whole slot: the first one a backup gets seeds it, whatever its
+    // number (a backup placed while the job runs); after that, none may be skipped.
+    if (last > 0 && r.seq() > last + 1) {
       ++counts_.gaps;
       return absl::OutOfRangeError(absl::StrCat("replicated slot ", r.slot(), " of job ",
                                                 req.job_id(), ": update ", r.seq(),
                                                 " after update ", last, " (a gap)"));
     }
-    (*load)[r.slot()] = r.seq() == last + 1;
+    (*load)[r.slot()] = last == 0 || r.seq() == last + 1;
   }
   return absl::OkStatus();
 }

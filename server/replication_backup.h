@@ -21,7 +21,9 @@ namespace ps {
 // changes anything: a request of another epoch, or with a slot whose primary is not the sender
 // (or that this server does not back up), or a sequence number past the next one (a gap), is
 // refused and nothing of it applied; a sequence number applied before is ignored (a duplicate:
-// a retry). Every outcome is counted. Applies of one server are serialized.
+// a retry). A slot that has had no update yet takes the first whatever its number: an update
+// carries the whole slot, so it seeds a backup placed while the job runs. Every outcome is
+// counted. Applies of one server are serialized.
 class ReplicationBackup {
  public:
   struct Counts {

@@ -9,6 +9,7 @@
 #include "common/testing/key_blocks.h"
 #include "gtest/gtest.h"
 #include "server/replication_backup.h"
+#include "server/replication_map.h"
 #include "server/replication_source.h"
 #include "server/table_store.h"
 
@@ -167,18 +168,35 @@ TEST_F(ReplicationTest, DuplicateIsIgnoredAndCounted) {
 TEST_F(ReplicationTest, GapIsRefusedAndCounted) {
   const std::vector<bool> slots = SlotsOf(0, 8);
   Train(0, 8, 1.0f);
-  const v1::ReplicateRequest one = Prepare(slots, 0);
+  ASSERT_TRUE(backup_.Apply(Prepare(slots, 0)).ok());
+  const auto after_one = Rows(copy_, kSparse);
   Train(0, 8, 1.0f);
   const v1::ReplicateRequest two = Prepare(slots, 1);
-  auto refused = backup_.Apply(two);
+  Train(0, 8, 1.0f);
+  const v1::ReplicateRequest three = Prepare(slots, 2);
+  auto refused = backup_.Apply(three);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kOutOfRange) << refused.status();
   EXPECT_NE(refused.status().message().find("a gap"), std::string::npos) << refused.status();
-  EXPECT_TRUE(Rows(copy_, kSparse).empty());
+  EXPECT_EQ(Rows(copy_, kSparse), after_one);
   EXPECT_EQ(backup_.counts().gaps, 1u);
-  EXPECT_EQ(backup_.counts().applied, 0u);
-  ASSERT_TRUE(backup_.Apply(one).ok());
   ASSERT_TRUE(backup_.Apply(two).ok());
+  ASSERT_TRUE(backup_.Apply(three).ok());
   ExpectSameRows();
+}
+
+// A slot's first update seeds its backup whatever its number (it carries the whole slot): a
+// backup placed while the job runs starts where the primary is.
+TEST_F(ReplicationTest, TheFirstUpdateSeedsANewBackup) {
+  const std::vector<bool> slots = SlotsOf(0, 8);
+  for (int clock = 0; clock < 3; ++clock) {
+    Train(0, 8, 1.0f);
+    Prepare(slots, clock);  // sent nowhere: no backup yet
+  }
+  auto resp = backup_.Apply(Prepare(slots, 3));  // update 4 of every slot
+  ASSERT_TRUE(resp.ok()) << resp.status();
+  EXPECT_EQ(resp->applied(), static_cast<uint32_t>(std::count(slots.begin(), slots.end(), true)));
+  ExpectSameRows();
+  EXPECT_EQ(backup_.Progress(kJob, SlotOf(kSparse, 1)).seq, 4u);
 }
 
 // Only the slot's primary at the backup's shard epoch may send it updates.
@@ -234,6 +252,34 @@ TEST_F(ReplicationTest, MalformedRowsAreRefused) {
   EXPECT_EQ(backup_.counts().applied, 0u);
   ASSERT_TRUE(backup_.Apply(req).ok());  // the well-formed one still goes in, as update 1
   ExpectSameRows();
+}
+
+// A replica map names, for the server receiving it, the slots it backs up (with their primary)
+// and the backups of the slots it owns; a malformed one is refused.
+TEST(ReplicaMapTest, RolesOfTheReceivingServer) {
+  v1::ReplicaMap map;
+  for (const char* a : {"a:1", "b:1", "c:1"}) map.add_servers(a);
+  for (uint32_t s = 0; s < kNumSlots; ++s) map.add_slot_backups((s + 1) % 3);
+  map.set_server_index(1);
+  auto roles = ResolveReplicaMap(map);
+  ASSERT_TRUE(roles.ok()) << roles.status();
+  EXPECT_EQ(roles->self, "b:1");
+  EXPECT_EQ(roles->primaries[0], "a:1");  // slot 0: owner a, backup b
+  EXPECT_EQ(roles->backups[0], "");
+  EXPECT_EQ(roles->backups[1], "c:1");  // slot 1: owner b, backup c
+  EXPECT_EQ(roles->primaries[2], "");   // slot 2: owner c, backup a
+  v1::ReplicaMap self_backup = map;
+  self_backup.set_slot_backups(4, 4 % 3);  // slot 4 backed up on its owner
+  EXPECT_EQ(ResolveReplicaMap(self_backup).status().code(), absl::StatusCode::kInvalidArgument);
+  v1::ReplicaMap short_map = map;
+  short_map.mutable_slot_backups()->RemoveLast();
+  EXPECT_EQ(ResolveReplicaMap(short_map).status().code(), absl::StatusCode::kInvalidArgument);
+  v1::ReplicaMap outside = map;
+  outside.set_server_index(3);
+  EXPECT_EQ(ResolveReplicaMap(outside).status().code(), absl::StatusCode::kInvalidArgument);
+  v1::ReplicaMap alone;
+  alone.add_servers("a:1");
+  EXPECT_EQ(ResolveReplicaMap(alone).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
