@@ -44,7 +44,14 @@ absl::Status ReplicationForwarder::SetTargets(const std::string& job_id, uint64_
 }
 
 void ReplicationForwarder::ForwardClock(const std::string& job_id, int64_t clock) {
-  absl::MutexLock order(&forward_mu_);
+  std::shared_ptr<absl::Mutex> forward_mu;
+  {
+    absl::MutexLock l(&mu_);
+    auto it = jobs_.find(job_id);
+    if (it == jobs_.end() || it->second.source == nullptr) return;  // no replicas: nothing
+    forward_mu = it->second.forward_mu;
+  }
+  absl::MutexLock order(forward_mu.get());
   std::map<std::string, std::vector<bool>> by_backup;
   std::shared_ptr<ReplicationSource> source;
   {

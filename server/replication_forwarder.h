@@ -57,6 +57,9 @@ class ReplicationForwarder {
     std::vector<std::string> backups;           // kNumSlots entries
     std::map<std::string, bool> left_out;       // backup address -> true once given up on
     std::shared_ptr<ReplicationSource> source;  // shared: a forward in flight holds it
+    // Held across the job's forwarding: one clock's updates go out after the previous clock's
+    // (the sequence numbers' order). Per job: one job's slow backup holds up no other job.
+    std::shared_ptr<absl::Mutex> forward_mu = std::make_shared<absl::Mutex>();
   };
   // Sends `req` to `address`, asking again on failure; OK once answered.
   absl::Status Send(const std::string& address, const v1::ReplicateRequest& req);
@@ -64,9 +67,6 @@ class ReplicationForwarder {
 
   const TableStore* const store_;
   const absl::Duration rpc_timeout_;
-  // Held across a job's forwarding: one clock's updates of a job go out after the previous
-  // clock's (the sequence numbers' order).
-  absl::Mutex forward_mu_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, Job> jobs_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::unique_ptr<v1::ParameterServer::Stub>> stubs_
