@@ -5,10 +5,22 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/packed_bytes.h"
+#include "common/shard_map.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
 
 namespace ps {
+
+void JobAdmin::FillReplicaMap(int server, v1::ReplicaMap* map) const {
+  map->Clear();
+  const ShardMap& shards = client_.shard_map();
+  for (const std::string& address : shards.servers()) map->add_servers(address);
+  for (uint32_t s = 0; s < kNumSlots; ++s) {
+    map->add_slot_owners(static_cast<uint32_t>(shards.OwnerOfSlot(s)));
+  }
+  for (uint32_t b : slot_backups_) map->add_slot_backups(b);
+  map->set_server_index(static_cast<uint32_t>(server));
+}
 
 absl::Status JobAdmin::ConfigureJob(const v1::ConsistencySpec& consistency,
                                     const std::vector<uint32_t>& worker_ids,
@@ -30,6 +42,7 @@ absl::Status JobAdmin::ConfigureJob(const v1::ConsistencySpec& consistency,
         configure_timeout_, [&](int i, v1::ParameterServer::Stub* stub, grpc::ClientContext* ctx) {
           v1::ConfigureJobResponse resp;
           req.set_owned_slots(EncodeSlotBitmap(client_.shard_map().SlotsOf(i)));
+          if (!slot_backups_.empty()) FillReplicaMap(i, req.mutable_replicas());
           grpc::Status s = stub->ConfigureJob(ctx, req, &resp);
           auto it = resp.worker_clocks().find(client_.options().worker_id);
           clocks[i] = s.ok() && it != resp.worker_clocks().end() ? it->second : -1;

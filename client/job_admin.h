@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -33,6 +34,13 @@ class JobAdmin {
   // `even_out_clock`: if the servers hold different clocks for this worker (it joins a running
   // job whose previous worker died between its pushes to two servers), raise it to the highest
   // on all of them, so it can pull there. Not while the job rolls back: the restore sets clocks.
+  // Replicas (JobSpec.replication): ConfigureJob also tells each server where every slot is
+  // backed up (ConfigureJobRequest.replicas), slot s on server backups[s] (kNumSlots entries);
+  // empty (the default): no replicas.
+  JobAdmin& WithSlotBackups(std::vector<uint32_t> backups) {
+    slot_backups_ = std::move(backups);
+    return *this;
+  }
   absl::Status ConfigureJob(const v1::ConsistencySpec& consistency,
                             const std::vector<uint32_t>& worker_ids, uint64_t membership_epoch = 1,
                             int64_t* worker_clock = nullptr, int64_t caller_clock = -1,
@@ -51,6 +59,8 @@ class JobAdmin {
 
  private:
   RpcClient& client_;
+  std::vector<uint32_t> slot_backups_;
+  void FillReplicaMap(int server, v1::ReplicaMap* map) const;
   const absl::Duration configure_timeout_;
 };
 

@@ -97,6 +97,7 @@ absl::StatusOr<RunStart> StartRun(const v1::WorkerAssignment& assignment,
   for (int attempt = 0;; ++attempt) {
     std::vector<uint32_t> workers(a.worker_ids().begin(), a.worker_ids().end());
     absl::Status s = JobAdmin(*client, kConfigureAttempt)
+                         .WithSlotBackups({a.slot_backups().begin(), a.slot_backups().end()})
                          .ConfigureJob(a.spec().consistency(), workers, a.membership_epoch(),
                                        &clock, rollback ? -1 : options.last_clock,
                                        /*even_out_clock=*/!rollback);

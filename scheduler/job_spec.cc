@@ -285,6 +285,30 @@ absl::Status CheckScale(v1::JobSpec* spec) {
   return absl::OkStatus();
 }
 
+// replication.replicas: 0 or 1, and a backup needs a server of its own: at most num_servers - 1
+// (so a job with replicas names its servers; "every live server" could be one).
+absl::Status CheckReplication(const v1::JobSpec& spec) {
+  const int replicas = spec.replication().replicas();
+  PS_RETURN_IF_ERROR(CheckRange("replication.replicas", replicas, 0, kMaxReplicas, "none"));
+  if (replicas == 0) return absl::OkStatus();
+  if (spec.has_program()) {
+    // A program configures its servers with its job's credential, which may not name where
+    // a server sends the job's rows (the servers forward with the cluster token).
+    return Invalid("replication.replicas is not available for program jobs yet");
+  }
+  if (spec.num_servers() == 0) {
+    return Invalid(absl::StrCat("replication.replicas = ", replicas,
+                                " needs num_servers (at least ", replicas + 1,
+                                "): a backup lives on another server than its primary"));
+  }
+  if (replicas > spec.num_servers() - 1) {
+    return Invalid(absl::StrCat("replication.replicas = ", replicas,
+                                " must be at most num_servers - 1 = ", spec.num_servers() - 1,
+                                ": a backup lives on another server than its primary"));
+  }
+  return absl::OkStatus();
+}
+
 // The optimizer, consistency mode, learning-rate schedule and data assignment.
 absl::Status CheckTraining(v1::JobSpec* spec) {
   if (spec->has_optimizer() && !v1::OptimizerSpec::Kind_IsValid(spec->optimizer().kind())) {
@@ -406,6 +430,7 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec, const JobLimits& limits) {
   const ZooModel* model = spec->has_program() ? nullptr : FindZooModel(spec->model());
   PS_RETURN_IF_ERROR(CheckWhatRuns(spec, model));
   PS_RETURN_IF_ERROR(CheckScale(spec));
+  PS_RETURN_IF_ERROR(CheckReplication(*spec));
   PS_RETURN_IF_ERROR(CheckTraining(spec));
   PS_RETURN_IF_ERROR(NormalizeModel(spec, model));
   PS_RETURN_IF_ERROR(CheckCheckpointPolicy(spec, limits));

@@ -19,6 +19,7 @@ inline constexpr int kMaxServersPerJob = 1024;
 inline constexpr int kMaxEpochs = 10000;
 inline constexpr int kMaxBatchSize = 65536;
 inline constexpr int kMaxKeepCheckpoints = 1000;
+inline constexpr int kMaxReplicas = 1;  // backups per slot (JobSpec.replication)
 // Program jobs.
 inline constexpr int kMaxProgramArgs = 256;          // argv entries, env entries
 inline constexpr size_t kMaxProgramArgBytes = 4096;  // one argument or env value

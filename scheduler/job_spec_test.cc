@@ -482,5 +482,37 @@ TEST_F(JobSpecTest, DataAssignmentIsDynamicForSspAndAsyncAndRefusedForSync) {
                  "data_assignment = 9", Mlp());
 }
 
+// replication.replicas: a backup needs a server other than its primary.
+TEST_F(JobSpecTest, ReplicasNeedAnotherServer) {
+  v1::JobSpec spec = Mlp();
+  spec.set_num_servers(2);
+  spec.mutable_replication()->set_replicas(1);
+  EXPECT_TRUE(NormalizeJobSpec(&spec, limits_).ok());
+  spec.set_num_servers(1);
+  absl::Status s = NormalizeJobSpec(&spec, limits_);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("spec.replication.replicas = 1 must be at most num_servers - 1 = 0"),
+            std::string::npos)
+      << s;
+  spec.set_num_servers(0);  // every live server: maybe one
+  s = NormalizeJobSpec(&spec, limits_);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("needs num_servers"), std::string::npos) << s;
+  ExpectRejected(
+      [](v1::JobSpec* s) {
+        s->set_num_servers(2);
+        s->mutable_replication()->set_replicas(1);
+      },
+      "not available for program jobs", Program());
+  ExpectRejected([](v1::JobSpec* s) { s->mutable_replication()->set_replicas(-1); },
+                 "replication.replicas", Mlp());
+  ExpectRejected(
+      [](v1::JobSpec* s) {
+        s->set_num_servers(3);
+        s->mutable_replication()->set_replicas(2);
+      },
+      "replication.replicas", Mlp());
+}
+
 }  // namespace
 }  // namespace ps

@@ -1,5 +1,7 @@
 #include "scheduler/placement.h"
 
+#include <glog/logging.h>
+
 #include <algorithm>
 
 namespace ps {
@@ -96,6 +98,20 @@ Placement Place(const std::vector<PlacementNode>& nodes, const std::vector<Place
   placement.idle_left = idle.size() - next_idle;
   placement.servers_available = servers.size();
   return placement;
+}
+
+std::vector<uint32_t> BackupOwners(const std::vector<int>& owners, int num_servers) {
+  CHECK_GE(num_servers, 2) << "a backup needs another server";
+  std::vector<uint32_t> backups(owners.size());
+  std::vector<int> seen(num_servers, 0);  // slots of each primary so far
+  for (size_t s = 0; s < owners.size(); ++s) {
+    const int primary = owners[s];
+    CHECK(primary >= 0 && primary < num_servers) << "slot " << s << " owner " << primary;
+    // The k-th slot of a primary goes to the (k mod (n - 1))-th server after it.
+    const int step = 1 + seen[primary]++ % (num_servers - 1);
+    backups[s] = static_cast<uint32_t>((primary + step) % num_servers);
+  }
+  return backups;
 }
 
 }  // namespace ps

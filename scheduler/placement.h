@@ -63,6 +63,12 @@ std::map<uint64_t, int> ServerLoad(const std::vector<PlacementJob>& jobs);
 uint64_t ChooseSpare(const std::vector<PlacementNode>& nodes, const std::vector<PlacementJob>& jobs,
                      const std::vector<uint64_t>& job_servers);
 
+// Backups of a replicated job's slots (JobSpec.replication): `owners[s]` is the index of slot
+// s's primary among `num_servers` (>= 2) servers; the answer, the index of its backup, is never
+// the primary, and the slots of one primary have their backups on each other server in turn, so
+// that a dead server's slots fall back on all the others, evenly.
+std::vector<uint32_t> BackupOwners(const std::vector<int>& owners, int num_servers);
+
 }  // namespace ps
 
 #endif  // PS_SCHEDULER_PLACEMENT_H_

@@ -132,5 +132,36 @@ TEST(PlacementTest, ServerLoadCountsRunningJobsOnly) {
   EXPECT_EQ(load.count(3), 0u);
 }
 
+// Backups: never on the primary, and one server's slots fall back on every other server evenly.
+TEST(PlacementTest, BackupsAvoidThePrimaryAndSpreadOverTheOthers) {
+  constexpr int kSlots = 1024;
+  for (int n : {2, 3, 4, 7}) {
+    std::vector<int> owners(kSlots);
+    for (int s = 0; s < kSlots; ++s) owners[s] = s % n;
+    const std::vector<uint32_t> backups = BackupOwners(owners, n);
+    ASSERT_EQ(backups.size(), owners.size());
+    std::vector<std::vector<int>> per(n, std::vector<int>(n, 0));  // [primary][backup]
+    for (int s = 0; s < kSlots; ++s) {
+      ASSERT_LT(backups[s], static_cast<uint32_t>(n));
+      EXPECT_NE(static_cast<int>(backups[s]), owners[s]) << "slot " << s;
+      ++per[owners[s]][backups[s]];
+    }
+    for (int p = 0; p < n; ++p) {
+      int lo = kSlots, hi = 0;
+      for (int b = 0; b < n; ++b) {
+        if (b == p) continue;
+        lo = std::min(lo, per[p][b]);
+        hi = std::max(hi, per[p][b]);
+      }
+      EXPECT_LE(hi - lo, 1) << n << " servers, primary " << p;
+    }
+  }
+  // Unequal owners (slots moved after a death) still never back up on themselves.
+  std::vector<int> owners(kSlots, 0);
+  for (int s = 0; s < kSlots; s += 3) owners[s] = 2;
+  const std::vector<uint32_t> backups = BackupOwners(owners, 3);
+  for (int s = 0; s < kSlots; ++s) EXPECT_NE(static_cast<int>(backups[s]), owners[s]) << s;
+}
+
 }  // namespace
 }  // namespace ps

@@ -27,8 +27,9 @@ using scheduler_internal::ToMs;
 // A FinishCheckpoint's write_seconds beyond this (11.6 days) is not a measurement.
 constexpr double kMaxWriteSeconds = 1e6;
 
-// Slot s -> index of its server in info.server_addresses().
-std::vector<int> SlotOwners(const v1::JobInfo& info) {
+}  // namespace
+
+std::vector<int> scheduler_internal::SlotOwners(const v1::JobInfo& info) {
   std::vector<int> owners(kNumSlots, 0);
   const int n = std::max(1, info.server_addresses_size());
   for (uint32_t s = 0; s < kNumSlots; ++s) {
@@ -38,6 +39,10 @@ std::vector<int> SlotOwners(const v1::JobInfo& info) {
   }
   return owners;
 }
+
+namespace {
+
+using scheduler_internal::SlotOwners;
 
 // The slots of the job's server `server` (an index in info.server_nodes()).
 std::vector<bool> SlotsOf(const v1::JobInfo& info, int server) {
@@ -306,6 +311,7 @@ void Scheduler::RecoverFromServerLoss(Job* job, uint64_t node_id, const std::str
   job->recovery_start = now;
   job->recovery_clock =
       rollback ? (checkpoint == nullptr ? 0 : checkpoint->clock()) : info.progress().clock();
+  scheduler_internal::PlaceBackups(&info);
 }
 
 void Scheduler::FailWritingCheckpoints(Job* job, const std::string& why, absl::Time now,

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
@@ -32,6 +33,13 @@ int IndexOf(const Field& field, T value) {
   auto it = std::find(field.begin(), field.end(), value);
   return it == field.end() ? -1 : static_cast<int>(it - field.begin());
 }
+
+// Slot s -> index of its server in info.server_addresses().
+std::vector<int> SlotOwners(const v1::JobInfo& info);
+
+// Sets info.slot_backups for the job's current slot owners (JobSpec.replication); clears it
+// when the job has no replicas or fewer than 2 servers left.
+void PlaceBackups(v1::JobInfo* info);
 
 }  // namespace scheduler_internal
 }  // namespace ps

@@ -20,6 +20,15 @@ using scheduler_internal::ToMs;
 
 }  // namespace
 
+void scheduler_internal::PlaceBackups(v1::JobInfo* info) {
+  info->clear_slot_backups();
+  const int n = info->server_addresses_size();
+  if (info->spec().replication().replicas() == 0 || n < 2) return;
+  for (uint32_t b : BackupOwners(scheduler_internal::SlotOwners(*info), n)) {
+    info->add_slot_backups(b);
+  }
+}
+
 std::vector<PlacementNode> Scheduler::PlacementNodes() const {
   std::vector<PlacementNode> snapshot;
   snapshot.reserve(membership_.nodes().size());
@@ -124,6 +133,7 @@ void Scheduler::Start(Job* job, const Placement::Start& start, absl::Time now, C
     servers.push_back(absl::StrCat("node ", id, " (", address, ")"));
   }
   info.set_shard_epoch(1);
+  scheduler_internal::PlaceBackups(&info);
   if (spec.has_from_checkpoint()) {
     // Placement left out the jobs whose checkpoint does not resolve (fails_at_start).
     const v1::CheckpointInfo* from = *ResolveFromCheckpoint(spec);
@@ -209,6 +219,7 @@ v1::WorkerAssignment Scheduler::Assignment(const Job& job, int index) const {
   *a.mutable_servers() = info.server_addresses();
   a.set_shard_epoch(info.shard_epoch());
   *a.mutable_slot_owners() = info.slot_owners();
+  *a.mutable_slot_backups() = info.slot_backups();
   if (info.has_restore() && info.restore().shard_epoch() == info.shard_epoch()) {
     *a.mutable_restore() =
         SignedRestoreOrder(options_.authorizer.get(), a.job_id(), info.restore());

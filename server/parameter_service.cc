@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "common/shard_map.h"
 #include "common/status_macros.h"
 #include "server/data_call.h"
+#include "server/replication_map.h"
 
 namespace ps {
 namespace {
@@ -33,11 +35,15 @@ ParameterService::ParameterService(TableStore* store, absl::Duration max_pull_wa
     : store_(store),
       metrics_(metrics),
       max_pull_wait_(max_pull_wait),
-      gate_([store](const std::string& job_id, int64_t from, int64_t to) {
+      gate_([this, store](const std::string& job_id, int64_t from, int64_t to) {
         store->ApplyAccumulated(job_id, from, to);
+        // Replicas: the clock completes once the backups have it (a no-op without them).
+        forwarder_.ForwardClock(job_id, to - 1);
       }),
       data_plane_(store, &gate_, &deduper_, metrics),
       restorer_(store, &gate_, metrics, checkpoints.roots),
+      backup_(store),
+      forwarder_(store),
       grants_(checkpoints.roots.roots()),
       checkpointer_(store, std::move(checkpoints), metrics) {
   for (const auto& [index, method] :
@@ -89,6 +95,10 @@ absl::Status ParameterService::DoConfigureJob(const v1::ConfigureJobRequest& req
   if (req.caller_clock() != -1) {
     PS_RETURN_IF_ERROR(ConsistencyGate::CheckClockRange("caller_clock", req.caller_clock()));
   }
+  std::optional<ReplicaRoles> replicas;
+  if (req.has_replicas()) {
+    PS_ASSIGN_OR_RETURN(replicas, ResolveReplicaMap(req.replicas()));
+  }
   if (!req.owned_slots().empty()) {
     PS_ASSIGN_OR_RETURN(auto owned, DecodeSlotBitmap(req.owned_slots()));
     PS_RETURN_IF_ERROR(store_->SetJobShards(req.job_id(), std::move(owned), req.shard_epoch()));
@@ -97,6 +107,12 @@ absl::Status ParameterService::DoConfigureJob(const v1::ConfigureJobRequest& req
   PS_RETURN_IF_ERROR(
       gate_.Configure(req.job_id(), req.consistency(), workers, req.membership_epoch()));
   if (!req.owned_slots().empty()) gate_.SetShardEpoch(req.job_id(), req.shard_epoch());
+  if (replicas.has_value()) {
+    PS_RETURN_IF_ERROR(
+        backup_.SetBackupSlots(req.job_id(), req.shard_epoch(), std::move(replicas->primaries)));
+    PS_RETURN_IF_ERROR(forwarder_.SetTargets(req.job_id(), req.shard_epoch(), replicas->self,
+                                             std::move(replicas->backups)));
+  }
   if (req.caller_clock() >= 0) {
     PS_RETURN_IF_ERROR(gate_.RaiseClock(req.job_id(), req.caller_worker_id(), req.caller_clock()));
   }
@@ -115,6 +131,12 @@ grpc::Status ParameterService::ConfigureJob(grpc::ServerContext* ctx,
                                             const v1::ConfigureJobRequest* req,
                                             v1::ConfigureJobResponse* resp) {
   PS_AUTHORIZE_JOB(authorizer_.get(), ctx, req->job_id());
+  if (req->has_replicas() && authorizer_ != nullptr && !authorizer_->JobScope(*ctx).empty()) {
+    // The map says where this server sends the job's rows, with the cluster token: a node's.
+    authorizer_->CountRefusal("replica_map");
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                        "a job's credential may not set a replica map");
+  }
   const absl::Time start = absl::Now();
   return Finish(ServerMethod::kConfigureJob, start, *req, *resp, DoConfigureJob(*req, resp));
 }
@@ -290,6 +312,8 @@ absl::Status ParameterService::DoDropJob(const v1::DropJobRequest& req, v1::Drop
   deduper_.DropJob(req.job_id());  // no push of the job can record a request id any more
   checkpointer_.ForgetJob(req.job_id());
   restorer_.ForgetJob(req.job_id());
+  backup_.ForgetJob(req.job_id());
+  forwarder_.ForgetJob(req.job_id());
   if (metrics_ != nullptr && dropped.first) {
     metrics_->DropJob(req.job_id(), dropped.tables, dropped.bytes);
   }
@@ -307,6 +331,18 @@ grpc::Status ParameterService::DropJob(grpc::ServerContext* ctx, const v1::DropJ
   PS_AUTHORIZE(authorizer_.get(), ctx, Access::kNode);
   const absl::Time start = absl::Now();
   return Finish(ServerMethod::kDropJob, start, *req, *resp, DoDropJob(*req, resp));
+}
+
+grpc::Status ParameterService::Replicate(grpc::ServerContext* ctx, const v1::ReplicateRequest* req,
+                                         v1::ReplicateResponse* resp) {
+  PS_AUTHORIZE(authorizer_.get(), ctx, Access::kNode);
+  absl::Status s = CheckJob(req->job_id());
+  if (s.ok()) {
+    absl::StatusOr<v1::ReplicateResponse> applied = backup_.Apply(*req);
+    s = applied.status();
+    if (applied.ok()) *resp = std::move(*applied);
+  }
+  return ToGrpcStatus(s);
 }
 
 }  // namespace ps

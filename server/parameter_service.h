@@ -21,6 +21,8 @@
 #include "server/data_plane.h"
 #include "server/internal/handoff_pool.h"
 #include "server/job_grants.h"
+#include "server/replication_backup.h"
+#include "server/replication_forwarder.h"
 #include "server/request_deduper.h"
 #include "server/restorer.h"
 #include "server/server_metrics.h"
@@ -72,6 +74,13 @@ class ParameterService final : public v1::ParameterServer::Service {
                        v1::RestoreResponse* resp) override;
   grpc::Status DropJob(grpc::ServerContext* ctx, const v1::DropJobRequest* req,
                        v1::DropJobResponse* resp) override;
+  // Servers only (the cluster token): a job's credential never writes rows this way.
+  grpc::Status Replicate(grpc::ServerContext* ctx, const v1::ReplicateRequest* req,
+                         v1::ReplicateResponse* resp) override;
+
+  // The slots this server backs up (server/replication_backup.h), and where its own go.
+  ReplicationBackup* replication_backup() { return &backup_; }
+  ReplicationForwarder* replication_forwarder() { return &forwarder_; }
 
   // The data plane behind Pull, Push and PushPull: in-process callers (the fuzzer) serve those
   // calls through it as gRPC's handlers do, with a DataCall (server/data_call.h).
@@ -115,6 +124,8 @@ class ParameterService final : public v1::ParameterServer::Service {
   RequestDeduper deduper_;
   DataPlane data_plane_;       // uses store_, gate_, deduper_
   Restorer restorer_;          // uses gate_
+  ReplicationBackup backup_;   // uses store_
+  ReplicationForwarder forwarder_;  // uses store_; gate_ calls it after each sync clock
   const JobGrants grants_;     // what a job's credential may name: its table ids and folder
   Checkpointer checkpointer_;  // stops its writer thread when destroyed
   HandoffPool handoff_;        // destroyed first: waits for the calls it runs

@@ -333,6 +333,9 @@ class TableStore {
   // this server owns for the job, slot by slot, each under its lock; with the job's tables,
   // slots and shard epoch. Pending (sync, not yet applied) gradients are not part of it.
   JobSnapshot Snapshot(const std::string& job_id) const;
+  // Snapshot of the slots with `slots[s]` (kNumSlots entries, owned here or not): a replica's
+  // copy of the slots it forwards (server/replication_source.h).
+  JobSnapshot SnapshotSlots(const std::string& job_id, const std::vector<bool>& slots) const;
   // For each slot s with `slots[s]` (kNumSlots entries), under the slot's lock: drops the rows of
   // `job_id`'s tables there and their pending sync gradients, then inserts the rows of `rows`
   // in that slot (their table ids are this store's). Slots without rows end up empty: their

@@ -20,11 +20,16 @@ using store_internal::ErasePendingIf;
 using store_internal::NoMemoryError;
 
 JobSnapshot TableStore::Snapshot(const std::string& job_id) const {
+  return SnapshotSlots(job_id, shards_.Of(job_id)->OwnedSlots());
+}
+
+JobSnapshot TableStore::SnapshotSlots(const std::string& job_id,
+                                      const std::vector<bool>& slots) const {
   JobSnapshot snap;
   snap.job_id = job_id;
-  const std::shared_ptr<const Shards> shards = shards_.Of(job_id);
-  snap.shard_epoch = shards->epoch;
-  snap.slots = shards->OwnedSlots();
+  snap.shard_epoch = shards_.Of(job_id)->epoch;
+  snap.slots = slots;
+  snap.slots.resize(kNumSlots, false);
   const std::vector<TableRef> tables = TablesOf(job_id);
   for (const TableRef& t : tables) snap.tables.push_back(t->spec);
   if (tables.empty()) return snap;

@@ -507,6 +507,13 @@ std::vector<std::pair<std::string, std::string>> CheckpointStatusRows(const JobI
   rows.emplace_back("recovery:",
                     absl::StrCat(RecoverySummary(job.spec()), " when a server dies; ",
                                  Plural(job.recoveries(), "recovery", "recoveries"), " so far"));
+  if (job.spec().replication().replicas() > 0) {
+    rows.emplace_back("replicas:",
+                      absl::StrCat(job.spec().replication().replicas(),
+                                   " backup per slot, placed on another server (",
+                                   job.slot_backups_size() > 0 ? "placed" : "none placed: 1 server",
+                                   "; failover still restores from checkpoints)"));
+  }
   const auto& from = job.spec().from_checkpoint();
   if (!from.job_id().empty()) {
     rows.emplace_back("from:",

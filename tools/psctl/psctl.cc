@@ -93,6 +93,8 @@ ABSL_FLAG(int32_t, checkpoint_keep, 0, "complete checkpoints kept, older ones pr
 ABSL_FLAG(std::string, checkpoint_root, "",
           "where servers write checkpoints, an absolute path (default: the scheduler's)");
 ABSL_FLAG(std::string, recovery, "", "when a server dies: rollback | restore_lost_slots | default");
+ABSL_FLAG(int, replicas, 0,
+          "backups of each slot on other servers, 0 or 1 (needs --num_servers > replicas)");
 ABSL_FLAG(std::string, from_checkpoint, "",
           "start from a checkpoint: JOB (its latest complete one) or JOB:ID");
 
@@ -179,7 +181,8 @@ const char* const kCheckpointSubmitFlags[] = {"checkpoint_every_steps",
                                               "checkpoint_keep",
                                               "checkpoint_root",
                                               "recovery",
-                                              "from_checkpoint"};
+                                              "from_checkpoint",
+                                              "replicas"};
 
 bool IsSubmitFlag(const std::string& name) {
   for (const char* f : kSubmitFlags) {
@@ -351,6 +354,7 @@ absl::Status ApplySubmitFlags(const std::set<std::string>& given, JobSpec& spec)
   if (has("data_dir")) spec.set_data_dir(absl::GetFlag(FLAGS_data_dir));
   if (has("num_workers")) spec.set_num_workers(absl::GetFlag(FLAGS_num_workers));
   if (has("num_servers")) spec.set_num_servers(absl::GetFlag(FLAGS_num_servers));
+  if (has("replicas")) spec.mutable_replication()->set_replicas(absl::GetFlag(FLAGS_replicas));
   if (has("epochs")) spec.set_epochs(absl::GetFlag(FLAGS_epochs));
   if (has("batch_size")) spec.set_batch_size(absl::GetFlag(FLAGS_batch_size));
   if (has("hash_bits")) spec.set_hash_bits(absl::GetFlag(FLAGS_hash_bits));
