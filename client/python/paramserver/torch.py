@@ -230,16 +230,16 @@ class Embedding(torch.nn.Module):
     summed gradient per unique id. The layer holds no torch parameters: the servers' optimizer
     trains it.
 
-    ``prefetch(ids)`` announces a later batch's ids to the servers (``Table.prefetch``: a
-    table with a disk tier reads their rows from disk into RAM and keeps them there for the
-    pull; other tables ignore it) and starts pulling their rows in the background; the forward
+    ``prefetch(ids)`` starts pulling a later batch's rows in the background; the forward
     pass of those same ids then waits for that pull instead of starting its own (other ids:
-    the prefetch is dropped). The rows are those the servers hold when the prefetch is
-    served: call it after the current step's push (after ``loss.backward()``) for rows as
-    fresh as a plain pull; before it, they miss the current step's update of those rows.
-    ``prefetch(ids, pull=False)`` only announces the ids: the forward pulls as usual, from
-    RAM, and gets the current values wherever in the step the prefetch was called (for a
-    table with a disk tier, call it as early as the next batch's ids are known).
+    the prefetch is dropped). The rows are those the servers hold when the pull is served:
+    call it after the current step's push (after ``loss.backward()``) for rows as fresh as a
+    plain pull; before it, they miss the current step's update of those rows.
+    ``prefetch(ids, pull=False)`` instead only announces the ids to the servers
+    (``Table.prefetch``: a table with a disk tier reads their rows from disk into RAM and keeps
+    them there for the pull; other tables ignore it): the forward pulls as usual, from RAM, and
+    gets the current values wherever in the step the prefetch was called (for a table with a
+    disk tier, call it as early as the next batch's ids are known).
     """
 
     def __init__(self, source, name=None, dim=None, *, initializer=None, optimizer=None,
@@ -317,26 +317,29 @@ class Embedding(torch.nn.Module):
     def prefetch(self, ids, *, pull=True):
         """Prepares the forward pass of `ids` (a later batch).
 
-        Announces the unique ids to the servers (``Table.prefetch``): those of a table with a
-        disk tier read the rows from disk into RAM and keep them there until they are pulled
-        (at most their --prefetch_pin, 30 s by default); those of other tables ignore it. With
-        ``pull=True`` (the default) it also pulls the rows in the background: the forward pass
-        of the same ids uses them, as they were when the prefetch was served (call it after
-        the current step's push). With ``pull=False`` the forward pulls as usual, and its
-        values are the current ones whenever the prefetch was sent. Replaces an earlier
-        prefetch that no forward used. Returns at once; an error of the announcement is not
-        raised (the pull reads the rows from disk itself then), one of the pull is raised by
-        the forward that uses it."""
+        With ``pull=True`` (the default) it pulls the rows in the background: the forward pass
+        of the same ids uses them, as they were when the pull was served (call it after the
+        current step's push); a table with a disk tier reads the rows from disk for that pull.
+        With ``pull=False`` it only announces the unique ids to the servers
+        (``Table.prefetch``): those of a table with a disk tier read the rows from disk into RAM
+        and keep them there until they are pulled (at most their --prefetch_pin, 30 s by
+        default), those of other tables ignore it; the forward then pulls as usual, and its
+        values are the current ones whenever the prefetch was sent. (Not both: a pinned row
+        stays in RAM until a pull reads it, and the background pull may be served before the
+        announcement.) Replaces an earlier prefetch that no forward used. Returns at once; an
+        error of the announcement is not raised (the pull reads the rows from disk itself
+        then), one of the pull is raised by the forward that uses it."""
         ids, flat = self._flat_ids(ids)
         self._prefetched = None  # dropping an unfinished pull waits for it
         if flat.numel() == 0:
+            return
+        if pull:
+            self._prefetched = _Prefetch(self.table, flat, ids.device)
             return
         unique = torch.unique(flat, sorted=True).contiguous().numpy()
         # Not waited for: the request object waits for it only when dropped, and the next
         # prefetch replaces it.
         self._announced = self.table.prefetch(unique)
-        if pull:
-            self._prefetched = _Prefetch(self.table, flat, ids.device)
 
     def _rows(self, flat, device):
         """(rows of the unique ids of `flat` on `device`, inverse, keys): from the prefetch of
