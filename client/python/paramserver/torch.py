@@ -351,6 +351,15 @@ class Embedding(torch.nn.Module):
         keys = unique.contiguous().numpy()  # int64, checked non-negative by the pull
         host = _pinned_rows(len(keys), self.table.dim, device)
         with _waiting(pulled=len(keys)):
+            # An announcement (prefetch with pull=False) is served before this pull, which then
+            # finds its rows in RAM and ends their pins (a pull served first would leave them
+            # pinned). Its error changes nothing: the pull reads from disk then.
+            announced, self._announced = self._announced, None
+            if announced is not None:
+                try:
+                    announced.wait()
+                except _ps.Error:  # documented: not raised
+                    pass
             self.table.pull(keys, host.numpy())
         return (host.to(device, non_blocking=True), inverse.to(device, non_blocking=True),
                 keys)
