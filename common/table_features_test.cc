@@ -10,7 +10,9 @@
 
 #include "google/protobuf/util/message_differencer.h"
 
-namespace ps {
+// A namespace of its own: the unity build compiles this file with value_codec_test.cc, whose
+// helpers have the same names.
+namespace ps::table_features_test {
 namespace {
 
 v1::TableSpec Sparse() {
@@ -247,4 +249,4 @@ TEST(TableFeaturesTest, ValidatesTopkMomentumAndWarmup) {
 }
 
 }  // namespace
-}  // namespace ps
+}  // namespace ps::table_features_test
