@@ -45,7 +45,8 @@ class ReplicationForwardTest : public ::testing::Test {
   }
 
   // The job on both servers: slot s on server s % 2, its backup on the other (with replicas).
-  void ConfigureJob(bool replicas) {
+  void ConfigureJob(bool replicas, uint64_t epoch = 1, bool create = true) {
+    epoch_ = epoch;
     for (int i = 0; i < 2; ++i) {
       v1::ConfigureJobRequest req;
       req.set_job_id(kJob);
@@ -55,7 +56,7 @@ class ReplicationForwardTest : public ::testing::Test {
       std::vector<bool> owned(kNumSlots);
       for (uint32_t s = 0; s < kNumSlots; ++s) owned[s] = static_cast<int>(s % 2) == i;
       req.set_owned_slots(EncodeSlotBitmap(owned));
-      req.set_shard_epoch(1);
+      req.set_shard_epoch(epoch);
       if (replicas) {
         v1::ReplicaMap& map = *req.mutable_replicas();
         for (const std::string& a : addresses_) map.add_servers(a);
@@ -66,8 +67,9 @@ class ReplicationForwardTest : public ::testing::Test {
       testing::CallContext c;
       grpc::Status st = stubs_[i]->ConfigureJob(&c.ctx, req, &resp);
       ASSERT_TRUE(st.ok()) << st.error_message();
-      v1::CreateTableRequest create;
-      v1::TableSpec& spec = *create.mutable_spec();
+      if (!create) continue;
+      v1::CreateTableRequest create_req;
+      v1::TableSpec& spec = *create_req.mutable_spec();
       spec.set_table_id(kTable);
       spec.set_name("dense");
       spec.set_job_id(kJob);
@@ -80,7 +82,7 @@ class ReplicationForwardTest : public ::testing::Test {
       spec.mutable_optimizer()->set_kind(v1::OptimizerSpec::ADAM);
       v1::CreateTableResponse created;
       testing::CallContext t;
-      st = stubs_[i]->CreateTable(&t.ctx, create, &created);
+      st = stubs_[i]->CreateTable(&t.ctx, create_req, &created);
       ASSERT_TRUE(st.ok()) << st.error_message();
     }
   }
@@ -101,7 +103,7 @@ class ReplicationForwardTest : public ::testing::Test {
       push.set_worker_id(0);
       push.set_request_id(clock * 2 + i + 1);
       push.set_clock(clock);
-      push.set_shard_epoch(1);
+      push.set_shard_epoch(epoch_);
       *push.add_blocks() = testing::Block(kTable, keys, grads);
       v1::PushResponse pushed;
       testing::CallContext c;
@@ -133,6 +135,7 @@ class ReplicationForwardTest : public ::testing::Test {
     return rows;
   }
 
+  uint64_t epoch_ = 1;
   std::vector<std::unique_ptr<ParameterServer>> servers_;
   std::vector<std::string> addresses_;
   std::vector<std::unique_ptr<v1::ParameterServer::Stub>> stubs_;
@@ -165,6 +168,84 @@ TEST_F(ReplicationForwardTest, AJobWithoutReplicasForwardsNothing) {
     EXPECT_EQ(servers_[i]->service()->replication_forwarder()->counts().slots, 0u);
     EXPECT_EQ(servers_[i]->service()->replication_backup()->counts().applied, 0u);
   }
+}
+
+// A shard map without a replica map (one server left, or replicas off) ends both roles: the
+// server forwards nothing more (and serves pushes inline again), and the rows it held as a
+// backup are dropped.
+TEST_F(ReplicationForwardTest, AMapWithoutReplicasEndsForwardingAndDropsBackupRows) {
+  ASSERT_NO_FATAL_FAILURE(ConfigureJob(/*replicas=*/true));
+  ASSERT_NO_FATAL_FAILURE(Step(0));
+  for (int i = 0; i < 2; ++i) {
+    ReplicationForwarder* forwarder = servers_[i]->service()->replication_forwarder();
+    EXPECT_TRUE(forwarder->HasTargets(kJob));
+    EXPECT_TRUE(forwarder->Active());
+    ASSERT_FALSE(RowsOf(i, /*owner=*/false).empty());
+  }
+  ASSERT_NO_FATAL_FAILURE(ConfigureJob(/*replicas=*/false, /*epoch=*/2, /*create=*/false));
+  std::vector<uint64_t> forwarded;
+  for (int i = 0; i < 2; ++i) {
+    ReplicationForwarder* forwarder = servers_[i]->service()->replication_forwarder();
+    EXPECT_FALSE(forwarder->HasTargets(kJob));
+    EXPECT_FALSE(forwarder->Active());
+    EXPECT_TRUE(RowsOf(i, /*owner=*/false).empty()) << "server " << i;
+    EXPECT_FALSE(RowsOf(i, /*owner=*/true).empty()) << "server " << i;
+    forwarded.push_back(forwarder->counts().slots);
+  }
+  ASSERT_NO_FATAL_FAILURE(Step(1));
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(servers_[i]->service()->replication_forwarder()->counts().slots, forwarded[i]);
+    EXPECT_TRUE(RowsOf(i, /*owner=*/false).empty()) << "server " << i;
+  }
+}
+
+// A table with a cap on its rows (or a disk tier) is refused for a job with replicas, naming
+// the table: at CreateTable, and at a ConfigureJob that brings replicas to a job that has one.
+TEST_F(ReplicationForwardTest, CappedTablesAreRefusedWithReplicas) {
+  v1::CreateTableRequest create;
+  v1::TableSpec& spec = *create.mutable_spec();
+  spec.set_table_id(7);
+  spec.set_name("capped");
+  spec.set_job_id(kJob);
+  spec.set_kind(v1::SPARSE);
+  spec.set_dim(4);
+  spec.mutable_initializer()->set_kind(v1::InitializerSpec::UNIFORM);
+  spec.mutable_initializer()->set_low(-1.0f);
+  spec.mutable_initializer()->set_high(1.0f);
+  spec.mutable_optimizer()->set_kind(v1::OptimizerSpec::SGD);
+  spec.mutable_eviction()->set_max_rows(100);
+  ASSERT_NO_FATAL_FAILURE(ConfigureJob(/*replicas=*/true));
+  v1::CreateTableResponse created;
+  testing::CallContext c;
+  grpc::Status st = stubs_[0]->CreateTable(&c.ctx, create, &created);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("capped"), std::string::npos) << st.error_message();
+  EXPECT_EQ(servers_[0]->store()->NumRows(7), 0u);
+
+  // Another job: the capped table first, then a map with replicas.
+  spec.set_job_id("other");
+  testing::CallContext c2;
+  st = stubs_[0]->CreateTable(&c2.ctx, create, &created);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  v1::ConfigureJobRequest req;
+  req.set_job_id("other");
+  req.mutable_consistency()->set_mode(v1::ConsistencySpec::SYNC);
+  req.add_worker_ids(0);
+  req.set_membership_epoch(1);
+  std::vector<bool> owned(kNumSlots);
+  for (uint32_t s = 0; s < kNumSlots; ++s) owned[s] = s % 2 == 0;
+  req.set_owned_slots(EncodeSlotBitmap(owned));
+  req.set_shard_epoch(1);
+  v1::ReplicaMap& map = *req.mutable_replicas();
+  for (const std::string& a : addresses_) map.add_servers(a);
+  for (uint32_t s = 0; s < kNumSlots; ++s) map.add_slot_backups((s + 1) % 2);
+  map.set_server_index(0);
+  v1::ConfigureJobResponse resp;
+  testing::CallContext c3;
+  st = stubs_[0]->ConfigureJob(&c3.ctx, req, &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("capped"), std::string::npos) << st.error_message();
+  EXPECT_FALSE(servers_[0]->service()->replication_forwarder()->HasTargets("other"));
 }
 
 }  // namespace
