@@ -10,11 +10,15 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "common/shard_map.h"
 #include "common/testing/key_blocks.h"
 #include "gtest/gtest.h"
 #include "ps/v1/parameter_server.grpc.pb.h"
 #include "server/parameter_server.h"
+#include "server/replication_forwarder.h"
+#include "server/table_store.h"
 #include "server/testing/service_fixture.h"
 
 namespace ps {
@@ -246,6 +250,69 @@ TEST_F(ReplicationForwardTest, CappedTablesAreRefusedWithReplicas) {
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(st.error_message().find("capped"), std::string::npos) << st.error_message();
   EXPECT_FALSE(servers_[0]->service()->replication_forwarder()->HasTargets("other"));
+}
+
+// A backup that answers only once the other backup has its update too: forwarding that sent to
+// one backup after the other would wait out its bound at the first and leave it out.
+class BarrierBackup : public v1::ParameterServer::Service {
+ public:
+  explicit BarrierBackup(int* arrived, absl::Mutex* mu) : arrived_(arrived), mu_(mu) {}
+  grpc::Status Replicate(grpc::ServerContext* ctx, const v1::ReplicateRequest* req,
+                         v1::ReplicateResponse* resp) override {
+    absl::MutexLock l(mu_);
+    ++*arrived_;
+    const auto both = [this] { return *arrived_ >= 2; };
+    if (!mu_->AwaitWithDeadline(absl::Condition(&both), absl::FromChrono(ctx->deadline()))) {
+      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "the other backup never asked");
+    }
+    resp->set_applied(req->slots_size());
+    return grpc::Status::OK;
+  }
+
+ private:
+  int* const arrived_;
+  absl::Mutex* const mu_;
+};
+
+TEST(ReplicationForwarderTest, BackupsAreSentToAtOnce) {
+  absl::Mutex mu;
+  int arrived = 0;
+  BarrierBackup a(&arrived, &mu), b(&arrived, &mu);
+  std::vector<std::unique_ptr<grpc::Server>> servers;
+  std::vector<std::string> addresses;
+  for (BarrierBackup* service : {&a, &b}) {
+    int port = 0;
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(service);
+    servers.push_back(builder.BuildAndStart());
+    ASSERT_NE(servers.back(), nullptr);
+    addresses.push_back(absl::StrCat("127.0.0.1:", port));
+  }
+  TableStore store{TableStoreOptions{}};
+  v1::TableSpec spec;
+  spec.set_table_id(kTable);
+  spec.set_name("dense");
+  spec.set_job_id(kJob);
+  spec.set_kind(v1::DENSE);
+  spec.set_dim(4);
+  spec.set_num_rows(kRows);
+  spec.mutable_initializer()->set_kind(v1::InitializerSpec::UNIFORM);
+  spec.mutable_initializer()->set_low(-1.0f);
+  spec.mutable_initializer()->set_high(1.0f);
+  spec.mutable_optimizer()->set_kind(v1::OptimizerSpec::SGD);
+  ASSERT_TRUE(store.CreateTable(spec).ok());
+  ASSERT_TRUE(store.SetJobShards(kJob, std::vector<bool>(kNumSlots, true), 1).ok());
+  // A generous bound: sent at once, both answer well within it; one after the other, the first
+  // waits all of it.
+  ReplicationForwarder forwarder(&store, absl::Seconds(20));
+  std::vector<std::string> backups(kNumSlots);
+  for (uint32_t s = 0; s < kNumSlots; ++s) backups[s] = addresses[s % 2];
+  ASSERT_TRUE(forwarder.SetTargets(kJob, 1, "127.0.0.1:1", backups).ok());
+  forwarder.ForwardClock(kJob, 0);
+  EXPECT_EQ(forwarder.counts().failures, 0u);
+  EXPECT_EQ(forwarder.counts().slots, kNumSlots);
+  for (auto& server : servers) server->Shutdown();
 }
 
 }  // namespace
