@@ -55,8 +55,8 @@ class ReplicationForwardTest : public ::testing::Test {
       v1::ConfigureJobRequest req;
       req.set_job_id(kJob);
       req.mutable_consistency()->set_mode(v1::ConsistencySpec::SYNC);
-      req.add_worker_ids(0);
-      req.set_membership_epoch(1);
+      for (uint32_t w : workers_) req.add_worker_ids(w);
+      req.set_membership_epoch(epoch);
       std::vector<bool> owned(kNumSlots);
       for (uint32_t s = 0; s < kNumSlots; ++s) owned[s] = static_cast<int>(s % 2) == i;
       req.set_owned_slots(EncodeSlotBitmap(owned));
@@ -140,6 +140,7 @@ class ReplicationForwardTest : public ::testing::Test {
   }
 
   uint64_t epoch_ = 1;
+  std::vector<uint32_t> workers_ = {0};
   std::vector<std::unique_ptr<ParameterServer>> servers_;
   std::vector<std::string> addresses_;
   std::vector<std::unique_ptr<v1::ParameterServer::Stub>> stubs_;
@@ -201,6 +202,25 @@ TEST_F(ReplicationForwardTest, AMapWithoutReplicasEndsForwardingAndDropsBackupRo
     EXPECT_EQ(servers_[i]->service()->replication_forwarder()->counts().slots, forwarded[i]);
     EXPECT_TRUE(RowsOf(i, /*owner=*/false).empty()) << "server " << i;
   }
+}
+
+// A clock that a ConfigureJob completes (a worker left) goes to the backups of the map it
+// brings: the replica roles are set before the membership changes.
+TEST_F(ReplicationForwardTest, AClockCompletedByConfigureGoesToTheNewBackups) {
+  workers_ = {0, 1};
+  ASSERT_NO_FATAL_FAILURE(ConfigureJob(/*replicas=*/false));
+  ASSERT_NO_FATAL_FAILURE(Step(0));  // worker 0 only: clock 0 waits for worker 1
+  const Rows before = RowsOf(0, /*owner=*/true);
+  workers_ = {0};  // worker 1 left: clock 0 completes inside ConfigureJob
+  ASSERT_NO_FATAL_FAILURE(ConfigureJob(/*replicas=*/true, /*epoch=*/2, /*create=*/false));
+  // Server 1, configured second, forwarded clock 0 to server 0, which had the new map. (Server
+  // 0 forwarded it to server 1 before server 1 had the map: refused, that backup left out until
+  // the next map, as documented.)
+  const Rows primary = RowsOf(1, /*owner=*/true);
+  ASSERT_FALSE(primary.empty());
+  EXPECT_EQ(RowsOf(0, /*owner=*/false), primary);
+  EXPECT_EQ(servers_[1]->service()->replication_forwarder()->counts().failures, 0u);
+  EXPECT_NE(RowsOf(0, /*owner=*/true), before);  // clock 0 was applied
 }
 
 // A table with a cap on its rows (or a disk tier) is refused for a job with replicas, naming
