@@ -291,6 +291,16 @@ absl::Status CheckReplication(const v1::JobSpec& spec) {
   const int replicas = spec.replication().replicas();
   PS_RETURN_IF_ERROR(CheckRange("replication.replicas", replicas, 0, kMaxReplicas, "none"));
   if (replicas == 0) return absl::OkStatus();
+  // A backup's rows share its server's tables: under a row cap they would evict its own.
+  for (int i = 0; i < spec.tables_size(); ++i) {
+    const v1::TableSpec& t = spec.tables(i);
+    if (t.eviction().has_max_rows() || t.tier().disk()) {
+      return Invalid(absl::StrCat("replication.replicas = ", replicas, ": tables[", i, "] (\"",
+                                  t.name(),
+                                  "\") has eviction.max_rows or a disk tier, which replicas do "
+                                  "not allow (backups' rows would evict the server's own)"));
+    }
+  }
   if (spec.has_program()) {
     // A program configures its servers with its job's credential, which may not name where
     // a server sends the job's rows (the servers forward with the cluster token).

@@ -504,6 +504,14 @@ TEST_F(JobSpecTest, ReplicasNeedAnotherServer) {
         s->mutable_replication()->set_replicas(1);
       },
       "not available for program jobs", Program());
+  // A table with a row cap or a disk tier cannot have replicas, whatever else: named.
+  ExpectRejected(
+      [](v1::JobSpec* s) {
+        s->set_num_servers(2);
+        s->mutable_replication()->set_replicas(1);
+        s->mutable_tables(0)->mutable_eviction()->set_max_rows(1000);
+      },
+      "tables[0] (\"emb\") has eviction.max_rows or a disk tier", Program());
   ExpectRejected([](v1::JobSpec* s) { s->mutable_replication()->set_replicas(-1); },
                  "replication.replicas", Mlp());
   ExpectRejected(

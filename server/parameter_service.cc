@@ -98,21 +98,18 @@ absl::Status ParameterService::DoConfigureJob(const v1::ConfigureJobRequest& req
   std::optional<ReplicaRoles> replicas;
   if (req.has_replicas()) {
     PS_ASSIGN_OR_RETURN(replicas, ResolveReplicaMap(req.replicas()));
+    PS_RETURN_IF_ERROR(CheckReplicable(store_->JobTables(req.job_id())));
   }
   if (!req.owned_slots().empty()) {
     PS_ASSIGN_OR_RETURN(auto owned, DecodeSlotBitmap(req.owned_slots()));
     PS_RETURN_IF_ERROR(store_->SetJobShards(req.job_id(), std::move(owned), req.shard_epoch()));
   }
+  // Before the gate: a clock that Configure completes goes to the new map's backups.
+  PS_RETURN_IF_ERROR(SetReplicas(req, std::move(replicas)));
   std::vector<uint32_t> workers(req.worker_ids().begin(), req.worker_ids().end());
   PS_RETURN_IF_ERROR(
       gate_.Configure(req.job_id(), req.consistency(), workers, req.membership_epoch()));
   if (!req.owned_slots().empty()) gate_.SetShardEpoch(req.job_id(), req.shard_epoch());
-  if (replicas.has_value()) {
-    PS_RETURN_IF_ERROR(
-        backup_.SetBackupSlots(req.job_id(), req.shard_epoch(), std::move(replicas->primaries)));
-    PS_RETURN_IF_ERROR(forwarder_.SetTargets(req.job_id(), req.shard_epoch(), replicas->self,
-                                             std::move(replicas->backups)));
-  }
   if (req.caller_clock() >= 0) {
     PS_RETURN_IF_ERROR(gate_.RaiseClock(req.job_id(), req.caller_worker_id(), req.caller_clock()));
   }
@@ -124,6 +121,31 @@ absl::Status ParameterService::DoConfigureJob(const v1::ConfigureJobRequest& req
       job->owned_slots->Set(store_->NumOwnedSlots(req.job_id()));
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status ParameterService::SetReplicas(const v1::ConfigureJobRequest& req,
+                                           std::optional<ReplicaRoles> replicas) {
+  // A shard map without a replica map (one server left, or replicas turned off) ends both roles.
+  if (!replicas.has_value()) {
+    if (req.owned_slots().empty()) return absl::OkStatus();
+    replicas.emplace();
+    replicas->primaries.assign(kNumSlots, "");
+    replicas->backups.assign(kNumSlots, "");
+  }
+  std::vector<bool> dropped;
+  PS_RETURN_IF_ERROR(backup_.SetBackupSlots(req.job_id(), req.shard_epoch(),
+                                            std::move(replicas->primaries), &dropped));
+  PS_RETURN_IF_ERROR(forwarder_.SetTargets(req.job_id(), req.shard_epoch(), replicas->self,
+                                           std::move(replicas->backups)));
+  // Rows of slots no longer backed up here, and not owned here now, are dropped.
+  const std::vector<bool> owned = store_->OwnedSlots(req.job_id());
+  bool any = false;
+  for (uint32_t s = 0; s < kNumSlots; ++s) {
+    dropped[s] = dropped[s] && !owned[s];
+    any = any || dropped[s];
+  }
+  if (any) PS_RETURN_IF_ERROR(store_->LoadSlots(req.job_id(), dropped, {}));
   return absl::OkStatus();
 }
 
@@ -149,7 +171,11 @@ grpc::Status ParameterService::CreateTable(grpc::ServerContext* ctx,
     return s;
   }
   const absl::Time start = absl::Now();
-  return Finish(ServerMethod::kCreateTable, start, *req, *resp, store_->CreateTable(req->spec()));
+  absl::Status created = forwarder_.HasTargets(req->spec().job_id())
+                             ? CheckReplicable({req->spec()})
+                             : absl::OkStatus();
+  if (created.ok()) created = store_->CreateTable(req->spec());
+  return Finish(ServerMethod::kCreateTable, start, *req, *resp, created);
 }
 
 grpc::Status ParameterService::DescribeTable(grpc::ServerContext* ctx,
@@ -197,7 +223,10 @@ grpc::ServerUnaryReactor* ParameterService::StartDataCall(ServerMethod method,
   }
   auto call = std::make_unique<Call>(reactor, answer, &data_plane_, method, *request,
                                      PullDeadline(ctx), std::move(job_scope));
-  if (!Advance(call.get(), /*may_block=*/false)) {
+  // A push may complete a clock, and with replicas a completed clock is forwarded over the
+  // network before it completes: never on gRPC's callback thread.
+  const bool inline_ok = method == ServerMethod::kPull || !forwarder_.Active();
+  if (!inline_ok || !Advance(call.get(), /*may_block=*/false)) {
     handoff_.Run([this, c = call.release()] { CHECK(Advance(c, /*may_block=*/true)); });
   } else {
     call.release();  // Advance finished and freed it

@@ -8,6 +8,7 @@
 #include <grpcpp/support/server_callback.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -23,6 +24,7 @@
 #include "server/job_grants.h"
 #include "server/replication_backup.h"
 #include "server/replication_forwarder.h"
+#include "server/replication_map.h"
 #include "server/request_deduper.h"
 #include "server/restorer.h"
 #include "server/server_metrics.h"
@@ -94,6 +96,10 @@ class ParameterService final : public v1::ParameterServer::Service {
   // A well-formed job id of a job not dropped.
   absl::Status CheckJob(const std::string& job_id) const;
   absl::Status DoConfigureJob(const v1::ConfigureJobRequest& req, v1::ConfigureJobResponse* resp);
+  // The job's replica roles from `req` (none: a shard map without a replica map ends them);
+  // rows of slots no longer backed up here are dropped.
+  absl::Status SetReplicas(const v1::ConfigureJobRequest& req,
+                           std::optional<ReplicaRoles> replicas);
   // Pull, Push and PushPull are registered as raw callback methods (a client sees plain unary
   // calls and the same bytes). A call is served on the gRPC thread that read it, with no thread
   // hop, unless it would block there (DataCall::Serve): then it goes on from where it stands on
@@ -122,13 +128,13 @@ class ParameterService final : public v1::ParameterServer::Service {
   absl::Mutex lifecycle_mu_;
   ConsistencyGate gate_;
   RequestDeduper deduper_;
-  DataPlane data_plane_;       // uses store_, gate_, deduper_
-  Restorer restorer_;          // uses gate_
-  ReplicationBackup backup_;   // uses store_
+  DataPlane data_plane_;            // uses store_, gate_, deduper_
+  Restorer restorer_;               // uses gate_
+  ReplicationBackup backup_;        // uses store_
   ReplicationForwarder forwarder_;  // uses store_; gate_ calls it after each sync clock
-  const JobGrants grants_;     // what a job's credential may name: its table ids and folder
-  Checkpointer checkpointer_;  // stops its writer thread when destroyed
-  HandoffPool handoff_;        // destroyed first: waits for the calls it runs
+  const JobGrants grants_;          // what a job's credential may name: its table ids and folder
+  Checkpointer checkpointer_;       // stops its writer thread when destroyed
+  HandoffPool handoff_;             // destroyed first: waits for the calls it runs
 };
 
 }  // namespace ps

@@ -1,5 +1,6 @@
 #include "server/replication_backup.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -12,12 +13,17 @@ namespace ps {
 ReplicationBackup::ReplicationBackup(TableStore* store) : store_(store) {}
 
 absl::Status ReplicationBackup::SetBackupSlots(const std::string& job_id, uint64_t epoch,
-                                               std::vector<std::string> primaries) {
+                                               std::vector<std::string> primaries,
+                                               std::vector<bool>* dropped) {
   if (primaries.size() != kNumSlots) {
     return absl::InvalidArgumentError(
         absl::StrCat("backup slots: ", primaries.size(), " entries, want ", kNumSlots));
   }
+  if (dropped != nullptr) dropped->assign(kNumSlots, false);
   absl::MutexLock l(&mu_);
+  const bool none = std::all_of(primaries.begin(), primaries.end(),
+                                [](const std::string& p) { return p.empty(); });
+  if (none && !jobs_.contains(job_id)) return absl::OkStatus();  // never a backup here
   Job& job = jobs_[job_id];
   if (epoch < job.epoch) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -27,6 +33,7 @@ absl::Status ReplicationBackup::SetBackupSlots(const std::string& job_id, uint64
   job.primaries.resize(kNumSlots);
   for (uint32_t s = 0; s < kNumSlots; ++s) {
     if (primaries[s] != job.primaries[s]) job.progress[s] = SlotProgress();
+    if (dropped != nullptr) (*dropped)[s] = !job.primaries[s].empty() && primaries[s].empty();
   }
   job.epoch = epoch;
   job.primaries = std::move(primaries);
@@ -60,15 +67,10 @@ absl::Status ReplicationBackup::Check(const Job& job, const v1::ReplicateRequest
           ")"));
     }
     const uint64_t last = job.progress[r.slot()].seq;
-    // An update carries the whole slot: the first one a backup gets seeds it, whatever its
-    // number (a backup placed while the job runs); after that, none may be skipped.
-    if (last > 0 && r.seq() > last + 1) {
-      ++counts_.gaps;
-      return absl::OutOfRangeError(absl::StrCat("replicated slot ", r.slot(), " of job ",
-                                                req.job_id(), ": update ", r.seq(),
-                                                " after update ", last, " (a gap)"));
-    }
-    (*load)[r.slot()] = last == 0 || r.seq() == last + 1;
+    // An update carries the whole slot: any later one replaces what the backup holds, so one
+    // that was lost (a failed send) is skipped, counted; an earlier or repeated one is ignored.
+    if (last > 0 && r.seq() > last + 1) ++counts_.gaps;
+    (*load)[r.slot()] = r.seq() > last;
   }
   return absl::OkStatus();
 }

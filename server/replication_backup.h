@@ -19,17 +19,17 @@ namespace ps {
 // Thread-safe. Holds, per job, the shard epoch and the primary of each slot this server backs
 // up, and the last sequence number applied per slot. Apply() checks a whole request before it
 // changes anything: a request of another epoch, or with a slot whose primary is not the sender
-// (or that this server does not back up), or a sequence number past the next one (a gap), is
-// refused and nothing of it applied; a sequence number applied before is ignored (a duplicate:
-// a retry). A slot that has had no update yet takes the first whatever its number: an update
-// carries the whole slot, so it seeds a backup placed while the job runs. Every outcome is
+// (or that this server does not back up), is refused and nothing of it applied. An update
+// carries the whole slot, so any number past the last one applied is applied (the first one
+// seeds a backup placed while the job runs; one after a lost update skips it, counted as a
+// gap) and a number applied before, or older, is ignored (a duplicate: a retry). Every outcome is
 // counted. Applies of one server are serialized.
 class ReplicationBackup {
  public:
   struct Counts {
     uint64_t applied = 0;        // slots applied
     uint64_t duplicates = 0;     // slots ignored: their sequence number was applied before
-    uint64_t gaps = 0;           // requests refused: a slot's number skipped one
+    uint64_t gaps = 0;           // slots applied after a lost update (a number skipped)
     uint64_t wrong_primary = 0;  // requests refused: a slot not backed up here from the sender
     uint64_t wrong_epoch = 0;    // requests refused: another shard epoch (or an unknown job)
     uint64_t bytes = 0;          // row bytes applied (values + optimizer state)
@@ -46,11 +46,13 @@ class ReplicationBackup {
   // This server backs up slot s of `job_id` for the server at address `primaries[s]` under
   // shard map `epoch` (kNumSlots entries; empty: not backed up here). An older epoch than the
   // job's is FAILED_PRECONDITION. A slot that keeps its primary keeps its sequence number; one
-  // whose primary changed starts again at 0.
+  // whose primary changed starts again at 0. `dropped` (if set) gets the slots backed up here
+  // before and no longer (kNumSlots entries): their rows are the caller's to clear.
   absl::Status SetBackupSlots(const std::string& job_id, uint64_t epoch,
-                              std::vector<std::string> primaries);
+                              std::vector<std::string> primaries,
+                              std::vector<bool>* dropped = nullptr);
   // Applies `req` (see the class comment). FAILED_PRECONDITION: another epoch, or a slot the
-  // sender is not the primary of; OUT_OF_RANGE: a gap; INVALID_ARGUMENT: a malformed request
+  // sender is not the primary of; INVALID_ARGUMENT: a malformed request
   // (a slot out of range or listed twice, rows that are not whole rows or do not fit the
   // tables). Errors of TableStore::LoadSlots are passed on.
   absl::StatusOr<v1::ReplicateResponse> Apply(const v1::ReplicateRequest& req);

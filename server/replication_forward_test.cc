@@ -10,11 +10,15 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "common/shard_map.h"
 #include "common/testing/key_blocks.h"
 #include "gtest/gtest.h"
 #include "ps/v1/parameter_server.grpc.pb.h"
 #include "server/parameter_server.h"
+#include "server/replication_forwarder.h"
+#include "server/table_store.h"
 #include "server/testing/service_fixture.h"
 
 namespace ps {
@@ -45,17 +49,18 @@ class ReplicationForwardTest : public ::testing::Test {
   }
 
   // The job on both servers: slot s on server s % 2, its backup on the other (with replicas).
-  void ConfigureJob(bool replicas) {
+  void ConfigureJob(bool replicas, uint64_t epoch = 1, bool create = true) {
+    epoch_ = epoch;
     for (int i = 0; i < 2; ++i) {
       v1::ConfigureJobRequest req;
       req.set_job_id(kJob);
       req.mutable_consistency()->set_mode(v1::ConsistencySpec::SYNC);
-      req.add_worker_ids(0);
-      req.set_membership_epoch(1);
+      for (uint32_t w : workers_) req.add_worker_ids(w);
+      req.set_membership_epoch(epoch);
       std::vector<bool> owned(kNumSlots);
       for (uint32_t s = 0; s < kNumSlots; ++s) owned[s] = static_cast<int>(s % 2) == i;
       req.set_owned_slots(EncodeSlotBitmap(owned));
-      req.set_shard_epoch(1);
+      req.set_shard_epoch(epoch);
       if (replicas) {
         v1::ReplicaMap& map = *req.mutable_replicas();
         for (const std::string& a : addresses_) map.add_servers(a);
@@ -66,8 +71,9 @@ class ReplicationForwardTest : public ::testing::Test {
       testing::CallContext c;
       grpc::Status st = stubs_[i]->ConfigureJob(&c.ctx, req, &resp);
       ASSERT_TRUE(st.ok()) << st.error_message();
-      v1::CreateTableRequest create;
-      v1::TableSpec& spec = *create.mutable_spec();
+      if (!create) continue;
+      v1::CreateTableRequest create_req;
+      v1::TableSpec& spec = *create_req.mutable_spec();
       spec.set_table_id(kTable);
       spec.set_name("dense");
       spec.set_job_id(kJob);
@@ -80,7 +86,7 @@ class ReplicationForwardTest : public ::testing::Test {
       spec.mutable_optimizer()->set_kind(v1::OptimizerSpec::ADAM);
       v1::CreateTableResponse created;
       testing::CallContext t;
-      st = stubs_[i]->CreateTable(&t.ctx, create, &created);
+      st = stubs_[i]->CreateTable(&t.ctx, create_req, &created);
       ASSERT_TRUE(st.ok()) << st.error_message();
     }
   }
@@ -101,7 +107,7 @@ class ReplicationForwardTest : public ::testing::Test {
       push.set_worker_id(0);
       push.set_request_id(clock * 2 + i + 1);
       push.set_clock(clock);
-      push.set_shard_epoch(1);
+      push.set_shard_epoch(epoch_);
       *push.add_blocks() = testing::Block(kTable, keys, grads);
       v1::PushResponse pushed;
       testing::CallContext c;
@@ -133,6 +139,8 @@ class ReplicationForwardTest : public ::testing::Test {
     return rows;
   }
 
+  uint64_t epoch_ = 1;
+  std::vector<uint32_t> workers_ = {0};
   std::vector<std::unique_ptr<ParameterServer>> servers_;
   std::vector<std::string> addresses_;
   std::vector<std::unique_ptr<v1::ParameterServer::Stub>> stubs_;
@@ -165,6 +173,166 @@ TEST_F(ReplicationForwardTest, AJobWithoutReplicasForwardsNothing) {
     EXPECT_EQ(servers_[i]->service()->replication_forwarder()->counts().slots, 0u);
     EXPECT_EQ(servers_[i]->service()->replication_backup()->counts().applied, 0u);
   }
+}
+
+// A shard map without a replica map (one server left, or replicas off) ends both roles: the
+// server forwards nothing more (and serves pushes inline again), and the rows it held as a
+// backup are dropped.
+TEST_F(ReplicationForwardTest, AMapWithoutReplicasEndsForwardingAndDropsBackupRows) {
+  ASSERT_NO_FATAL_FAILURE(ConfigureJob(/*replicas=*/true));
+  ASSERT_NO_FATAL_FAILURE(Step(0));
+  for (int i = 0; i < 2; ++i) {
+    ReplicationForwarder* forwarder = servers_[i]->service()->replication_forwarder();
+    EXPECT_TRUE(forwarder->HasTargets(kJob));
+    EXPECT_TRUE(forwarder->Active());
+    ASSERT_FALSE(RowsOf(i, /*owner=*/false).empty());
+  }
+  ASSERT_NO_FATAL_FAILURE(ConfigureJob(/*replicas=*/false, /*epoch=*/2, /*create=*/false));
+  std::vector<uint64_t> forwarded;
+  for (int i = 0; i < 2; ++i) {
+    ReplicationForwarder* forwarder = servers_[i]->service()->replication_forwarder();
+    EXPECT_FALSE(forwarder->HasTargets(kJob));
+    EXPECT_FALSE(forwarder->Active());
+    EXPECT_TRUE(RowsOf(i, /*owner=*/false).empty()) << "server " << i;
+    EXPECT_FALSE(RowsOf(i, /*owner=*/true).empty()) << "server " << i;
+    forwarded.push_back(forwarder->counts().slots);
+  }
+  ASSERT_NO_FATAL_FAILURE(Step(1));
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(servers_[i]->service()->replication_forwarder()->counts().slots, forwarded[i]);
+    EXPECT_TRUE(RowsOf(i, /*owner=*/false).empty()) << "server " << i;
+  }
+}
+
+// A clock that a ConfigureJob completes (a worker left) goes to the backups of the map it
+// brings: the replica roles are set before the membership changes.
+TEST_F(ReplicationForwardTest, AClockCompletedByConfigureGoesToTheNewBackups) {
+  workers_ = {0, 1};
+  ASSERT_NO_FATAL_FAILURE(ConfigureJob(/*replicas=*/false));
+  ASSERT_NO_FATAL_FAILURE(Step(0));  // worker 0 only: clock 0 waits for worker 1
+  const Rows before = RowsOf(0, /*owner=*/true);
+  workers_ = {0};  // worker 1 left: clock 0 completes inside ConfigureJob
+  ASSERT_NO_FATAL_FAILURE(ConfigureJob(/*replicas=*/true, /*epoch=*/2, /*create=*/false));
+  // Server 1, configured second, forwarded clock 0 to server 0, which had the new map. (Server
+  // 0 forwarded it to server 1 before server 1 had the map: refused, that backup left out until
+  // the next map, as documented.)
+  const Rows primary = RowsOf(1, /*owner=*/true);
+  ASSERT_FALSE(primary.empty());
+  EXPECT_EQ(RowsOf(0, /*owner=*/false), primary);
+  EXPECT_EQ(servers_[1]->service()->replication_forwarder()->counts().failures, 0u);
+  EXPECT_NE(RowsOf(0, /*owner=*/true), before);  // clock 0 was applied
+}
+
+// A table with a cap on its rows (or a disk tier) is refused for a job with replicas, naming
+// the table: at CreateTable, and at a ConfigureJob that brings replicas to a job that has one.
+TEST_F(ReplicationForwardTest, CappedTablesAreRefusedWithReplicas) {
+  v1::CreateTableRequest create;
+  v1::TableSpec& spec = *create.mutable_spec();
+  spec.set_table_id(7);
+  spec.set_name("capped");
+  spec.set_job_id(kJob);
+  spec.set_kind(v1::SPARSE);
+  spec.set_dim(4);
+  spec.mutable_initializer()->set_kind(v1::InitializerSpec::UNIFORM);
+  spec.mutable_initializer()->set_low(-1.0f);
+  spec.mutable_initializer()->set_high(1.0f);
+  spec.mutable_optimizer()->set_kind(v1::OptimizerSpec::SGD);
+  spec.mutable_eviction()->set_max_rows(100);
+  ASSERT_NO_FATAL_FAILURE(ConfigureJob(/*replicas=*/true));
+  v1::CreateTableResponse created;
+  testing::CallContext c;
+  grpc::Status st = stubs_[0]->CreateTable(&c.ctx, create, &created);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("capped"), std::string::npos) << st.error_message();
+  EXPECT_EQ(servers_[0]->store()->NumRows(7), 0u);
+
+  // Another job: the capped table first, then a map with replicas.
+  spec.set_job_id("other");
+  testing::CallContext c2;
+  st = stubs_[0]->CreateTable(&c2.ctx, create, &created);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  v1::ConfigureJobRequest req;
+  req.set_job_id("other");
+  req.mutable_consistency()->set_mode(v1::ConsistencySpec::SYNC);
+  req.add_worker_ids(0);
+  req.set_membership_epoch(1);
+  std::vector<bool> owned(kNumSlots);
+  for (uint32_t s = 0; s < kNumSlots; ++s) owned[s] = s % 2 == 0;
+  req.set_owned_slots(EncodeSlotBitmap(owned));
+  req.set_shard_epoch(1);
+  v1::ReplicaMap& map = *req.mutable_replicas();
+  for (const std::string& a : addresses_) map.add_servers(a);
+  for (uint32_t s = 0; s < kNumSlots; ++s) map.add_slot_backups((s + 1) % 2);
+  map.set_server_index(0);
+  v1::ConfigureJobResponse resp;
+  testing::CallContext c3;
+  st = stubs_[0]->ConfigureJob(&c3.ctx, req, &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("capped"), std::string::npos) << st.error_message();
+  EXPECT_FALSE(servers_[0]->service()->replication_forwarder()->HasTargets("other"));
+}
+
+// A backup that answers only once the other backup has its update too: forwarding that sent to
+// one backup after the other would wait out its bound at the first and leave it out.
+class BarrierBackup : public v1::ParameterServer::Service {
+ public:
+  explicit BarrierBackup(int* arrived, absl::Mutex* mu) : arrived_(arrived), mu_(mu) {}
+  grpc::Status Replicate(grpc::ServerContext* ctx, const v1::ReplicateRequest* req,
+                         v1::ReplicateResponse* resp) override {
+    absl::MutexLock l(mu_);
+    ++*arrived_;
+    const auto both = [this] { return *arrived_ >= 2; };
+    if (!mu_->AwaitWithDeadline(absl::Condition(&both), absl::FromChrono(ctx->deadline()))) {
+      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "the other backup never asked");
+    }
+    resp->set_applied(req->slots_size());
+    return grpc::Status::OK;
+  }
+
+ private:
+  int* const arrived_;
+  absl::Mutex* const mu_;
+};
+
+TEST(ReplicationForwarderTest, BackupsAreSentToAtOnce) {
+  absl::Mutex mu;
+  int arrived = 0;
+  BarrierBackup a(&arrived, &mu), b(&arrived, &mu);
+  std::vector<std::unique_ptr<grpc::Server>> servers;
+  std::vector<std::string> addresses;
+  for (BarrierBackup* service : {&a, &b}) {
+    int port = 0;
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(service);
+    servers.push_back(builder.BuildAndStart());
+    ASSERT_NE(servers.back(), nullptr);
+    addresses.push_back(absl::StrCat("127.0.0.1:", port));
+  }
+  TableStore store{TableStoreOptions{}};
+  v1::TableSpec spec;
+  spec.set_table_id(kTable);
+  spec.set_name("dense");
+  spec.set_job_id(kJob);
+  spec.set_kind(v1::DENSE);
+  spec.set_dim(4);
+  spec.set_num_rows(kRows);
+  spec.mutable_initializer()->set_kind(v1::InitializerSpec::UNIFORM);
+  spec.mutable_initializer()->set_low(-1.0f);
+  spec.mutable_initializer()->set_high(1.0f);
+  spec.mutable_optimizer()->set_kind(v1::OptimizerSpec::SGD);
+  ASSERT_TRUE(store.CreateTable(spec).ok());
+  ASSERT_TRUE(store.SetJobShards(kJob, std::vector<bool>(kNumSlots, true), 1).ok());
+  // A generous bound: sent at once, both answer well within it; one after the other, the first
+  // waits all of it.
+  ReplicationForwarder forwarder(&store, absl::Seconds(20));
+  std::vector<std::string> backups(kNumSlots);
+  for (uint32_t s = 0; s < kNumSlots; ++s) backups[s] = addresses[s % 2];
+  ASSERT_TRUE(forwarder.SetTargets(kJob, 1, "127.0.0.1:1", backups).ok());
+  forwarder.ForwardClock(kJob, 0);
+  EXPECT_EQ(forwarder.counts().failures, 0u);
+  EXPECT_EQ(forwarder.counts().slots, kNumSlots);
+  for (auto& server : servers) server->Shutdown();
 }
 
 }  // namespace

@@ -45,4 +45,16 @@ absl::StatusOr<ReplicaRoles> ResolveReplicaMap(const v1::ReplicaMap& map) {
   return roles;
 }
 
+absl::Status CheckReplicable(const std::vector<v1::TableSpec>& tables) {
+  for (const v1::TableSpec& t : tables) {
+    if (t.eviction().has_max_rows() || t.tier().disk()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table ", t.name(), " (id ", t.table_id(), ") of job ", t.job_id(),
+          " has eviction.max_rows or a disk tier: not available with replication.replicas (a "
+          "backup's rows would count against the cap and evict the server's own rows)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace ps

@@ -21,6 +21,10 @@ struct ReplicaRoles {
 // on server s % n), an index out of range, or a slot whose backup is its owner.
 absl::StatusOr<ReplicaRoles> ResolveReplicaMap(const v1::ReplicaMap& map);
 
+// INVALID_ARGUMENT, naming the table, if one of a job's `tables` cannot be replicated: a cap on
+// its rows (eviction.max_rows) or a disk tier (a backup's rows would count against the cap).
+absl::Status CheckReplicable(const std::vector<v1::TableSpec>& tables);
+
 }  // namespace ps
 
 #endif  // PS_SERVER_REPLICATION_MAP_H_
