@@ -524,6 +524,22 @@ TEST(TableStoreTierTest, APinEndsWithItsRowAndExpiredPinsArePruned) {
   EXPECT_EQ(StatsOf(store, 2).prefetch_skipped(), 0u);
 }
 
+TEST(TableStoreTierTest, LoadingASlotDropsItsPins) {
+  TempDir dir;
+  TableStore store(WithTier(dir.path()));
+  ASSERT_TRUE(store.CreateTable(Sparse(1, 4, 100, true)).ok());
+  ASSERT_TRUE(Push(store, 1, Keys(0, 40), 4, 0).ok());
+  TableStore::BlockView view;
+  const KeyBlock block = Block(1, Keys(0, 40));
+  ASSERT_TRUE(store.Resolve(kJob, block, false, &view).ok());
+  ASSERT_TRUE(store.Prefetch(view, absl::Hours(1)).ok());
+  ASSERT_EQ(StatsOf(store, 1).prefetch_pinned(), 40u);
+  // A restore of every slot with no rows (as a slot move's load): the rows and their pins go.
+  ASSERT_TRUE(store.LoadSlots(kJob, std::vector<bool>(kNumSlots, true), {}).ok());
+  EXPECT_EQ(StatsOf(store, 1).rows(), 0u);
+  EXPECT_EQ(StatsOf(store, 1).prefetch_pinned(), 0u);
+}
+
 // The TTL sweep on disk takes a slot's lock a chunk at a time: between chunks, a request of the
 // very slot being swept is served (on this thread: were the lock held, it could not be), and
 // the row counts stay exact.
