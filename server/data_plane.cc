@@ -261,6 +261,8 @@ absl::StatusOr<ResolvedPull> DataPlane::ResolvePrefetch(
     PS_RETURN_IF_ERROR(store_->Resolve(job_id, blocks[i], /*with_values=*/false, &pull.views[i]));
     pull.keys += pull.views[i].keys.size();
   }
+  // Rows read back from disk take RAM as a pull's new rows do: the same cap per job.
+  PS_RETURN_IF_ERROR(store_->CheckNewRows(pull.views));
   return pull;
 }
 

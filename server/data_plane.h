@@ -137,8 +137,9 @@ class DataPlane {
       const std::string& job_id,
       const google::protobuf::RepeatedPtrField<v1::KeyBlock>& blocks) const;
   // A prefetch's blocks resolved: tables found (the job's own), keys validated (this server's
-  // slots, in range), as a pull's; codecs, the answer's size and the job's row cap are not
-  // checked (a prefetch answers no value and creates no row). `bytes` stays 0.
+  // slots, in range), as a pull's, and the job's row cap (--max_job_bytes) checked for its keys
+  // not in RAM (rows it would read back take RAM as a pull's new rows do: RESOURCE_EXHAUSTED);
+  // codecs and the answer's size are not (a prefetch answers no value). `bytes` stays 0.
   absl::StatusOr<ResolvedPull> ResolvePrefetch(
       const std::string& job_id,
       const google::protobuf::RepeatedPtrField<v1::KeyBlock>& blocks) const;

@@ -283,7 +283,7 @@ TEST(DataPlaneTierTest, APrefetchThatReadsTheDiskIsServedWhereTheCallMayBlock) {
     v1::TableSpec spec = Dense(kSmall, 4, 0);
     spec.set_kind(v1::SPARSE);
     spec.set_num_rows(0);
-    spec.mutable_eviction()->set_max_rows(4);
+    spec.mutable_eviction()->set_max_rows(16);  // a prefetch pins 8 rows at most
     spec.mutable_tier()->set_disk(true);
     ASSERT_TRUE(store.CreateTable(spec).ok());
     ConsistencyGate gate([&](const std::string& job, int64_t from, int64_t to) {
@@ -303,9 +303,11 @@ TEST(DataPlaneTierTest, APrefetchThatReadsTheDiskIsServedWhereTheCallMayBlock) {
     grpc::ByteBuffer answer;
     DataCall created(&plane, ServerMethod::kPull, Bytes(pull), &answer,
                      absl::Now() + absl::Seconds(10), "");
-    ASSERT_TRUE(created.Serve(/*may_block=*/true));  // 64 rows, 60 of them on disk now
+    ASSERT_TRUE(created.Serve(/*may_block=*/true));  // 64 rows, 48 of them on disk now
     ASSERT_TRUE(created.status().ok()) << created.status();
     const uint64_t reads = store.Stats(kSmall)->disk_reads();
+    pull.clear_blocks();
+    *pull.add_blocks() = Block(kSmall, {0, 1, 2, 3, 4, 5, 6, 7});
     DataCall prefetch(&plane, ServerMethod::kPull, Bytes(Prefetch(pull)), &answer,
                       absl::Now() + absl::Seconds(10), "");
     EXPECT_FALSE(prefetch.Serve(/*may_block=*/false));  // not on the thread that read it
@@ -313,6 +315,42 @@ TEST(DataPlaneTierTest, APrefetchThatReadsTheDiskIsServedWhereTheCallMayBlock) {
     ASSERT_TRUE(prefetch.Serve(/*may_block=*/true));
     ASSERT_TRUE(prefetch.status().ok()) << prefetch.status();
     EXPECT_GT(store.Stats(kSmall)->disk_reads(), reads);
+  }
+  std::filesystem::remove_all(options.tier.dir);
+}
+
+// Rows a prefetch would read back take RAM as a pull's new rows do: over the job's cap
+// (--max_job_bytes), the prefetch is refused as such a pull is, and reads nothing.
+TEST(DataPlaneTierTest, APrefetchPastTheJobsByteCapIsRefused) {
+  TableStoreOptions options;
+  options.tier.dir = ::testing::TempDir() + "/data_plane_prefetch_cap_" + std::to_string(getpid());
+  options.max_job_bytes = 1;
+  {
+    TableStore store(options);
+    v1::TableSpec spec = Dense(kSmall, 4, 0);
+    spec.set_kind(v1::SPARSE);
+    spec.set_num_rows(0);
+    spec.mutable_eviction()->set_max_rows(16);
+    spec.mutable_tier()->set_disk(true);
+    ASSERT_TRUE(store.CreateTable(spec).ok());
+    ConsistencyGate gate([&](const std::string& job, int64_t from, int64_t to) {
+      store.ApplyAccumulated(job, from, to);
+    });
+    ConsistencySpec mode;
+    mode.set_mode(ConsistencySpec::ASYNC);
+    ASSERT_TRUE(gate.Configure(kJob, mode, {1}, 1).ok());
+    RequestDeduper deduper;
+    DataPlane plane(&store, &gate, &deduper, nullptr);
+    v1::PullRequest pull;
+    pull.set_job_id(kJob);
+    pull.set_worker_id(1);
+    *pull.add_blocks() = Block(kSmall, {1, 2});
+    grpc::ByteBuffer answer;
+    DataCall prefetch(&plane, ServerMethod::kPull, Bytes(Prefetch(pull)), &answer,
+                      absl::Now() + absl::Seconds(10), "");
+    ASSERT_TRUE(prefetch.Serve(/*may_block=*/true));
+    EXPECT_EQ(prefetch.status().code(), absl::StatusCode::kResourceExhausted) << prefetch.status();
+    EXPECT_EQ(store.Stats(kSmall)->disk_lookups(), 0u);
   }
   std::filesystem::remove_all(options.tier.dir);
 }

@@ -361,6 +361,8 @@ v1::TableStats TableStore::StatsOf(const Table& t) const {
     stats.set_disk_lookups(t.disk_lookups.load());
     stats.set_disk_reads(t.disk_reads.load());
     stats.set_written_back(t.written_back.load());
+    stats.set_prefetch_pinned(t.pinned_rows.load());
+    stats.set_prefetch_skipped(t.prefetch_skipped.load());
   }
   return stats;
 }

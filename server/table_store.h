@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -70,6 +71,11 @@ struct TableStoreOptions {
   // How long a prefetched row stays pinned in RAM at most when no pull reads it (Prefetch's
   // pin_for for prefetches from the wire; ps_server --prefetch_pin).
   absl::Duration prefetch_pin = absl::Seconds(30);
+  // The TTL sweep of rows on disk holds a slot's lock for this many rows at most, then lets
+  // the slot's requests in and goes on from the next key. Tests set it small, and may have
+  // `between_disk_sweep_chunks` run (with no lock held, the slot swept given) between chunks.
+  uint64_t disk_sweep_chunk = 1024;
+  std::function<void(uint32_t slot)> between_disk_sweep_chunks;
 };
 
 // Thread-safe. Each slot has its own lock: requests touching different slots never wait on each
@@ -119,6 +125,9 @@ class TableStore {
     std::string tier_prefix;
     std::unique_ptr<uint32_t[]> disk_rows_in_slot;
     std::unique_ptr<absl::flat_hash_map<uint64_t, uint32_t>[]> pinned;
+    // Entries of `pinned` over all slots (at most PinBound), and keys a prefetch did not read
+    // because of that bound or the cap (TableStats prefetch_pinned, prefetch_skipped).
+    mutable std::atomic<uint64_t> pinned_rows{0}, prefetch_skipped{0};
     // Where the TTL sweep of its rows on disk goes on (ExpireOnDisk; Tick, one at a time).
     mutable std::atomic<uint32_t> disk_sweep_slot{0};
     mutable std::atomic<uint64_t> disk_sweep_key{0};
@@ -457,6 +466,13 @@ class TableStore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
   // The disk tier's part (table_store_tier.cc). Whether eviction must pass `key` by.
   bool Pinned(const Table& table, uint32_t slot, uint64_t key, const RowPins* pins) const;
+  // Prefetch pins: at most PinBound of a table's rows are pinned (half its RAM cap), so that a
+  // prefetch never holds the whole cap; Unpin drops the pin of `key` (its row erased or read),
+  // ClearPins the slot's, PruneExpiredPins those whose time is up (Tick).
+  static uint64_t PinBound(const Table& table) { return table.max_rows / 2; }
+  void Unpin(const Table& table, uint32_t slot, uint64_t key) const;
+  void ClearPins(const Table& table, uint32_t slot) const;
+  void PruneExpiredPins(const Table& table);
   // Writes `row` (of slot `slot`) back to the table's disk tier.
   absl::Status WriteBack(const Table& table, uint32_t slot, const char* row) const;
   // A row's bytes as the disk tier stores them (the row after its key), and the size.
@@ -510,7 +526,8 @@ class TableStore {
   uint64_t Expire(const Table& table, uint32_t now);
   // The TTL sweep of a tiered table's rows on disk: looks at kDiskSweepRows of them at most,
   // slot by slot from where the last call stopped, and deletes the expired ones (not those
-  // in RAM); returns the rows expired.
+  // in RAM), holding a slot's lock for TableStoreOptions::disk_sweep_chunk rows at a time;
+  // returns the rows expired.
   uint64_t ExpireOnDisk(const Table& table);
   // Whether a row last used at `used` has expired by now (tables with a TTL).
   bool Expired(const Table& table, uint32_t used) const {

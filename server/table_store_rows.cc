@@ -11,8 +11,8 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
-#include "common/packed_bytes.h"
 #include "common/half.h"
+#include "common/packed_bytes.h"
 #include "common/shard_map.h"
 #include "server/initializer.h"
 #include "server/internal/prefetch.h"
@@ -124,6 +124,7 @@ bool TableStore::IndexRow(Slot& slot, const Table& table, uint32_t row) {
 
 void TableStore::EraseRow(Slot& slot, const Table& table, uint64_t key, uint32_t row) {
   table.index[SlotIndex(slot)].Erase(*table.arena, key);
+  Unpin(table, SlotIndex(slot), key);  // a prefetch pin ends with its row
   table.arena->Free(row);
   table.rows.fetch_sub(1, std::memory_order_relaxed);
 }
@@ -190,6 +191,7 @@ bool TableStore::EvictElsewhere(Slot& slot, const Table& table, absl::Status* er
 uint64_t TableStore::ClearSlot(Slot& slot, const Table& table) {
   RowIndex& index = table.index[SlotIndex(slot)];
   const uint64_t rows = index.size();
+  ClearPins(table, SlotIndex(slot));
   index.ForEach([&](uint32_t row) { table.arena->Free(row); });
   table.index_bytes.fetch_sub(index.bytes());
   index.Clear();
@@ -609,6 +611,7 @@ uint64_t TableStore::Tick(absl::Time now) {
   for (const auto& t : tables) {
     if (t->ttl_seconds != 0) expired += Expire(*t, current);
     if (t->ttl_seconds != 0 && t->tier != nullptr) expired += ExpireOnDisk(*t);
+    if (t->tier != nullptr) PruneExpiredPins(*t);  // pins of rows no pull or eviction met
     if (t->tier != nullptr && t->metrics != nullptr && t->metrics->disk_bytes != nullptr) {
       t->metrics->disk_bytes->Set(static_cast<double>(t->DiskBytes()));
     }

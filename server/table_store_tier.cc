@@ -63,7 +63,30 @@ bool TableStore::Pinned(const Table& t, uint32_t slot, uint64_t key, const RowPi
   if (it == pinned.end()) return false;
   if (Now() <= it->second) return true;
   pinned.erase(it);  // its time is up
+  t.pinned_rows.fetch_sub(1, std::memory_order_relaxed);
   return false;
+}
+
+void TableStore::Unpin(const Table& t, uint32_t slot, uint64_t key) const {
+  if (t.pinned == nullptr || t.pinned[slot].empty()) return;
+  if (t.pinned[slot].erase(key) != 0) t.pinned_rows.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void TableStore::ClearPins(const Table& t, uint32_t slot) const {
+  if (t.pinned == nullptr || t.pinned[slot].empty()) return;
+  t.pinned_rows.fetch_sub(t.pinned[slot].size(), std::memory_order_relaxed);
+  t.pinned[slot].clear();
+}
+
+void TableStore::PruneExpiredPins(const Table& t) {
+  const uint32_t now = Now();
+  for (uint32_t s = 0; s < kNumSlots && t.pinned_rows.load() != 0; ++s) {
+    absl::MutexLock l(&slots_[s].mu);
+    auto& pinned = t.pinned[s];
+    const size_t before = pinned.size();
+    absl::erase_if(pinned, [&](const auto& pin) { return now > pin.second; });
+    t.pinned_rows.fetch_sub(before - pinned.size(), std::memory_order_relaxed);
+  }
 }
 
 absl::Status TableStore::WriteBack(const Table& t, uint32_t slot, const char* row) const {
@@ -154,8 +177,11 @@ uint64_t TableStore::ExpireOnDisk(const Table& t) {
   uint64_t expired = 0;
   uint32_t s = t.disk_sweep_slot.load() % kNumSlots;
   uint64_t from = t.disk_sweep_key.load();
+  const uint64_t chunk_rows = std::max<uint64_t>(1, options_.disk_sweep_chunk);
   std::vector<uint64_t> gone;
-  for (uint32_t visited = 0; visited < kNumSlots && budget > 0; ++visited) {
+  // A slot's lock is held for one chunk of its rows at a time: its requests wait for a chunk's
+  // reads and deletes at most. Each chunk looks again under the lock whether a key is in RAM.
+  for (uint32_t visited = 0; visited < kNumSlots && budget > 0;) {
     bool slot_done = true;
     {
       Slot& slot = slots_[s];
@@ -163,13 +189,15 @@ uint64_t TableStore::ExpireOnDisk(const Table& t) {
       if (t.dropped.load()) return expired;
       if (t.disk_rows_in_slot[s] != 0) {
         gone.clear();
+        uint64_t chunk = std::min(budget, chunk_rows);
         const absl::Status scanned =
             t.tier->ScanSlotFrom(t.tier_prefix, s, from, [&](uint64_t key, absl::string_view row) {
-              if (budget == 0) {  // the next call goes on from here
+              if (chunk == 0) {  // the next chunk (or call) goes on from here
                 from = key;
                 slot_done = false;
                 return false;
               }
+              --chunk;
               --budget;
               if (row.size() != StoredBytes(t)) return true;  // a read of it says DATA_LOSS
               uint32_t used;
@@ -195,6 +223,9 @@ uint64_t TableStore::ExpireOnDisk(const Table& t) {
     if (slot_done) {
       s = (s + 1) % kNumSlots;
       from = 0;
+      ++visited;
+    } else if (budget > 0 && options_.between_disk_sweep_chunks) {
+      options_.between_disk_sweep_chunks(s);
     }
   }
   t.disk_sweep_slot.store(s);
@@ -234,7 +265,7 @@ absl::Status TableStore::TieredBatch(const Table& t, absl::Span<const SlotGroupR
       } else if (missing == Missing::kPush) {
         continue;  // not admitted: the push only counted
       }
-      if (pull && !t.pinned[s].empty()) t.pinned[s].erase(key);
+      if (pull) Unpin(t, s, key);
       fn(row, i);
     }
   }
@@ -416,17 +447,37 @@ absl::Status TableStore::Prefetch(const BlockView& view, absl::Duration pin_for)
   const RowPins pins(keys.begin(), keys.end());
   // As a pull's pass does (TieredBatch): the slots taken kBatchKeys keys at a time, each batch
   // with one read from disk and one write (SwapIn), never pushing out a key of the request.
+  // Bounded: a batch is read only if its keys fit under PinBound (reserved before the read, so
+  // that concurrent prefetches cannot pass it together) and the table's RAM rows are within a
+  // batch of the cap (requests' own rows may overshoot it for a while); else its keys are
+  // skipped (counted). A batch read is trimmed back to the cap (never a pinned row): a
+  // prefetch takes RAM rows two batches' keys past the cap at most.
+  const uint64_t bound = PinBound(t);
   auto fetch = [&](absl::Span<const SlotGroupRef<Slot>> batch)
                    ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::Status {
     if (t.dropped.load()) return TableDroppedError(t);
-    PS_RETURN_IF_ERROR(SwapIn(t, batch, keys, pins));
-    for (const SlotGroupRef<Slot>& g : batch) {
-      const uint32_t s = SlotIndex(*g.slot);
-      for (uint32_t i : g.group) {
-        if (t.index[s].Find(*t.arena, keys[i]) != RowArena::kNoRow) t.pinned[s][keys[i]] = until;
+    uint64_t n = 0;
+    for (const SlotGroupRef<Slot>& g : batch) n += g.group.size();
+    if (t.pinned_rows.fetch_add(n) + n > bound ||
+        t.rows.load(std::memory_order_relaxed) > t.max_rows + kBatchKeys) {
+      t.pinned_rows.fetch_sub(n);
+      t.prefetch_skipped.fetch_add(n, std::memory_order_relaxed);
+      return absl::OkStatus();
+    }
+    uint64_t added = 0;
+    absl::Status status = SwapIn(t, batch, keys, pins);
+    if (status.ok()) {
+      for (const SlotGroupRef<Slot>& g : batch) {
+        const uint32_t s = SlotIndex(*g.slot);
+        for (uint32_t i : g.group) {
+          if (t.index[s].Find(*t.arena, keys[i]) == RowArena::kNoRow) continue;
+          added += t.pinned[s].insert_or_assign(keys[i], until).second;
+        }
       }
     }
-    return absl::OkStatus();
+    t.pinned_rows.fetch_sub(n - added);  // the reservation's unused part
+    if (status.ok()) TrimToCap(t, batch);
+    return status;
   };
   return ForEachSlotBatch(slots_.get(), t.spec.table_id(), keys, kBatchKeys, &view.groups, fetch);
 }

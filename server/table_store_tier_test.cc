@@ -464,6 +464,125 @@ TEST(TableStoreTierTest, APrefetchPinEndsAfterItsTimeBound) {
   EXPECT_GT(StatsOf(store, 1).disk_reads(), s0.disk_reads());
 }
 
+// A prefetch of a table's every key (a buggy or hostile client) pins half the RAM cap at most,
+// keeps RAM rows near the cap, and says what it skipped; the table goes on serving.
+TEST(TableStoreTierTest, APrefetchPinsHalfTheCapAtMostAndCountsWhatItSkipped) {
+  TempDir dir;
+  TableStore store(WithTier(dir.path()));
+  ASSERT_TRUE(store.CreateTable(Sparse(1, 4, 100, true)).ok());
+  ASSERT_TRUE(Push(store, 1, Keys(0, 1000), 4, 0).ok());
+  const std::vector<uint64_t> all = Keys(0, 1000);
+  TableStore::BlockView view;
+  const KeyBlock block = Block(1, all);
+  ASSERT_TRUE(store.Resolve(kJob, block, false, &view).ok());
+  ASSERT_TRUE(store.Prefetch(view, absl::Hours(1)).ok());
+  const v1::TableStats s = StatsOf(store, 1);
+  EXPECT_LE(s.prefetch_pinned(), 50u);
+  EXPECT_GT(s.prefetch_pinned(), 0u);
+  EXPECT_GE(s.prefetch_skipped(), 1000u - 50u);
+  EXPECT_LE(s.rows(), 100u + 2 * 64u);  // a batch of keys (TableStore::kBatchKeys) over at most
+  // Again (the same keys, pinned or not): still within the bound.
+  ASSERT_TRUE(store.Prefetch(view, absl::Hours(1)).ok());
+  EXPECT_LE(StatsOf(store, 1).prefetch_pinned(), 50u);
+  EXPECT_LE(StatsOf(store, 1).rows(), 100u + 2 * 64u);
+  // Other keys still get room, and every row is kept.
+  ASSERT_TRUE(Push(store, 1, Keys(1000, 300), 4, 1).ok());
+  EXPECT_LE(StatsOf(store, 1).rows(), 100u + 2 * 64u);
+  EXPECT_EQ(RowsOf(store, 1).size(), 1300u);
+}
+
+TEST(TableStoreTierTest, APinEndsWithItsRowAndExpiredPinsArePruned) {
+  TempDir dir;
+  TableStore store(WithTier(dir.path()));
+  TableSpec spec = Sparse(1, 4, 100, true);
+  spec.mutable_eviction()->set_ttl_seconds(5);
+  ASSERT_TRUE(store.CreateTable(spec).ok());
+  ASSERT_TRUE(store.CreateTable(Sparse(2, 4, 100, true)).ok());
+  const absl::Time t0 = absl::Now();
+  store.Tick(t0);
+  ASSERT_TRUE(Push(store, 1, Keys(0, 40), 4, 0).ok());
+  ASSERT_TRUE(Push(store, 2, Keys(0, 40), 4, 0).ok());  // under the cap: no eviction meets pins
+  for (uint32_t id : {1u, 2u}) {
+    TableStore::BlockView view;
+    const KeyBlock block = Block(id, Keys(0, 40));
+    ASSERT_TRUE(store.Resolve(kJob, block, false, &view).ok());
+    ASSERT_TRUE(store.Prefetch(view, id == 1 ? absl::Hours(1) : absl::Seconds(2)).ok());
+    EXPECT_EQ(StatsOf(store, id).prefetch_pinned(), 40u);
+  }
+  // Table 1's rows expire by the TTL in RAM (their pins with them); table 2's pins time out.
+  store.Tick(t0 + absl::Seconds(10));
+  EXPECT_EQ(StatsOf(store, 1).rows(), 0u);
+  EXPECT_EQ(StatsOf(store, 1).prefetch_pinned(), 0u);
+  EXPECT_EQ(StatsOf(store, 2).rows(), 40u);
+  EXPECT_EQ(StatsOf(store, 2).prefetch_pinned(), 0u);
+  // Which leaves the whole bound to later prefetches.
+  TableStore::BlockView view;
+  const KeyBlock block = Block(2, Keys(0, 50));  // 40 rows (a prefetch creates none)
+  ASSERT_TRUE(store.Resolve(kJob, block, false, &view).ok());
+  ASSERT_TRUE(store.Prefetch(view, absl::Hours(1)).ok());
+  EXPECT_EQ(StatsOf(store, 2).prefetch_pinned(), 40u);
+  EXPECT_EQ(StatsOf(store, 2).prefetch_skipped(), 0u);
+}
+
+TEST(TableStoreTierTest, LoadingASlotDropsItsPins) {
+  TempDir dir;
+  TableStore store(WithTier(dir.path()));
+  ASSERT_TRUE(store.CreateTable(Sparse(1, 4, 100, true)).ok());
+  ASSERT_TRUE(Push(store, 1, Keys(0, 40), 4, 0).ok());
+  TableStore::BlockView view;
+  const KeyBlock block = Block(1, Keys(0, 40));
+  ASSERT_TRUE(store.Resolve(kJob, block, false, &view).ok());
+  ASSERT_TRUE(store.Prefetch(view, absl::Hours(1)).ok());
+  ASSERT_EQ(StatsOf(store, 1).prefetch_pinned(), 40u);
+  // A restore of every slot with no rows (as a slot move's load): the rows and their pins go.
+  ASSERT_TRUE(store.LoadSlots(kJob, std::vector<bool>(kNumSlots, true), {}).ok());
+  EXPECT_EQ(StatsOf(store, 1).rows(), 0u);
+  EXPECT_EQ(StatsOf(store, 1).prefetch_pinned(), 0u);
+}
+
+// The TTL sweep on disk takes a slot's lock a chunk at a time: between chunks, a request of the
+// very slot being swept is served (on this thread: were the lock held, it could not be), and
+// the row counts stay exact.
+TEST(TableStoreTierTest, TheSweepOnDiskLetsTheSlotsRequestsInBetweenChunks) {
+  TempDir dir;
+  TableStoreOptions options = WithTier(dir.path());
+  options.disk_sweep_chunk = 1;
+  // A key of each slot, outside the table's keys below.
+  std::map<uint32_t, uint64_t> key_of_slot;
+  for (uint64_t k = 1'000'000; key_of_slot.size() < kNumSlots; ++k)
+    key_of_slot.emplace(SlotOf(1, k), k);
+  TableStore* store_ptr = nullptr;
+  int chunks = 0;
+  bool pull_between = true;
+  options.between_disk_sweep_chunks = [&](uint32_t slot) {
+    ++chunks;
+    if (pull_between && chunks % 50 == 1) PullOf(*store_ptr, 1, {key_of_slot.at(slot)});
+  };
+  TableStore store(options);
+  store_ptr = &store;
+  TableSpec spec = Sparse(1, 1, 10, true, v1::OptimizerSpec::SGD);
+  spec.mutable_eviction()->set_ttl_seconds(5);
+  ASSERT_TRUE(store.CreateTable(spec).ok());
+  const absl::Time t0 = absl::Now();
+  store.Tick(t0);
+  const uint64_t n = 4000;
+  ASSERT_TRUE(Push(store, 1, Keys(0, n), 1, 0).ok());
+  ASSERT_EQ(StatsOf(store, 1).disk_rows(), n - 10);
+  store.Tick(t0 + absl::Seconds(10));
+  EXPECT_GT(chunks, 1000);  // about one per row on disk, less the slots' last ones
+  // The rows pulled between chunks are new (fresh) ones: every old row is gone, and the counts
+  // of both tiers match what they hold.
+  const v1::TableStats s = StatsOf(store, 1);
+  const std::map<uint64_t, RowCopy> rows = RowsOf(store, 1);
+  EXPECT_EQ(rows.size(), s.rows() + s.disk_rows());
+  for (const auto& [key, row] : rows) EXPECT_GE(key, 1'000'000u);
+  pull_between = false;
+  store.Tick(t0 + absl::Seconds(20));  // the fresh rows expire too: nothing is left anywhere
+  EXPECT_EQ(StatsOf(store, 1).disk_rows(), 0u);
+  EXPECT_EQ(StatsOf(store, 1).rows(), 0u);
+  EXPECT_TRUE(RowsOf(store, 1).empty());
+}
+
 TEST(TableStoreTierTest, CheckpointAndRestoreCoverBothTiersAndTheRestoreKeepsTheCap) {
   TempDir dir;
   TableStore store(WithTier(dir.path() + "/a"));

@@ -9,8 +9,8 @@
 #     more than R (+ slack) rows of a sparse table in RAM while it ran, and rows went to disk,
 #     were written back and read back (psctl tables);
 #  3. killed: the tiered job with a checkpoint every 20 steps; one of its servers SIGKILLed
-#     after the first checkpoint: the job recovers from it (the spare takes the dead server's
-#     slots, disk rows included) and SUCCEEDS with the plain run's AUC and digest.
+#     after the first checkpoint, while the job is RUNNING (checked with the server stopped):
+#     the job recovers from it (the spare takes the dead server's slots, disk rows included) and SUCCEEDS with the plain run's AUC and digest.
 # Prints each run's AUC, digest, peak rows (RAM and disk) per table and server, psctl tables
 # once, and the servers' peak VmRSS (not asserted). The tier directories go with the test's
 # temp dir.
@@ -171,6 +171,17 @@ done
 victim=$(json status "$job" "d['serverNodes'][1]")
 pid=$(json nodes "[n['pid'] for n in d['nodes'] if n['nodeId'] == '$victim'][0]")
 [ -n "$pid" ] || fail "no pid for server node $victim"
+# The victim must die while the job runs: stopped first (a sync job cannot step on without
+# it), then the job's state looked at, then killed. A job already over (a machine fast enough
+# to finish between the checkpoint and this point) would make the recovery below meaningless:
+# said so, and failed.
+kill -STOP "$pid"
+state=$(json status "$job" "d.get('state','')")
+if [ "$state" != RUNNING ]; then
+  kill -CONT "$pid"
+  fail "killed: $job was already $state at clock $(clock_of "$job") when its server was to be" \
+    "killed (after the checkpoint of step 20 of $steps): raise CTR_STEPS so the kill lands mid-job"
+fi
 kill -9 "$pid"
 echo "killed server node $victim (pid $pid) at clock $(clock_of "$job") of $job"
 follow killed
