@@ -23,7 +23,8 @@
 #include "server/data_plane.h"
 #include "server/parameter_server.h"
 
-namespace ps {
+// A namespace of its own: the unity build compiles test files together.
+namespace ps::prefetch_test {
 namespace {
 
 using ::testing::HasSubstr;
@@ -288,4 +289,4 @@ TEST(PrefetchPinTest, APinBoundOutsideASecondToAnHourIsRefused) {
 }
 
 }  // namespace
-}  // namespace ps
+}  // namespace ps::prefetch_test

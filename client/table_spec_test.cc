@@ -10,7 +10,8 @@
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 
-namespace ps {
+// A namespace of its own: the unity build compiles test files together.
+namespace ps::table_spec_test {
 namespace {
 
 using ::testing::HasSubstr;
@@ -159,4 +160,4 @@ TEST(TableSpecTest, AProgramJobsTableTakesNoSettingsOrExactlyTheDeclaredOnes) {
 }
 
 }  // namespace
-}  // namespace ps
+}  // namespace ps::table_spec_test

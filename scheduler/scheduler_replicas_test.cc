@@ -7,7 +7,8 @@
 #include "gtest/gtest.h"
 #include "scheduler/internal/scheduler_fixture.h"
 
-namespace ps {
+// A namespace of its own: the unity build compiles test files together.
+namespace ps::scheduler_replicas_test {
 namespace {
 
 class SchedulerReplicasTest : public SchedulerFixture {
@@ -84,4 +85,4 @@ TEST_F(SchedulerReplicasTest, TooManyReplicasAreRefusedAtSubmit) {
 }
 
 }  // namespace
-}  // namespace ps
+}  // namespace ps::scheduler_replicas_test

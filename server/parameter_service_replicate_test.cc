@@ -13,7 +13,8 @@
 #include "server/replication_source.h"
 #include "server/testing/service_fixture.h"
 
-namespace ps {
+// A namespace of its own: the unity build compiles test files together.
+namespace ps::parameter_service_replicate_test {
 namespace {
 
 constexpr char kClusterToken[] = "cluster-token-for-the-replicate-test";
@@ -152,4 +153,4 @@ TEST_F(ReplicateServiceTest, AJobCredentialMayNotSetAReplicaMap) {
 }
 
 }  // namespace
-}  // namespace ps
+}  // namespace ps::parameter_service_replicate_test

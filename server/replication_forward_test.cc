@@ -21,7 +21,8 @@
 #include "server/table_store.h"
 #include "server/testing/service_fixture.h"
 
-namespace ps {
+// A namespace of its own: the unity build compiles test files together.
+namespace ps::replication_forward_test {
 namespace {
 
 constexpr char kJob[] = "job";
@@ -336,4 +337,4 @@ TEST(ReplicationForwarderTest, BackupsAreSentToAtOnce) {
 }
 
 }  // namespace
-}  // namespace ps
+}  // namespace ps::replication_forward_test
