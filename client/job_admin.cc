@@ -4,9 +4,9 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
 #include "common/packed_bytes.h"
 #include "common/shard_map.h"
-#include "common/grpc_status.h"
 #include "common/status_macros.h"
 
 namespace ps {

@@ -12,8 +12,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "ps/v1/parameter_server.pb.h"
 #include "client/rpc_client.h"
+#include "ps/v1/parameter_server.pb.h"
 
 namespace ps {
 

@@ -5,9 +5,9 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "client/job_admin.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
-#include "client/job_admin.h"
 
 namespace ps {
 namespace {

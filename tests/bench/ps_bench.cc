@@ -41,14 +41,14 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "client/job_admin.h"
+#include "client/rpc_client.h"
 #include "common/flags_usage.h"
 #include "common/process_tuning.h"
 #include "common/status_macros.h"
 #include "common/transport_options.h"
 #include "tests/bench/server_fleet.h"
 #include "tests/bench/tcp_loopback.h"
-#include "client/job_admin.h"
-#include "client/rpc_client.h"
 
 ABSL_FLAG(
     std::string, workloads,

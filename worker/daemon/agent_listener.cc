@@ -28,17 +28,14 @@ absl::Status CheckAgentPeer(const Peer& peer, uid_t program_uid, pid_t program_p
   const pid_t session = getsid(peer.pid);
   if (session != program_pid) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "the caller (pid ", peer.pid, ", session ", session,
-        ") is not this agent's program (pid ", program_pid, ") or one of its processes"));
+        "the caller (pid ", peer.pid, ", session ", session, ") is not this agent's program (pid ",
+        program_pid, ") or one of its processes"));
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<AgentListener>> AgentListener::Start(const std::string& path,
-                                                                    uid_t owner_uid,
-                                                                    gid_t owner_gid,
-                                                                    grpc::Server* server,
-                                                                    Admit admit) {
+absl::StatusOr<std::unique_ptr<AgentListener>> AgentListener::Start(
+    const std::string& path, uid_t owner_uid, gid_t owner_gid, grpc::Server* server, Admit admit) {
   auto fail = [&](const char* what) {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot serve the agent on ", path, ": ", what, ": ", std::strerror(errno)));

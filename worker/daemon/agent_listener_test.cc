@@ -82,8 +82,8 @@ TEST_F(AgentListenerTest, ServesThePeersItAdmitsOnly) {
   auto admit_session = [](pid_t session) {
     return [session](const Peer& peer) { return CheckAgentPeer(peer, getuid(), session); };
   };
-  auto listener = AgentListener::Start(path_, getuid(), getgid(), server_.get(),
-                                       admit_session(session));
+  auto listener =
+      AgentListener::Start(path_, getuid(), getgid(), server_.get(), admit_session(session));
   ASSERT_TRUE(listener.ok()) << listener.status();
   listener_ = std::move(*listener);
   struct stat st;
@@ -96,8 +96,8 @@ TEST_F(AgentListenerTest, ServesThePeersItAdmitsOnly) {
 
   // The same socket path, another program's session: this process is refused at connect.
   listener_.reset();
-  listener = AgentListener::Start(path_, getuid(), getgid(), server_.get(),
-                                  admit_session(session + 1));
+  listener =
+      AgentListener::Start(path_, getuid(), getgid(), server_.get(), admit_session(session + 1));
   ASSERT_TRUE(listener.ok()) << listener.status();
   listener_ = std::move(*listener);
   EXPECT_EQ(Call(), grpc::StatusCode::UNAVAILABLE);

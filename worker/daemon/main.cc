@@ -23,6 +23,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "client/job_admin.h"
+#include "client/rpc_client.h"
 #include "common/cpu_set.h"
 #include "common/daemon_flags.h"
 #include "common/daemon_setup.h"
@@ -34,8 +36,6 @@
 #include "common/signals.h"
 #include "common/status_macros.h"
 #include "common/zoo_models.h"
-#include "client/job_admin.h"
-#include "client/rpc_client.h"
 #include "worker/compute/cpu_backend.h"
 #include "worker/compute/device.h"
 #include "worker/daemon/job_runner.h"
@@ -389,8 +389,9 @@ absl::Status SetUpProgramUsers(ps::WorkerDaemonOptions* o) {
   auto range = ps::ParseUidRange(uids);
   if (!range.ok()) return range.status();
   if (absl::Status s = ps::CanSwitchUsers(); !s.ok()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        s.message(), "; run it as root, or without --program_uids (programs then run as its "
+    return absl::FailedPreconditionError(
+        absl::StrCat(s.message(),
+                     "; run it as root, or without --program_uids (programs then run as its "
                      "own user)"));
   }
   std::error_code ec;
@@ -398,9 +399,9 @@ absl::Status SetUpProgramUsers(ps::WorkerDaemonOptions* o) {
   struct stat st;
   if (ec || lstat(o->work_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) ||
       st.st_uid != geteuid() || chmod(o->work_dir.c_str(), 0711) != 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "--work_dir ", o->work_dir,
-        " must be a folder of this daemon's user (not a link) with --program_uids"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("--work_dir ", o->work_dir,
+                     " must be a folder of this daemon's user (not a link) with --program_uids"));
   }
   o->program_uids = *range;
   LOG(INFO) << "ps_worker: programs run under uids " << range->first << "-" << range->last

@@ -45,8 +45,8 @@ absl::StatusOr<ProgramFolder> MakeProgramFolder(const std::string& dir,
   f.socket = dir + "/agent.sock";
   if (f.socket.size() > kMaxSocketPath) {
     return absl::FailedPreconditionError(
-        absl::StrCat("the worker's --work_dir is too long for a Unix socket path (", f.socket,
-                     ": ", f.socket.size(), " bytes; at most ", kMaxSocketPath, ")"));
+        absl::StrCat("the worker's --work_dir is too long for a Unix socket path (", f.socket, ": ",
+                     f.socket.size(), " bytes; at most ", kMaxSocketPath, ")"));
   }
   if (!user.has_value()) {
     PS_RETURN_IF_ERROR(MakeOwnedDir(dir, geteuid(), getegid(), 0700, false));

@@ -321,9 +321,9 @@ absl::Status CopyTlsFiles(const std::string& dir, const ProgramUser& user,
     std::error_code ec;
     std::filesystem::copy_file(from, path, std::filesystem::copy_options::overwrite_existing, ec);
     if (ec || chown(path.c_str(), geteuid(), user.gid) != 0 || chmod(path.c_str(), 0640) != 0) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("cannot copy ", from, " for the program to ", path, ": ",
-                       ec ? ec.message() : std::strerror(errno)));
+      return absl::FailedPreconditionError(absl::StrCat("cannot copy ", from,
+                                                        " for the program to ", path, ": ",
+                                                        ec ? ec.message() : std::strerror(errno)));
     }
     (*env)[name] = path;
   }

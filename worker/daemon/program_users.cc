@@ -18,8 +18,8 @@ absl::StatusOr<UidRange> ParseUidRange(const std::string& text) {
   uint32_t first = 0, last = 0;
   if (!absl::SimpleAtoi(parts[0], &first) ||
       !absl::SimpleAtoi(parts.size() == 2 ? parts[1] : parts[0], &last) || first > last) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--program_uids '", text, "' is not a range of uids like 60000-60999"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--program_uids '", text, "' is not a range of uids like 60000-60999"));
   }
   if (first == 0) {
     return absl::InvalidArgumentError("--program_uids must not hold uid 0 (root)");
@@ -45,9 +45,9 @@ ProgramUser ProgramUsers::Next() {
 
 absl::Status CanSwitchUsers() {
   if (geteuid() == 0) return absl::OkStatus();
-  return absl::FailedPreconditionError(
-      absl::StrCat("this daemon runs as uid ", geteuid(), ", not root: it cannot run programs "
-                   "under the uids of --program_uids"));
+  return absl::FailedPreconditionError(absl::StrCat("this daemon runs as uid ", geteuid(),
+                                                    ", not root: it cannot run programs "
+                                                    "under the uids of --program_uids"));
 }
 
 int BecomeProgramUser(const ProgramUser& user) {

@@ -42,8 +42,8 @@ TEST(ProgramUsersTest, ParsesARangeOfUids) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->first, 61000u);
   EXPECT_EQ(r->last, 61000u);
-  for (const char* bad : {"", "x", "60999-60000", "0-10", "60000-", "-5", "1-2000000",
-                          "60000-60999-61000"}) {
+  for (const char* bad :
+       {"", "x", "60999-60000", "0-10", "60000-", "-5", "1-2000000", "60000-60999-61000"}) {
     EXPECT_EQ(ParseUidRange(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
   }
   const uid_t own = getuid();

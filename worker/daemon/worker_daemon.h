@@ -13,10 +13,10 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "client/rpc_client.h"  // RpcClient; kDefaultRpcTimeout (ps/client.h)
 #include "common/health_server.h"
 #include "common/scheduler_link.h"
 #include "ps/v1/scheduler.grpc.pb.h"
-#include "client/rpc_client.h"  // RpcClient; kDefaultRpcTimeout (ps/client.h)
 #include "worker/compute/device.h"
 #include "worker/daemon/job_runner.h"
 #include "worker/daemon/program_users.h"
@@ -146,7 +146,7 @@ class WorkerDaemon {
   static std::string KeyOf(const v1::WorkerAssignment& a);
 
   const WorkerDaemonOptions options_;
-  std::unique_ptr<ProgramUsers> program_users_;  // null: programs run as the daemon's user
+  std::unique_ptr<ProgramUsers> program_users_;     // null: programs run as the daemon's user
   std::unique_ptr<v1::Scheduler::Stub> scheduler_;  // checkpoints, restore reports, data leases
   std::atomic<SchedulerLink*> link_{nullptr};       // set while Run() runs: this node's id
   WorkerMetrics* const metrics_;
