@@ -10,7 +10,10 @@
 #include <rocksdb/slice_transform.h>
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
+#include <sys/statvfs.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <system_error>
 
@@ -108,8 +111,8 @@ rocksdb::WriteOptions NoWal() {
 
 }  // namespace
 
-DiskTier::DiskTier(std::string dir, std::unique_ptr<rocksdb::DB> db)
-    : dir_(std::move(dir)), db_(std::move(db)) {}
+DiskTier::DiskTier(std::string dir, uint64_t min_free_bytes, std::unique_ptr<rocksdb::DB> db)
+    : dir_(std::move(dir)), min_free_bytes_(min_free_bytes), db_(std::move(db)) {}
 
 DiskTier::~DiskTier() {
   if (db_ != nullptr) db_->Close().PermitUncheckedError();
@@ -129,7 +132,8 @@ absl::StatusOr<std::unique_ptr<DiskTier>> DiskTier::Open(const Options& options)
   }
   rocksdb::DB* raw = nullptr;
   const rocksdb::Status s = rocksdb::DB::Open(DbOptions(options), options.dir, &raw);
-  std::unique_ptr<DiskTier> tier(new DiskTier(options.dir, std::unique_ptr<rocksdb::DB>(raw)));
+  std::unique_ptr<DiskTier> tier(
+      new DiskTier(options.dir, options.min_free_bytes, std::unique_ptr<rocksdb::DB>(raw)));
   if (!s.ok()) return tier->FromRocksDb(s, "open");
   return tier;
 }
@@ -143,6 +147,20 @@ absl::Status DiskTier::FromRocksDb(const rocksdb::Status& s, absl::string_view w
         absl::StrCat("the disk tier at ", dir_, " is full (", what, "): ", message));
   }
   return absl::UnavailableError(absl::StrCat("disk tier at ", dir_, ": ", what, ": ", message));
+}
+
+absl::Status DiskTier::CheckRoom(absl::string_view what) const {
+  if (min_free_bytes_ == 0) return absl::OkStatus();
+  struct statvfs fs_stats;
+  if (statvfs(dir_.c_str(), &fs_stats) != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("disk tier at ", dir_, ": ", what, ": statvfs: ", std::strerror(errno)));
+  }
+  const uint64_t free_bytes = uint64_t{fs_stats.f_bavail} * fs_stats.f_frsize;
+  if (free_bytes >= min_free_bytes_) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "the disk tier at ", dir_, " is full (", what, "): ", free_bytes >> 20,
+      " MiB free, under the reserve of ", min_free_bytes_ >> 20, " MiB (--tier_min_free_mb)"));
 }
 
 std::string DiskTier::JobPrefix(absl::string_view job_id) {
@@ -160,6 +178,7 @@ std::string DiskTier::TablePrefix(absl::string_view job_id, uint32_t table_id) {
 
 absl::Status DiskTier::Put(absl::string_view prefix, uint32_t slot, absl::Span<const Row> rows) {
   if (rows.empty()) return absl::OkStatus();
+  if (absl::Status room = CheckRoom("write back"); !room.ok()) return room;
   rocksdb::WriteBatch batch;
   for (const Row& r : rows) {
     rocksdb::Status s = batch.Put(RowKey(prefix, slot, r.first), r.second);
@@ -171,6 +190,9 @@ absl::Status DiskTier::Put(absl::string_view prefix, uint32_t slot, absl::Span<c
 absl::Status DiskTier::Apply(absl::string_view prefix, absl::Span<const Write> puts,
                              absl::Span<const std::pair<uint32_t, uint64_t>> deletes) {
   if (puts.empty() && deletes.empty()) return absl::OkStatus();
+  if (!puts.empty()) {
+    if (absl::Status room = CheckRoom("write back"); !room.ok()) return room;
+  }
   rocksdb::WriteBatch batch;
   for (const Write& w : puts) {
     rocksdb::Status s = batch.Put(RowKey(prefix, w.slot, w.key), w.row);

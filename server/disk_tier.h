@@ -28,7 +28,8 @@
 // So RAM per on-disk row is about 1.5-2 bytes plus fixed costs (write buffers, block cache).
 //
 // Thread-safe (RocksDB is). Every rocksdb::Status is converted here (FromRocksDb): a full disk
-// is RESOURCE_EXHAUSTED naming the directory.
+// is RESOURCE_EXHAUSTED naming the directory, and so is a write that would leave less than
+// Options::min_free_bytes free (checked with statvfs before each write batch).
 #ifndef PS_SERVER_DISK_TIER_H_
 #define PS_SERVER_DISK_TIER_H_
 
@@ -64,6 +65,12 @@ class DiskTier {
     size_t block_bytes = size_t{8} << 10;
     // Bloom filter bits per key (0: no filter).
     int bloom_bits_per_key = 10;
+    // Free bytes the tier leaves on its filesystem: a write (Put, Apply) that finds less free
+    // is RESOURCE_EXHAUSTED before RocksDB sees it. RocksDB itself must never meet a full disk:
+    // its flushes and compactions need room beside the files they replace, a write error stops
+    // its writes until Resume(), and Debian's build (7.8) aborts on an assertion in some write
+    // paths after an I/O error. 0: no reserve (RocksDB's own errors only).
+    uint64_t min_free_bytes = uint64_t{1} << 30;
   };
   // A (key, stored row) pair to write.
   using Row = std::pair<uint64_t, std::string>;
@@ -116,12 +123,15 @@ class DiskTier {
   const std::string& dir() const { return dir_; }
 
  private:
-  DiskTier(std::string dir, std::unique_ptr<rocksdb::DB> db);
+  DiskTier(std::string dir, uint64_t min_free_bytes, std::unique_ptr<rocksdb::DB> db);
+  // RESOURCE_EXHAUSTED where the tier's filesystem has less than min_free_bytes_ free.
+  absl::Status CheckRoom(absl::string_view what) const;
   // The one conversion of rocksdb::Status: a full disk is RESOURCE_EXHAUSTED, anything else
   // UNAVAILABLE, both naming the directory and `what` was being done.
   absl::Status FromRocksDb(const rocksdb::Status& s, absl::string_view what) const;
 
   const std::string dir_;
+  const uint64_t min_free_bytes_;
   const std::unique_ptr<rocksdb::DB> db_;
 };
 

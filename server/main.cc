@@ -77,6 +77,11 @@ ABSL_FLAG(std::vector<std::string>, tier_roots, {},
           "(docs/embedding-tables.md#disk-tier): its RocksDB lives in <first root>/tier-<server "
           "index>-<pid>, emptied at start and removed at exit. Default: none, such tables are "
           "refused at CreateTable");
+ABSL_FLAG(int64_t, tier_min_free_mb, 1024,
+          "MiB the disk tier leaves free on its filesystem: a request that would write rows back "
+          "with less free is RESOURCE_EXHAUSTED naming the table (RocksDB's flushes and "
+          "compactions need room beside the files they replace, and a RocksDB that meets a full "
+          "disk stops writing). 0: no reserve");
 ABSL_FLAG(absl::Duration, prefetch_pin, absl::Seconds(30),
           "how long a row that a client prefetched (PullRequest.prefetch: read from the disk "
           "tier into RAM before the step that pulls it) stays pinned in RAM at most when no pull "
@@ -160,6 +165,12 @@ absl::StatusOr<ps::ParameterServerOptions> OptionsFromFlags() {
   options.checkpoint_write_delay = absl::GetFlag(FLAGS_checkpoint_write_delay);
   options.checkpoint_roots = absl::GetFlag(FLAGS_checkpoint_roots);
   options.prefetch_pin = absl::GetFlag(FLAGS_prefetch_pin);
+  if (absl::GetFlag(FLAGS_tier_min_free_mb) < 0 ||
+      absl::GetFlag(FLAGS_tier_min_free_mb) > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError(absl::StrCat("--tier_min_free_mb must be in [0, 2^30], not ",
+                                                   absl::GetFlag(FLAGS_tier_min_free_mb)));
+  }
+  options.tier_min_free_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_tier_min_free_mb)) << 20;
   options.transport = TransportFromFlags();
   if (const std::vector<std::string> tier_roots = absl::GetFlag(FLAGS_tier_roots);
       !tier_roots.empty()) {

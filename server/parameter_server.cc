@@ -61,6 +61,7 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
   store_options.max_job_bytes = options.max_job_bytes;
   store_options.huge_pages = options.huge_pages;
   store_options.tier.dir = options.tier_dir;
+  store_options.tier.min_free_bytes = options.tier_min_free_bytes;
   store_options.prefetch_pin = options.prefetch_pin;
 
   std::unique_ptr<ParameterServer> ps(new ParameterServer);

@@ -56,6 +56,9 @@ struct ParameterServerOptions {
   std::vector<std::string> checkpoint_roots;
   // The disk tier's directory (TableStoreOptions::tier; --tier_roots). Empty: none.
   std::string tier_dir;
+  // Bytes the disk tier leaves free on its filesystem (DiskTier::Options::min_free_bytes;
+  // --tier_min_free_mb).
+  uint64_t tier_min_free_bytes = uint64_t{1} << 30;
   // How long a prefetched row (PullRequest.prefetch) stays pinned in RAM at most when no pull
   // reads it (TableStoreOptions::prefetch_pin; --prefetch_pin). At least 1 s, at most 1 h.
   absl::Duration prefetch_pin = absl::Seconds(30);
