@@ -1,5 +1,6 @@
-// --help for the daemons and tools: lists the flags of the binary's main.cc and those every
-// daemon shares (common/daemon_flags.cc, common/tls_flags.cc); --version prints the version.
+// --help for the daemons and tools: lists the flags of the binary's main.cc and those shared
+// (common/daemon_flags.cc, common/tls_flags.cc, and common/transport_flags.cc where a binary
+// links them); --version prints the version.
 #ifndef PS_COMMON_FLAGS_USAGE_H_
 #define PS_COMMON_FLAGS_USAGE_H_
 
@@ -26,7 +27,8 @@ inline void SetUsage(absl::string_view usage, const char* main_file) {
   config.contains_help_flags = [](absl::string_view file) {
     return absl::EndsWith(file, *main) || absl::EndsWith(*main, file) ||
            absl::EndsWith(file, "common/daemon_flags.cc") ||
-           absl::EndsWith(file, "common/tls_flags.cc");
+           absl::EndsWith(file, "common/tls_flags.cc") ||
+           absl::EndsWith(file, "common/transport_flags.cc");
   };
   config.contains_helpshort_flags = config.contains_help_flags;
   config.version_string = [] {

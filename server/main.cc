@@ -27,7 +27,7 @@
 #include "common/scheduler_link.h"
 #include "common/security.h"
 #include "common/signals.h"
-#include "common/transport_options.h"
+#include "common/transport_flags.h"
 #include "server/checkpoint_roots.h"
 #include "server/parameter_server.h"
 
@@ -92,26 +92,6 @@ ABSL_FLAG(absl::Duration, drain_grace, absl::Seconds(1),
           "then the server shuts down: requests still running get 0.5 s more, pulls waiting on "
           "slow workers answer UNAVAILABLE, and the process exits at most 3 s after the grace");
 
-// The data plane's HTTP/2 and TCP settings (docs/operations.md, "Transport settings"); clients
-// take the same defaults from ps::TransportOptions. 0: gRPC's own default.
-ABSL_FLAG(int, http2_max_frame_bytes, ps::TransportOptions().http2_max_frame_bytes,
-          "largest HTTP/2 frame this server accepts, bytes (16384..16777215; 0: gRPC's 16 KiB). "
-          "Larger frames cut a large request's per-frame work in the transport");
-ABSL_FLAG(int, http2_stream_window_bytes, ps::TransportOptions().http2_stream_window_bytes,
-          "initial HTTP/2 stream flow-control window this server advertises, bytes (>= 65535; "
-          "0: gRPC's 64 KiB, grown by BDP probing)");
-ABSL_FLAG(bool, http2_bdp_probe, ps::TransportOptions().http2_bdp_probe,
-          "size the flow-control windows by BDP probing (pings); off: the windows stay at "
-          "--http2_stream_window_bytes");
-ABSL_FLAG(int, http2_write_buffer_bytes, ps::TransportOptions().http2_write_buffer_bytes,
-          "bytes gRPC buffers for a write before flushing (0: gRPC's default)");
-ABSL_FLAG(int, tcp_read_chunk_bytes, ps::TransportOptions().tcp_read_chunk_bytes,
-          "first size of a connection's TCP read buffer, bytes (0: gRPC's 8 KiB)");
-ABSL_FLAG(int, tcp_min_read_chunk_bytes, ps::TransportOptions().tcp_min_read_chunk_bytes,
-          "smallest the TCP read buffer adapts down to, bytes (0: gRPC's 256 B)");
-ABSL_FLAG(int, tcp_max_read_chunk_bytes, ps::TransportOptions().tcp_max_read_chunk_bytes,
-          "largest the TCP read buffer adapts up to, bytes (0: gRPC's 4 MiB)");
-
 namespace {
 
 // Whether this server can write the scheduler's checkpoint root: writes
@@ -138,19 +118,6 @@ std::string ProbeCheckpointRoot(const std::string& root, uint64_t node_id,
   return "ok";
 }
 
-// The transport flags, checked with the rest of the options.
-ps::TransportOptions TransportFromFlags() {
-  ps::TransportOptions t;
-  t.http2_max_frame_bytes = absl::GetFlag(FLAGS_http2_max_frame_bytes);
-  t.http2_stream_window_bytes = absl::GetFlag(FLAGS_http2_stream_window_bytes);
-  t.http2_bdp_probe = absl::GetFlag(FLAGS_http2_bdp_probe);
-  t.http2_write_buffer_bytes = absl::GetFlag(FLAGS_http2_write_buffer_bytes);
-  t.tcp_read_chunk_bytes = absl::GetFlag(FLAGS_tcp_read_chunk_bytes);
-  t.tcp_min_read_chunk_bytes = absl::GetFlag(FLAGS_tcp_min_read_chunk_bytes);
-  t.tcp_max_read_chunk_bytes = absl::GetFlag(FLAGS_tcp_max_read_chunk_bytes);
-  return t;
-}
-
 // The server's options from the flags; INVALID_ARGUMENT naming a bad flag.
 absl::StatusOr<ps::ParameterServerOptions> OptionsFromFlags() {
   ps::ParameterServerOptions options;
@@ -171,7 +138,7 @@ absl::StatusOr<ps::ParameterServerOptions> OptionsFromFlags() {
                                                    absl::GetFlag(FLAGS_tier_min_free_mb)));
   }
   options.tier_min_free_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_tier_min_free_mb)) << 20;
-  options.transport = TransportFromFlags();
+  options.transport = ps::TransportOptionsFromFlags();
   if (const std::vector<std::string> tier_roots = absl::GetFlag(FLAGS_tier_roots);
       !tier_roots.empty()) {
     auto roots = ps::CheckpointRoots::Create(tier_roots);  // absolute, normalized

@@ -46,6 +46,7 @@
 #include "common/flags_usage.h"
 #include "common/process_tuning.h"
 #include "common/status_macros.h"
+#include "common/transport_flags.h"
 #include "common/transport_options.h"
 #include "tests/bench/server_fleet.h"
 #include "tests/bench/tcp_loopback.h"
@@ -90,21 +91,6 @@ ABSL_FLAG(int, channels_per_server, ps::RpcClientOptions().channels_per_server,
 ABSL_FLAG(int, max_parts_in_flight, ps::RpcClientOptions().max_parts_in_flight,
           "ps::RpcClientOptions::max_parts_in_flight");
 ABSL_FLAG(absl::Duration, rpc_timeout, absl::Seconds(60), "deadline of one RPC");
-ABSL_FLAG(int, http2_max_frame_bytes, ps::TransportOptions().http2_max_frame_bytes,
-          "ps::TransportOptions of the clients, and ps_server's flag of the same name for spawned "
-          "servers (this flag and the five below; 0: gRPC's default)");
-ABSL_FLAG(int, http2_stream_window_bytes, ps::TransportOptions().http2_stream_window_bytes,
-          "see --http2_max_frame_bytes");
-ABSL_FLAG(bool, http2_bdp_probe, ps::TransportOptions().http2_bdp_probe,
-          "see --http2_max_frame_bytes");
-ABSL_FLAG(int, http2_write_buffer_bytes, ps::TransportOptions().http2_write_buffer_bytes,
-          "see --http2_max_frame_bytes");
-ABSL_FLAG(int, tcp_read_chunk_bytes, ps::TransportOptions().tcp_read_chunk_bytes,
-          "see --http2_max_frame_bytes");
-ABSL_FLAG(int, tcp_min_read_chunk_bytes, ps::TransportOptions().tcp_min_read_chunk_bytes,
-          "see --http2_max_frame_bytes");
-ABSL_FLAG(int, tcp_max_read_chunk_bytes, ps::TransportOptions().tcp_max_read_chunk_bytes,
-          "see --http2_max_frame_bytes");
 ABSL_FLAG(std::string, job_id, "", "job id (default: ps_bench_<pid>_<unix time>, fresh per run)");
 ABSL_FLAG(uint32_t, table_id_base, 0,
           "first table id (default: random, so runs against long-lived servers never collide)");
@@ -267,30 +253,6 @@ std::string ExeDir() {
   return path.substr(0, path.rfind('/'));
 }
 
-// The transport flags (both ends).
-TransportOptions TransportFromFlags() {
-  TransportOptions t;
-  t.http2_max_frame_bytes = absl::GetFlag(FLAGS_http2_max_frame_bytes);
-  t.http2_stream_window_bytes = absl::GetFlag(FLAGS_http2_stream_window_bytes);
-  t.http2_bdp_probe = absl::GetFlag(FLAGS_http2_bdp_probe);
-  t.http2_write_buffer_bytes = absl::GetFlag(FLAGS_http2_write_buffer_bytes);
-  t.tcp_read_chunk_bytes = absl::GetFlag(FLAGS_tcp_read_chunk_bytes);
-  t.tcp_min_read_chunk_bytes = absl::GetFlag(FLAGS_tcp_min_read_chunk_bytes);
-  t.tcp_max_read_chunk_bytes = absl::GetFlag(FLAGS_tcp_max_read_chunk_bytes);
-  return t;
-}
-
-// ps_server's flags for the same settings.
-std::vector<std::string> TransportServerFlags(const TransportOptions& t) {
-  return {absl::StrCat("--http2_max_frame_bytes=", t.http2_max_frame_bytes),
-          absl::StrCat("--http2_stream_window_bytes=", t.http2_stream_window_bytes),
-          absl::StrCat("--http2_bdp_probe=", t.http2_bdp_probe ? "true" : "false"),
-          absl::StrCat("--http2_write_buffer_bytes=", t.http2_write_buffer_bytes),
-          absl::StrCat("--tcp_read_chunk_bytes=", t.tcp_read_chunk_bytes),
-          absl::StrCat("--tcp_min_read_chunk_bytes=", t.tcp_min_read_chunk_bytes),
-          absl::StrCat("--tcp_max_read_chunk_bytes=", t.tcp_max_read_chunk_bytes)};
-}
-
 absl::StatusOr<BenchOptions> OptionsFromFlags() {
   BenchOptions o;
   const std::string workloads = absl::GetFlag(FLAGS_workloads);
@@ -327,7 +289,7 @@ absl::StatusOr<BenchOptions> OptionsFromFlags() {
   o.channels_per_server = absl::GetFlag(FLAGS_channels_per_server);
   o.max_parts_in_flight = absl::GetFlag(FLAGS_max_parts_in_flight);
   o.rpc_timeout = absl::GetFlag(FLAGS_rpc_timeout);
-  o.transport = TransportFromFlags();
+  o.transport = TransportOptionsFromFlags();
   o.job_id = absl::GetFlag(FLAGS_job_id);
   if (o.job_id.empty()) {
     o.job_id = absl::StrFormat("ps_bench_%d_%d", getpid(), absl::ToUnixSeconds(absl::Now()));
