@@ -153,13 +153,13 @@ name: "secure"
 model: "fashion_mlp"
 layers: [784, 64, 10]
 num_workers: 1
-epochs: 2
+epochs: 4
 batch_size: 64
 seed: 3
 consistency { mode: SYNC }
 EOF
 if [ "$plaintext" = 1 ]; then  # outlasts the refusals; cancelled after them
-  sed -i 's/^epochs: 2$/epochs: 20/' "$dir/job.textproto"
+  sed -i 's/^epochs: 4$/epochs: 20/' "$dir/job.textproto"
   grep -q "^epochs: 20$" "$dir/job.textproto" || fail "could not write the job file"
 fi
 job=$(admin submit "$dir/job.textproto") || fail "admin submit refused"
