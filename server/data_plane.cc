@@ -88,7 +88,8 @@ absl::Status DataPlane::CheckCaller(const std::string& job_scope, const std::str
                                                     Printable(job_id, 64), "'"));
   }
   PS_RETURN_IF_ERROR(CheckJobId(job_id));
-  return store_->CheckNotDropped(job_id);
+  PS_RETURN_IF_ERROR(store_->CheckNotDropped(job_id));
+  return store_->CheckNotLost(job_id);
 }
 
 std::shared_ptr<ServerMetrics::Job> DataPlane::JobMetrics(const std::string& job_id) const {

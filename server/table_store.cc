@@ -67,6 +67,28 @@ absl::Status TableStore::CheckNotDropped(const std::string& job_id) const {
   return shards_.IsDropped(job_id) ? JobDroppedError(job_id) : absl::OkStatus();
 }
 
+absl::Status TableStore::CheckNotLost(const std::string& job_id) const {
+  absl::MutexLock l(&lost_mu_);
+  auto lost = lost_.find(job_id);
+  if (lost == lost_.end()) return absl::OkStatus();
+  return absl::DataLossError(absl::StrCat(
+      "job '", job_id, "': sync updates were not applied on this server (", lost->second.why,
+      "), so its rows in ", lost->second.slots.size(),
+      " slot(s) here are no longer what it trained; restore the job from a checkpoint"));
+}
+
+void TableStore::MarkLost(const std::string& job_id, uint32_t slot, int64_t clock,
+                          const absl::Status& why) {
+  absl::MutexLock l(&lost_mu_);
+  LostSums& lost = lost_[job_id];
+  if (lost.why.empty()) {
+    lost.why = absl::StrCat("clock ", clock, ", slot ", slot, ": ", why.message());
+    LOG(ERROR) << "job " << job_id << ": sync sums not applied, the job is refused here until "
+               << "restored: " << lost.why;
+  }
+  lost.slots.insert(slot);
+}
+
 TableStore::DroppedJob TableStore::DropJob(const std::string& job_id) {
   DroppedJob dropped;
   std::vector<std::shared_ptr<Table>> tables;
@@ -90,6 +112,10 @@ TableStore::DroppedJob TableStore::DropJob(const std::string& job_id) {
         ++it;
       }
     }
+  }
+  {
+    absl::MutexLock l(&lost_mu_);
+    lost_.erase(job_id);
   }
   if (tables.empty()) return dropped;
   absl::flat_hash_set<uint32_t> ids;

@@ -356,6 +356,11 @@ class TableStore {
                          const std::vector<SlotRows>& rows);
   // Drops all of `job_id`'s accumulated sync gradients and their learning-rate factors.
   void ClearPending(const std::string& job_id);
+  // DATA_LOSS where sync sums of `job_id` could not be applied here (ApplyAccumulated: a disk
+  // tier with no room, or one that could not be read): its rows in those slots are no longer
+  // what the job trained, so every request of the job is refused, naming why, until those slots
+  // are loaded again (LoadSlots: the job's restore from a checkpoint) or the job is dropped.
+  absl::Status CheckNotLost(const std::string& job_id) const;
 
   // Calls `fn` for every row of the table held here (in RAM and on disk), in no particular
   // order, each under its slot's lock (`fn` must not call the store). For tests and tools.
@@ -582,6 +587,14 @@ class TableStore {
   // Each job's slots and epoch, and the dropped jobs (its lock is a leaf).
   JobShards shards_;
   std::unique_ptr<Slot[]> slots_;
+  // Jobs with sync sums not applied (CheckNotLost): the slots, and the first error.
+  struct LostSums {
+    absl::flat_hash_set<uint32_t> slots;
+    std::string why;
+  };
+  void MarkLost(const std::string& job_id, uint32_t slot, int64_t clock, const absl::Status& why);
+  mutable absl::Mutex lost_mu_;  // a leaf lock
+  absl::flat_hash_map<std::string, LostSums> lost_ ABSL_GUARDED_BY(lost_mu_);
   absl::Mutex scale_mu_;  // a leaf lock
   // sync: the learning-rate factor of each pending (job, clock).
   absl::flat_hash_map<std::pair<std::string, int64_t>, float> pending_scale_

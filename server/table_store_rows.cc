@@ -506,10 +506,16 @@ void TableStore::ApplyAccumulated(const std::string& job_id, int64_t clock) {
       // A table dropped meanwhile: its sums are erased unapplied (DropJob would erase them);
       // so are those of keys not admitted (the push counted towards admission), and (tables
       // with a disk tier) those of rows that could not be read back or make room (logged).
+      // Sums lost so are not silent: the job is refused here from now on (CheckNotLost).
       const RowPins* pins = nullptr;
       if (table->second->tier != nullptr) {
         auto p = tier_pins.find(it->first.first);
         if (p == tier_pins.end()) {
+          MarkLost(job_id, s, clock,
+                   absl::ResourceExhaustedError(
+                       absl::StrCat("table ", it->first.first,
+                                    ": its rows could not be read back from the "
+                                    "disk tier or make room there (the server's log says why)")));
           sums.erase(it++);
           continue;
         }
@@ -521,6 +527,7 @@ void TableStore::ApplyAccumulated(const std::string& job_id, int64_t clock) {
         ApplyToRow(*table->second, it->second.data(), lr_scale, row, scratch.data());
       } else if (!error.ok()) {
         LOG_EVERY_N(ERROR, 1000) << "sync sums of clock " << clock << " not applied: " << error;
+        MarkLost(job_id, s, clock, error);
       }
       sums.erase(it++);
     }

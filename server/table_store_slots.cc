@@ -190,6 +190,16 @@ absl::Status TableStore::LoadSlots(const std::string& job_id, const std::vector<
       PS_RETURN_IF_ERROR(PutOnDisk(t, s, *r, to_disk));
     }
   }
+  {
+    // Loaded again: whatever sums were lost in these slots no longer matter (CheckNotLost).
+    absl::MutexLock l(&lost_mu_);
+    if (auto lost = lost_.find(job_id); lost != lost_.end()) {
+      for (uint32_t s = 0; s < kNumSlots; ++s) {
+        if (slots[s]) lost->second.slots.erase(s);
+      }
+      if (lost->second.slots.empty()) lost_.erase(lost);
+    }
+  }
   return absl::OkStatus();
 }
 
