@@ -19,13 +19,11 @@
 #include <glog/logging.h>
 #include <unistd.h>
 
-#include <cstdio>
-#include <fstream>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
