@@ -12,8 +12,8 @@
 //
 // With --ram_rows (sparse tables): the table gets a disk tier under --dir (eviction.max_rows =
 // --ram_rows, tier.disk), so that every row past the cap is on disk when the checkpoint is
-// taken; the run then also prints the process's peak resident memory (VmHWM, reset before the
-// snapshot) over the snapshot and the write, against its RSS before them.
+// taken. Each run also prints the process's peak resident memory (VmHWM, reset before the
+// phase) over the snapshot and the write, and over the restore, against its RSS before them.
 //
 //   checkpoint_bench --kind=sparse --rows=4000000 --dim=16 --ram_rows=100000 --dir=/var/tmp/cb
 #include <glog/logging.h>
@@ -267,6 +267,8 @@ absl::Status Run(const BenchOptions& o) {
     v1::CheckpointShard shard;
     shard.set_path(path);
     shard.set_slots(EncodeSlotBitmap(std::vector<bool>(kNumSlots, true)));
+    const uint64_t rss_before_restore = ProcStatusBytes("VmRSS");
+    ResetPeakRss();
     start = absl::Now();
     PS_ASSIGN_OR_RETURN(
         CheckpointRows rows,
@@ -279,6 +281,11 @@ absl::Status Run(const BenchOptions& o) {
     Report("load", rows.bytes, load_s);
     Report("restore (read + load)", rows.bytes, read_s + load_s);
     rows = CheckpointRows();  // freed before the digest pass
+    const uint64_t restore_peak = ProcStatusBytes("VmHWM");
+    absl::PrintF("%-22s: %9.1f MB peak (RSS before: %.1f MB; peak - before: %.1f MB)\n",
+                 "RSS, restore", restore_peak / 1e6, rss_before_restore / 1e6,
+                 (static_cast<double>(restore_peak) - static_cast<double>(rss_before_restore)) /
+                     1e6);
     const bool same = Digest(*target) == digest;
     absl::PrintF("%-22s: %s\n", "restored rows", same ? "bit-identical" : "DIFFERENT");
     if (!same) return absl::DataLossError("the restored rows differ from the source's");
