@@ -154,6 +154,12 @@ awk -v cap="$max_rows" -v slack="$slack" '$4 > cap + slack {print "over the cap:
 awk '$6 > 0 && $8 > 0 && $9 > 0 {n++} END {exit n < 4}' "$dir/tiered.peaks" ||
   fail "tiered: a sparse table on a server without rows on disk, written back and read back"
 grep -q "DISK-ROWS" "$dir/tiered.text" || fail "tiered: psctl tables showed no DISK-ROWS column"
+# The prefetch columns (ctr_torch.py prefetches each next batch): a count on every tiered row.
+# (The last two columns; a codec column may hold a space.)
+awk '$1 == "TABLE" { head = ($(NF - 1) == "PINNED" && $NF == "PF-SKIPPED") }
+  $1 == "ctr_emb" { n++; if ($(NF - 1) !~ /^[0-9]+$/ || $NF !~ /^[0-9]+$/) bad = 1 }
+  END { exit bad || n == 0 || !head }' "$dir/tiered.text" ||
+  fail "tiered: psctl tables showed no PINNED / PF-SKIPPED counts"
 echo "ok: tiered RAM rows at max_rows $max_rows (median; peak within + $slack for requests in" \
   "flight), rows on disk, written back and read back on every server"
 
