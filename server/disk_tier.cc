@@ -276,8 +276,12 @@ DiskTier::Snapshot DiskTier::TakeSnapshot(const Snapshot& recent) const {
 }
 
 uint64_t DiskTier::NumSnapshots() const {
+  return IntProperty(rocksdb::DB::Properties::kNumSnapshots);
+}
+
+uint64_t DiskTier::IntProperty(const std::string& name) const {
   uint64_t n = 0;
-  return db_->GetIntProperty(rocksdb::DB::Properties::kNumSnapshots, &n) ? n : 0;
+  return db_->GetIntProperty(name, &n) ? n : 0;
 }
 
 absl::Status DiskTier::ScanSlot(absl::string_view prefix, uint32_t slot,

@@ -121,6 +121,8 @@ class DiskTier {
   Snapshot TakeSnapshot(const Snapshot& recent = nullptr) const;
   // RocksDB snapshots held (taken and not released yet).
   uint64_t NumSnapshots() const;
+  // A RocksDB integer property of the tier ("rocksdb.block-cache-capacity"); 0 if unknown.
+  uint64_t IntProperty(const std::string& name) const;
   // Calls fn(key, stored row) for every row of a slot of a table, in key order, as of the call
   // (a consistent view: writes meanwhile are not seen), or as of `at` if given.
   absl::Status ScanSlot(absl::string_view prefix, uint32_t slot,

@@ -353,6 +353,8 @@ class TableStore {
   // RocksDB snapshots of the disk tier held now (by Snapshot()s of tiered tables not yet
   // dropped: checkpoints not yet written); 0 without a tier. For tests and tools.
   uint64_t TierSnapshots() const;
+  // A RocksDB integer property of the disk tier (DiskTier::IntProperty); 0 without a tier.
+  uint64_t TierIntProperty(const std::string& name) const;
   // For each slot s with `slots[s]` (kNumSlots entries), under the slot's lock: drops the rows of
   // `job_id`'s tables there and their pending sync gradients, then inserts the rows of `rows`
   // in that slot (their table ids are this store's). Slots without rows end up empty: their

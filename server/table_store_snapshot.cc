@@ -103,6 +103,11 @@ uint64_t TableStore::TierSnapshots() const {
   return tier_ == nullptr ? 0 : tier_->NumSnapshots();
 }
 
+uint64_t TableStore::TierIntProperty(const std::string& name) const {
+  absl::MutexLock l(&tier_mu_);
+  return tier_ == nullptr ? 0 : tier_->IntProperty(name);
+}
+
 void TableStore::CopyRamRows(const Table& t, uint32_t s, SlotRows* r) const {
   const RowIndex& rows = t.index[s];
   r->keys.reserve(r->keys.size() + rows.size());
