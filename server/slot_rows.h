@@ -79,8 +79,9 @@ struct JobSnapshot {
     for (const SlotRows& r : rows) n += r.bytes() + r.size() * (sizeof(uint64_t) + sizeof(int64_t));
     return n;
   }
-  // OK unless rows on a disk tier could not be read: the copy is then incomplete (not to be
-  // written).
+  // OK unless rows on a disk tier could not be read (SnapshotSlots): the copy is then
+  // incomplete (not to be written). A Snapshot's rows on disk are read as it is written: an
+  // error there fails the write.
   absl::Status status;
 };
 

@@ -328,6 +328,41 @@ TEST(TierCheckpointTest, TheTiersViewsAreReleasedWhenTheWriteEndsFailsOrIsAbando
   EXPECT_FALSE(fs::exists(root + "/3"));
 }
 
+// The real reader, failing after `rows` rows (a disk that stops answering mid-write).
+class FailingReader : public DiskRowReader {
+ public:
+  FailingReader(std::shared_ptr<const DiskRowReader> real, int rows)
+      : real_(std::move(real)), left_(rows) {}
+  absl::Status Read(const DiskSlotRows& part, RowFn fn) const override {
+    return real_->Read(part, [&](uint64_t key, int64_t updates, const float* row) {
+      if (left_-- <= 0) return absl::UnavailableError("the disk tier stopped answering");
+      return fn(key, updates, row);
+    });
+  }
+
+ private:
+  const std::shared_ptr<const DiskRowReader> real_;
+  mutable int left_;
+};
+
+// A read of rows on disk that fails while the checkpoint is written fails the write with its
+// error, and nothing is left at the path.
+TEST(TierCheckpointTest, AReadOfRowsOnDiskThatFailsFailsTheWriteAndLeavesNothing) {
+  TempDir dir;
+  TableStore store(WithTier(dir.path()));
+  ASSERT_TRUE(store.CreateTable(Sparse(50, true)).ok());
+  ASSERT_TRUE(Push(store, Keys(0, 1000), 0).ok());
+  JobSnapshot snap = store.Snapshot(kJob);
+  snap.disk_reader = std::make_shared<FailingReader>(snap.disk_reader, 500);
+  const std::string path = dir.path() + "/ckpt/shard-0";
+  auto written = WriteCheckpoint(snap, path, {});
+  ASSERT_EQ(written.status().code(), absl::StatusCode::kUnavailable) << written.status();
+  EXPECT_NE(written.status().message().find("stopped answering"), std::string::npos);
+  EXPECT_FALSE(fs::exists(path));
+  snap = JobSnapshot();  // the views go with the reader
+  EXPECT_EQ(store.TierSnapshots(), 0u);
+}
+
 // Threads push the table's keys (no new ones) through a small cap while checkpoints are taken:
 // every checkpoint holds each key exactly once, whatever was evicted or read back as its
 // slots were copied. (TSan.)
