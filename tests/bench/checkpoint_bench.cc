@@ -282,10 +282,10 @@ absl::Status Run(const BenchOptions& o) {
     Report("restore (read + load)", rows.bytes, read_s + load_s);
     rows = CheckpointRows();  // freed before the digest pass
     const uint64_t restore_peak = ProcStatusBytes("VmHWM");
-    absl::PrintF("%-22s: %9.1f MB peak (RSS before: %.1f MB; peak - before: %.1f MB)\n",
-                 "RSS, restore", restore_peak / 1e6, rss_before_restore / 1e6,
-                 (static_cast<double>(restore_peak) - static_cast<double>(rss_before_restore)) /
-                     1e6);
+    absl::PrintF(
+        "%-22s: %9.1f MB peak (RSS before: %.1f MB; peak - before: %.1f MB)\n", "RSS, restore",
+        restore_peak / 1e6, rss_before_restore / 1e6,
+        (static_cast<double>(restore_peak) - static_cast<double>(rss_before_restore)) / 1e6);
     const bool same = Digest(*target) == digest;
     absl::PrintF("%-22s: %s\n", "restored rows", same ? "bit-identical" : "DIFFERENT");
     if (!same) return absl::DataLossError("the restored rows differ from the source's");
