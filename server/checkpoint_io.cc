@@ -146,53 +146,106 @@ class BatchSink : public ShardSink {
   rocksdb::WriteBatch batch_;
 };
 
-// Writes the rows of one table in one slot in key order; extends the slot's CRC.
-absl::Status PutSlotRows(const SlotRows& rows, ShardSink& sink, uint32_t* crc) {
-  std::vector<uint32_t> order(rows.size());
+// Rows written: how many, and their floats' bytes.
+struct Written {
+  uint64_t rows = 0;
+  uint64_t bytes = 0;
+};
+
+// Writes the rows of one table in one slot in key order: `ram`'s (may be null) merged with those
+// `reader` reads of `disk` (may be null), a key in both written once, from RAM (a stale copy on
+// disk). Extends the slot's CRC and `written`.
+absl::Status PutSlotRows(const SlotRows* ram, const DiskSlotRows* disk, const DiskRowReader* reader,
+                         ShardSink& sink, uint32_t* crc, Written* written) {
+  const uint32_t slot = ram != nullptr ? ram->slot : disk->slot;
+  const uint32_t table_id = ram != nullptr ? ram->table_id : disk->table_id;
+  const uint32_t row_floats = ram != nullptr ? ram->row_floats : disk->row_floats;
+  std::vector<uint32_t> order(ram != nullptr ? ram->size() : 0);
   std::iota(order.begin(), order.end(), 0);
   std::sort(order.begin(), order.end(),
-            [&](uint32_t a, uint32_t b) { return rows.keys[a] < rows.keys[b]; });
+            [&](uint32_t a, uint32_t b) { return ram->keys[a] < ram->keys[b]; });
   char key[kRowKeyBytes];
-  PutBigEndian(rows.slot, 2, key);
-  PutBigEndian(rows.table_id, 4, key + 2);
-  const size_t row_bytes = rows.row_floats * sizeof(float);
+  PutBigEndian(slot, 2, key);
+  PutBigEndian(table_id, 4, key + 2);
+  const size_t row_bytes = row_floats * sizeof(float);
   std::string value(kUpdateBytes + row_bytes, '\0');
-  for (uint32_t i : order) {
-    PutBigEndian(rows.keys[i], 8, key + 6);
-    PutLittleEndian64(static_cast<uint64_t>(rows.updates[i]), value.data());
-    std::memcpy(value.data() + kUpdateBytes, rows.row(i), row_bytes);  // floats: little-endian
+  const auto put = [&](uint64_t k, int64_t updates, const float* row) {
+    PutBigEndian(k, 8, key + 6);
+    PutLittleEndian64(static_cast<uint64_t>(updates), value.data());
+    std::memcpy(value.data() + kUpdateBytes, row, row_bytes);  // floats: little-endian
     *crc = Crc32cExtend(*crc, key, kRowKeyBytes);
     *crc = Crc32cExtend(*crc, value.data(), value.size());
-    PS_RETURN_IF_ERROR(sink.Put(rocksdb::Slice(key, kRowKeyBytes), value));
+    ++written->rows;
+    written->bytes += row_bytes;
+    return sink.Put(rocksdb::Slice(key, kRowKeyBytes), value);
+  };
+  size_t next = 0;  // of `order`: the RAM rows written so far
+  const auto put_ram_below = [&](uint64_t limit, bool all) -> absl::Status {
+    for (; next < order.size() && (all || ram->keys[order[next]] < limit); ++next) {
+      const uint32_t i = order[next];
+      PS_RETURN_IF_ERROR(put(ram->keys[i], ram->updates[i], ram->row(i)));
+    }
+    return absl::OkStatus();
+  };
+  if (disk != nullptr) {
+    if (reader == nullptr || disk->row_floats != row_floats) {
+      return absl::InvalidArgumentError(absl::StrCat("snapshot: rows on disk of table ", table_id,
+                                                     " in slot ", slot, " cannot be read"));
+    }
+    PS_RETURN_IF_ERROR(
+        reader->Read(*disk, [&](uint64_t k, int64_t updates, const float* row) -> absl::Status {
+          PS_RETURN_IF_ERROR(put_ram_below(k, false));
+          if (next < order.size() && ram->keys[order[next]] == k) return absl::OkStatus();
+          return put(k, updates, row);
+        }));
   }
-  return absl::OkStatus();
+  return put_ram_below(0, true);
 }
 
-// Puts every row of `snapshot`, then the slot records, then `meta`: in key order.
-absl::Status PutShard(const JobSnapshot& snapshot, const v1::CheckpointShardMeta& meta,
-                      const CheckpointWriteOptions& options, ShardSink& sink) {
-  std::vector<const SlotRows*> rows;
-  for (const SlotRows& r : snapshot.rows) rows.push_back(&r);
-  std::sort(rows.begin(), rows.end(), [](const SlotRows* a, const SlotRows* b) {
-    return std::make_pair(a->slot, a->table_id) < std::make_pair(b->slot, b->table_id);
+// Puts every row of `snapshot` (those in RAM, and those its disk_reader reads), then the slot
+// records, then `meta` with the rows and bytes written: in key order.
+absl::Status PutShard(const JobSnapshot& snapshot, v1::CheckpointShardMeta* meta,
+                      const CheckpointWriteOptions& options, ShardSink& sink, Written* written) {
+  // One entry per (slot, table): its rows in RAM and on disk, either may be null.
+  struct Part {
+    uint32_t slot;
+    uint32_t table_id;
+    const SlotRows* ram;
+    const DiskSlotRows* disk;
+  };
+  absl::flat_hash_map<std::pair<uint32_t, uint32_t>, Part> by_id;
+  for (const SlotRows& r : snapshot.rows) {
+    by_id.try_emplace({r.slot, r.table_id}, Part{r.slot, r.table_id, nullptr, nullptr})
+        .first->second.ram = &r;
+  }
+  for (const DiskSlotRows& d : snapshot.disk) {
+    by_id.try_emplace({d.slot, d.table_id}, Part{d.slot, d.table_id, nullptr, nullptr})
+        .first->second.disk = &d;
+  }
+  std::vector<Part> parts;
+  for (const auto& [id, part] : by_id) parts.push_back(part);
+  std::sort(parts.begin(), parts.end(), [](const Part& a, const Part& b) {
+    return std::make_pair(a.slot, a.table_id) < std::make_pair(b.slot, b.table_id);
   });
   std::vector<std::pair<uint64_t, uint32_t>> records(kNumSlots);  // (rows, crc) per slot
-  auto next = rows.begin();
+  auto next = parts.begin();
   for (uint32_t s = 0; s < kNumSlots; ++s) {
     if (options.cancel != nullptr && options.cancel->load(std::memory_order_relaxed)) {
       return absl::CancelledError("checkpoint write cancelled");
     }
-    for (; next != rows.end() && (*next)->slot == s; ++next) {
+    for (; next != parts.end() && next->slot == s; ++next) {
       if (!snapshot.slots[s]) {
         return absl::InvalidArgumentError(
             absl::StrCat("snapshot rows in slot ", s, ", which it does not own"));
       }
-      PS_RETURN_IF_ERROR(PutSlotRows(**next, sink, &records[s].second));
-      records[s].first += (*next)->size();
+      const uint64_t before = written->rows;
+      PS_RETURN_IF_ERROR(PutSlotRows(next->ram, next->disk, snapshot.disk_reader.get(), sink,
+                                     &records[s].second, written));
+      records[s].first += written->rows - before;
     }
     PS_RETURN_IF_ERROR(sink.EndSlot());
   }
-  if (next != rows.end()) return absl::InvalidArgumentError("snapshot rows in a slot >= 1024");
+  if (next != parts.end()) return absl::InvalidArgumentError("snapshot rows in a slot >= 1024");
   char record[kSlotRecordBytes];
   for (uint32_t s = 0; s < kNumSlots; ++s) {
     if (!snapshot.slots[s]) continue;
@@ -200,7 +253,9 @@ absl::Status PutShard(const JobSnapshot& snapshot, const v1::CheckpointShardMeta
     PutBigEndian(records[s].second, 4, record + 8);
     PS_RETURN_IF_ERROR(sink.Put(SlotRecordKey(s), rocksdb::Slice(record, kSlotRecordBytes)));
   }
-  PS_RETURN_IF_ERROR(sink.Put(MetaKey(), meta.SerializeAsString()));
+  meta->set_rows(written->rows);
+  meta->set_bytes(written->bytes);
+  PS_RETURN_IF_ERROR(sink.Put(MetaKey(), meta->SerializeAsString()));
   return sink.Finish();
 }
 
@@ -249,8 +304,6 @@ absl::StatusOr<CheckpointWriteStats> WriteCheckpoint(const JobSnapshot& snapshot
   meta.clear_tables();
   for (const v1::TableSpec& t : snapshot.tables) *meta.add_tables() = t;
   meta.set_slots(EncodeSlotBitmap(snapshot.slots));
-  meta.set_rows(snapshot.num_rows);
-  meta.set_bytes(snapshot.bytes);
 
   rocksdb::Options db_options = DbOptions();
   db_options.create_if_missing = true;
@@ -266,7 +319,8 @@ absl::StatusOr<CheckpointWriteStats> WriteCheckpoint(const JobSnapshot& snapshot
   } else {
     sink = std::make_unique<SstSink>(db.get(), db_options, path, options.target_file_bytes);
   }
-  absl::Status s = PutShard(snapshot, meta, options, *sink);
+  Written written;
+  absl::Status s = PutShard(snapshot, &meta, options, *sink, &written);
   sink.reset();
   if (s.ok()) {
     s = FromRocksDb(db->Close(), absl::StatusCode::kInternal,
@@ -279,8 +333,8 @@ absl::StatusOr<CheckpointWriteStats> WriteCheckpoint(const JobSnapshot& snapshot
   }
   SyncDirectory(parent);
   CheckpointWriteStats stats;
-  stats.rows = snapshot.num_rows;
-  stats.bytes = snapshot.bytes;
+  stats.rows = written.rows;
+  stats.bytes = written.bytes;
   stats.disk_bytes = DirectoryBytes(path);
   stats.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   return stats;

@@ -43,9 +43,11 @@ struct CheckpointWriteStats {
 };
 
 // Creates a RocksDB database at `path` (its parent directories too; ALREADY_EXISTS if `path`
-// exists) holding `snapshot`'s rows, a record per slot it owned, and `meta` (its job_id,
-// tables, slots, rows, bytes and format_version are filled from the snapshot; the caller sets
-// checkpoint_id and clock). Synced when it returns OK; on an error nothing is left at `path`.
+// exists) holding `snapshot`'s rows (those of tiered tables on disk read through its
+// disk_reader, slot by slot, as the slots are written), a record per slot it owned, and `meta`
+// (its job_id, tables, slots and format_version are filled from the snapshot, rows and bytes
+// from the rows written; the caller sets checkpoint_id and clock). Synced when it returns OK;
+// on an error nothing is left at `path`.
 absl::StatusOr<CheckpointWriteStats> WriteCheckpoint(const JobSnapshot& snapshot,
                                                      const std::string& path,
                                                      v1::CheckpointShardMeta meta,

@@ -184,13 +184,19 @@ void Checkpointer::Write(Entry* entry, const v1::CheckpointShardMeta& meta) {
     metrics_->RecordCheckpointWrite(stats.status(), stats.ok() ? stats->seconds : 0,
                                     stats.ok() ? stats->bytes : 0);
   }
-  std::unique_ptr<JobSnapshot> written;  // freed without the lock
+  // The disk tier's views (tiered tables) are released before the write is said to be done;
+  // the copy of the rows is freed without the lock.
+  entry->snapshot->disk_reader.reset();
+  std::unique_ptr<JobSnapshot> written;
   absl::MutexLock l(&mu_);
   written = std::move(entry->snapshot);
   entry->state = State::kDone;
   entry->status = stats.status();
   if (stats.ok()) {
     entry->response.set_done(true);
+    // As written (a snapshot counts a tiered table's rows on disk before it reads them).
+    entry->response.set_rows(stats->rows);
+    entry->response.set_bytes(stats->bytes);
     entry->response.set_write_seconds(stats->seconds);
   }
   if (dropped_.contains(meta.job_id())) {

@@ -32,7 +32,8 @@ struct CheckpointerOptions {
   // Fault-injection test hook: each write starts this long after its snapshot (tests kill a
   // server mid-checkpoint with it). 0 (the default) in production.
   absl::Duration write_delay = absl::ZeroDuration();
-  // Snapshots taken and not yet written (each holds a copy of the rows); more are refused.
+  // Snapshots taken and not yet written (each holds a copy of the rows in RAM, and of tiered
+  // tables a view of the disk tier, a RocksDB snapshot); more are refused.
   int max_in_flight = 2;
   // Finished checkpoints remembered per job (for AwaitCheckpoint and retried Checkpoints).
   int keep_per_job = 8;

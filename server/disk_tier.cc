@@ -266,21 +266,43 @@ absl::Status DiskTier::DeletePrefix(absl::string_view prefix) {
       db_->DeleteRange(NoWal(), db_->DefaultColumnFamily(), begin, PrefixEnd(prefix)), "delete");
 }
 
-absl::Status DiskTier::ScanSlot(
-    absl::string_view prefix, uint32_t slot,
-    absl::FunctionRef<void(uint64_t key, absl::string_view row)> fn) const {
-  return ScanSlotFrom(prefix, slot, 0, [&](uint64_t key, absl::string_view row) {
-    fn(key, row);
-    return true;
-  });
+DiskTier::Snapshot DiskTier::TakeSnapshot(const Snapshot& recent) const {
+  // (Sequence numbers are published when a write is done: none since `recent`, same rows.)
+  if (recent != nullptr && recent->GetSequenceNumber() == db_->GetLatestSequenceNumber()) {
+    return recent;
+  }
+  rocksdb::DB* db = db_.get();
+  return Snapshot(db->GetSnapshot(), [db](const rocksdb::Snapshot* s) { db->ReleaseSnapshot(s); });
 }
 
-absl::Status DiskTier::ScanSlotFrom(
-    absl::string_view prefix, uint32_t slot, uint64_t from,
-    absl::FunctionRef<bool(uint64_t key, absl::string_view row)> fn) const {
+uint64_t DiskTier::NumSnapshots() const {
+  return IntProperty(rocksdb::DB::Properties::kNumSnapshots);
+}
+
+uint64_t DiskTier::IntProperty(const std::string& name) const {
+  uint64_t n = 0;
+  return db_->GetIntProperty(name, &n) ? n : 0;
+}
+
+absl::Status DiskTier::ScanSlot(absl::string_view prefix, uint32_t slot,
+                                absl::FunctionRef<void(uint64_t key, absl::string_view row)> fn,
+                                const Snapshot& at) const {
+  return ScanSlotFrom(
+      prefix, slot, 0,
+      [&](uint64_t key, absl::string_view row) {
+        fn(key, row);
+        return true;
+      },
+      at);
+}
+
+absl::Status DiskTier::ScanSlotFrom(absl::string_view prefix, uint32_t slot, uint64_t from,
+                                    absl::FunctionRef<bool(uint64_t key, absl::string_view row)> fn,
+                                    const Snapshot& at) const {
   const std::string begin = SlotPrefix(prefix, slot);
   const std::string end = SlotPrefix(prefix, slot + 1);
   rocksdb::ReadOptions read;
+  read.snapshot = at.get();
   const rocksdb::Slice upper(end);
   read.iterate_upper_bound = &upper;
   read.fill_cache = false;  // a scan (checkpoint, TTL sweep) would push the hot blocks out

@@ -47,6 +47,7 @@
 
 namespace rocksdb {
 class DB;
+class Snapshot;
 class Status;
 }  // namespace rocksdb
 
@@ -111,14 +112,27 @@ class DiskTier {
   // Deletes every row of a slot of a table, and every row under a prefix (a job or a table).
   absl::Status DeleteSlot(absl::string_view prefix, uint32_t slot);
   absl::Status DeletePrefix(absl::string_view prefix);
+  // A consistent view of the whole tier as of the moment it was taken (a RocksDB snapshot):
+  // reads at it see no later write. Released when its last copy goes, which must be before the
+  // tier is destroyed. Checkpoints of tiered tables read their rows on disk at one.
+  using Snapshot = std::shared_ptr<const rocksdb::Snapshot>;
+  // The tier now. `recent` (may be null) is handed back instead where nothing was written since
+  // it was taken: the same view, one RocksDB snapshot less.
+  Snapshot TakeSnapshot(const Snapshot& recent = nullptr) const;
+  // RocksDB snapshots held (taken and not released yet).
+  uint64_t NumSnapshots() const;
+  // A RocksDB integer property of the tier ("rocksdb.block-cache-capacity"); 0 if unknown.
+  uint64_t IntProperty(const std::string& name) const;
   // Calls fn(key, stored row) for every row of a slot of a table, in key order, as of the call
-  // (a consistent view: writes meanwhile are not seen).
+  // (a consistent view: writes meanwhile are not seen), or as of `at` if given.
   absl::Status ScanSlot(absl::string_view prefix, uint32_t slot,
-                        absl::FunctionRef<void(uint64_t key, absl::string_view row)> fn) const;
+                        absl::FunctionRef<void(uint64_t key, absl::string_view row)> fn,
+                        const Snapshot& at = nullptr) const;
   // The same from the first key >= `from` on, until fn returns false (the TTL sweep: a bounded
   // number of rows at a time). Reads bypass the block cache, as ScanSlot's do.
   absl::Status ScanSlotFrom(absl::string_view prefix, uint32_t slot, uint64_t from,
-                            absl::FunctionRef<bool(uint64_t key, absl::string_view row)> fn) const;
+                            absl::FunctionRef<bool(uint64_t key, absl::string_view row)> fn,
+                            const Snapshot& at = nullptr) const;
 
   const std::string& dir() const { return dir_; }
 

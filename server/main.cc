@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/daemon_flags.h"
@@ -27,6 +28,7 @@
 #include "common/scheduler_link.h"
 #include "common/security.h"
 #include "common/signals.h"
+#include "common/status_macros.h"
 #include "common/transport_flags.h"
 #include "server/checkpoint_roots.h"
 #include "server/parameter_server.h"
@@ -82,6 +84,12 @@ ABSL_FLAG(int64_t, tier_min_free_mb, 1024,
           "with less free is RESOURCE_EXHAUSTED naming the table (RocksDB's flushes and "
           "compactions need room beside the files they replace, and a RocksDB that meets a full "
           "disk stops writing). 0: no reserve");
+ABSL_FLAG(int64_t, tier_block_cache_mb, 32,
+          "MiB of the disk tier's RocksDB block cache (recently read blocks of rows on disk; the "
+          "table's rows in RAM are the cache of hot rows). 1..65536");
+ABSL_FLAG(int64_t, tier_write_buffer_mb, 8,
+          "MiB of each of the disk tier's two RocksDB write buffers (rows written back, batched "
+          "into sorted files). 1..4096");
 ABSL_FLAG(absl::Duration, prefetch_pin, absl::Seconds(30),
           "how long a row that a client prefetched (PullRequest.prefetch: read from the disk "
           "tier into RAM before the step that pulls it) stays pinned in RAM at most when no pull "
@@ -118,6 +126,17 @@ std::string ProbeCheckpointRoot(const std::string& root, uint64_t node_id,
   return "ok";
 }
 
+// A flag of MiB in [min, max], in bytes; INVALID_ARGUMENT naming it otherwise.
+absl::StatusOr<uint64_t> MiBFlag(absl::string_view name, const absl::Flag<int64_t>& flag,
+                                 int64_t min, int64_t max) {
+  const int64_t mib = absl::GetFlag(flag);
+  if (mib < min || mib > max) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", name, " must be in [", min, ", ", max, "] (MiB), not ", mib));
+  }
+  return static_cast<uint64_t>(mib) << 20;
+}
+
 // The server's options from the flags; INVALID_ARGUMENT naming a bad flag.
 absl::StatusOr<ps::ParameterServerOptions> OptionsFromFlags() {
   ps::ParameterServerOptions options;
@@ -138,6 +157,10 @@ absl::StatusOr<ps::ParameterServerOptions> OptionsFromFlags() {
                                                    absl::GetFlag(FLAGS_tier_min_free_mb)));
   }
   options.tier_min_free_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_tier_min_free_mb)) << 20;
+  PS_ASSIGN_OR_RETURN(options.tier_block_cache_bytes,
+                      MiBFlag("tier_block_cache_mb", FLAGS_tier_block_cache_mb, 1, 65536));
+  PS_ASSIGN_OR_RETURN(options.tier_write_buffer_bytes,
+                      MiBFlag("tier_write_buffer_mb", FLAGS_tier_write_buffer_mb, 1, 4096));
   options.transport = ps::TransportOptionsFromFlags();
   if (const std::vector<std::string> tier_roots = absl::GetFlag(FLAGS_tier_roots);
       !tier_roots.empty()) {

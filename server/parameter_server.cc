@@ -62,6 +62,8 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
   store_options.huge_pages = options.huge_pages;
   store_options.tier.dir = options.tier_dir;
   store_options.tier.min_free_bytes = options.tier_min_free_bytes;
+  store_options.tier.block_cache_bytes = options.tier_block_cache_bytes;
+  store_options.tier.write_buffer_bytes = options.tier_write_buffer_bytes;
   store_options.prefetch_pin = options.prefetch_pin;
 
   std::unique_ptr<ParameterServer> ps(new ParameterServer);

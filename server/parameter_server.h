@@ -59,6 +59,10 @@ struct ParameterServerOptions {
   // Bytes the disk tier leaves free on its filesystem (DiskTier::Options::min_free_bytes;
   // --tier_min_free_mb).
   uint64_t tier_min_free_bytes = uint64_t{1} << 30;
+  // The disk tier's fixed memory: its block cache and each of its two write buffers
+  // (DiskTier::Options; --tier_block_cache_mb, --tier_write_buffer_mb).
+  uint64_t tier_block_cache_bytes = uint64_t{32} << 20;
+  uint64_t tier_write_buffer_bytes = uint64_t{8} << 20;
   // How long a prefetched row (PullRequest.prefetch) stays pinned in RAM at most when no pull
   // reads it (TableStoreOptions::prefetch_pin; --prefetch_pin). At least 1 s, at most 1 h.
   absl::Duration prefetch_pin = absl::Seconds(30);

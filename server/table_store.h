@@ -341,10 +341,20 @@ class TableStore {
   // Copies every row (values, optimizer state, update count) of `job_id`'s tables in the slots
   // this server owns for the job, slot by slot, each under its lock; with the job's tables,
   // slots and shard epoch. Pending (sync, not yet applied) gradients are not part of it.
+  // Tiered tables: only their rows in RAM are copied; under the same lock a view of the disk
+  // tier is taken (a RocksDB snapshot), at which JobSnapshot::disk_reader reads the slot's rows
+  // on disk later (the checkpoint write), so that the copy does not grow with them. A row that
+  // moves between RAM and disk after its slot's copy is thus neither missed nor seen twice:
+  // every write-back and read-back of a slot runs under its lock.
   JobSnapshot Snapshot(const std::string& job_id) const;
   // Snapshot of the slots with `slots[s]` (kNumSlots entries, owned here or not): a replica's
-  // copy of the slots it forwards (server/replication_source.h).
+  // copy of the slots it forwards (server/replication_source.h). It copies rows on disk too.
   JobSnapshot SnapshotSlots(const std::string& job_id, const std::vector<bool>& slots) const;
+  // RocksDB snapshots of the disk tier held now (by Snapshot()s of tiered tables not yet
+  // dropped: checkpoints not yet written); 0 without a tier. For tests and tools.
+  uint64_t TierSnapshots() const;
+  // A RocksDB integer property of the disk tier (DiskTier::IntProperty); 0 without a tier.
+  uint64_t TierIntProperty(const std::string& name) const;
   // For each slot s with `slots[s]` (kNumSlots entries), under the slot's lock: drops the rows of
   // `job_id`'s tables there and their pending sync gradients, then inserts the rows of `rows`
   // in that slot (their table ids are this store's). Slots without rows end up empty: their
@@ -507,6 +517,13 @@ class TableStore {
                        const absl::flat_hash_map<uint32_t, std::shared_ptr<const Table>>& tables,
                        absl::flat_hash_map<uint32_t, RowPins>* pins)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
+  // Snapshot and SnapshotSlots: with `stream_disk`, tiered tables' rows on disk are left to
+  // the snapshot's disk_reader (a TierRows, table_store_snapshot.cc); else they are copied.
+  JobSnapshot SnapshotOf(const std::string& job_id, const std::vector<bool>& slots,
+                         bool stream_disk) const;
+  // Copies the table's rows in RAM in slot `s` to `r` (the caller holds the slot's lock).
+  void CopyRamRows(const Table& table, uint32_t s, SlotRows* r) const;
+  class TierRows;
   // Appends the table's rows on disk in slot `s` (not those in RAM, not expired) to `r`.
   absl::Status AppendDiskRows(const Table& table, uint32_t s, SlotRows* r) const;
   // Writes rows `which` of `r` (of slot `s`) to the table's disk tier (a restore past the cap).
@@ -580,7 +597,7 @@ class TableStore {
   ServerMetrics* const metrics_;
   const absl::Time start_ = absl::Now();
   std::atomic<uint32_t> now_{0};  // seconds since start_, as of the last Tick
-  absl::Mutex tier_mu_;           // a leaf lock
+  mutable absl::Mutex tier_mu_;   // a leaf lock
   std::unique_ptr<DiskTier> tier_ ABSL_GUARDED_BY(tier_mu_);
   absl::Mutex tick_mu_;  // one Tick at a time
   uint32_t last_sweep_ ABSL_GUARDED_BY(tick_mu_) = 0;

@@ -1,5 +1,5 @@
-// TableStore's whole-job passes: snapshots and loads of slots (checkpoints and restores),
-// clearing pending sync gradients, and visiting every row of a table.
+// TableStore's whole-job passes: loads of slots (restores), clearing pending sync gradients, and
+// visiting every row of a table (snapshots: table_store_snapshot.cc).
 #include <glog/logging.h>
 
 #include <algorithm>
@@ -18,59 +18,6 @@ namespace ps {
 
 using store_internal::ErasePendingIf;
 using store_internal::NoMemoryError;
-
-JobSnapshot TableStore::Snapshot(const std::string& job_id) const {
-  return SnapshotSlots(job_id, shards_.Of(job_id)->OwnedSlots());
-}
-
-JobSnapshot TableStore::SnapshotSlots(const std::string& job_id,
-                                      const std::vector<bool>& slots) const {
-  JobSnapshot snap;
-  snap.job_id = job_id;
-  snap.shard_epoch = shards_.Of(job_id)->epoch;
-  snap.slots = slots;
-  snap.slots.resize(kNumSlots, false);
-  const std::vector<TableRef> tables = TablesOf(job_id);
-  for (const TableRef& t : tables) snap.tables.push_back(t->spec);
-  if (tables.empty()) return snap;
-  for (uint32_t s = 0; s < kNumSlots; ++s) {
-    if (!snap.slots[s]) continue;
-    Slot& slot = slots_[s];
-    absl::MutexLock l(&slot.mu);
-    for (const TableRef& tr : tables) {
-      const Table& t = *tr;
-      const RowIndex& rows = t.index[s];
-      if (rows.size() == 0 && (t.tier == nullptr || t.disk_rows_in_slot[s] == 0)) continue;
-      SlotRows& r = snap.rows.emplace_back();
-      r.slot = s;
-      r.table_id = t.spec.table_id();
-      r.row_floats = static_cast<uint32_t>(t.row_floats);
-      r.keys.reserve(rows.size());
-      r.updates.reserve(rows.size());
-      r.data.resize(rows.size() * r.row_floats);  // exact size: no regrowth
-      float* out = r.data.data();
-      rows.ForEach([&](uint32_t handle) {
-        const char* row = t.arena->At(handle);
-        const RowHeader* header = t.Header(row);
-        r.keys.push_back(header->key);
-        r.updates.push_back(header->updates);
-        t.ReadValues(row, out);
-        std::memcpy(out + t.dim, t.State(row), t.state_floats * sizeof(float));
-        out += r.row_floats;
-      });
-      // Rows on disk: a scan of the slot's range, under the slot's lock (a consistent copy).
-      if (absl::Status st = AppendDiskRows(t, s, &r); !st.ok() && snap.status.ok()) {
-        snap.status = st;
-      }
-      if (r.size() == 0) snap.rows.pop_back();
-    }
-  }
-  for (const SlotRows& r : snap.rows) {
-    snap.num_rows += r.size();
-    snap.bytes += r.bytes();
-  }
-  return snap;
-}
 
 absl::Status TableStore::CheckLoad(const std::string& job_id, const std::vector<bool>& slots,
                                    const std::vector<SlotRows>& rows,

@@ -51,7 +51,9 @@ absl::StatusOr<DiskTier*> TableStore::Tier(const v1::TableSpec& spec) {
                      "with --tier_roots); nothing was created"));
   }
   PS_ASSIGN_OR_RETURN(tier_, DiskTier::Open(options_.tier));
-  LOG(INFO) << "disk tier opened at " << options_.tier.dir;
+  LOG(INFO) << "disk tier opened at " << options_.tier.dir << " (block cache "
+            << (options_.tier.block_cache_bytes >> 20) << " MiB, write buffers 2 x "
+            << (options_.tier.write_buffer_bytes >> 20) << " MiB)";
   return tier_.get();
 }
 

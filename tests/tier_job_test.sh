@@ -16,6 +16,8 @@
 # temp dir.
 # Usage: tier_job_test.sh BUILD_DIR
 # CTR_STEPS, CTR_BATCH: each run's size (default 100 x 1024; the job file's is 400 x 1024).
+# TIER_SERVER_FLAGS: more ps_server flags, split on spaces (e.g. "--tier_block_cache_mb=1
+# --tier_write_buffer_mb=1": the tier's fixed memory lowered, to see the servers' RSS).
 set -euo pipefail
 steps=${CTR_STEPS:-100} batch=${CTR_BATCH:-1024}
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -26,6 +28,13 @@ worker_bin=$build/worker/ps_worker psctl_bin=$build/tools/psctl
 /usr/bin/python3 -c "import numpy, torch" 2>/dev/null ||
   { echo "SKIP: /usr/bin/python3 lacks numpy or torch"; exit 77; }
 source "$(dirname "$0")/lib/daemons.sh" ps_tier_job
+# The tier's memory flags out of range: refused at start-up (exit 2), naming the flag.
+for bad in --tier_block_cache_mb=0 --tier_write_buffer_mb=4097; do
+  rc=0
+  out=$("$server_bin" --listen=127.0.0.1:0 "$bad" 2>&1) || rc=$?
+  [ "$rc" = 2 ] && grep -q -- "${bad%%=*} must be in" <<<"$out" ||
+    fail "ps_server $bad: exit $rc, not refused naming the flag: $out"
+done
 sched=127.0.0.1:$(free_port)
 psctl() { "$psctl_bin" --scheduler="$sched" "$@"; }
 "$sched_bin" --listen="$sched" --state_dir="$dir/state" --checkpoint_root="$dir/checkpoints" \
@@ -36,7 +45,7 @@ mkdir -p "$dir/tier"
 server_pids=()
 for i in 0 1 2; do
   "$server_bin" --listen=127.0.0.1:0 --scheduler="$sched" --checkpoint_roots="$dir/checkpoints" \
-    --tier_roots="$dir/tier" >"$dir/server$i.log" 2>&1 &
+    --tier_roots="$dir/tier" ${TIER_SERVER_FLAGS:-} >"$dir/server$i.log" 2>&1 &
   pids+=($!) server_pids+=($!)
 done
 for i in 0 1; do
@@ -154,6 +163,12 @@ awk -v cap="$max_rows" -v slack="$slack" '$4 > cap + slack {print "over the cap:
 awk '$6 > 0 && $8 > 0 && $9 > 0 {n++} END {exit n < 4}' "$dir/tiered.peaks" ||
   fail "tiered: a sparse table on a server without rows on disk, written back and read back"
 grep -q "DISK-ROWS" "$dir/tiered.text" || fail "tiered: psctl tables showed no DISK-ROWS column"
+# The prefetch columns (ctr_torch.py prefetches each next batch): a count on every tiered row.
+# (The last two columns; a codec column may hold a space.)
+awk '$1 == "TABLE" { head = ($(NF - 1) == "PINNED" && $NF == "PF-SKIPPED") }
+  $1 == "ctr_emb" { n++; if ($(NF - 1) !~ /^[0-9]+$/ || $NF !~ /^[0-9]+$/) bad = 1 }
+  END { exit bad || n == 0 || !head }' "$dir/tiered.text" ||
+  fail "tiered: psctl tables showed no PINNED / PF-SKIPPED counts"
 echo "ok: tiered RAM rows at max_rows $max_rows (median; peak within + $slack for requests in" \
   "flight), rows on disk, written back and read back on every server"
 

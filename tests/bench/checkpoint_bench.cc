@@ -9,6 +9,13 @@
 // seconds and MB/s, then the checkpoint's size on disk, and checks that the restored rows are
 // bit-identical to the source's (a digest over every row). Benchmarks report figures; nothing
 // here asserts on speed.
+//
+// With --ram_rows (sparse tables): the table gets a disk tier under --dir (eviction.max_rows =
+// --ram_rows, tier.disk), so that every row past the cap is on disk when the checkpoint is
+// taken. Each run also prints the process's peak resident memory (VmHWM, reset before the
+// phase) over the snapshot and the write, and over the restore, against its RSS before them.
+//
+//   checkpoint_bench --kind=sparse --rows=4000000 --dim=16 --ram_rows=100000 --dir=/var/tmp/cb
 #include <glog/logging.h>
 #include <unistd.h>
 
@@ -16,6 +23,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -50,6 +58,8 @@ ABSL_FLAG(std::string, method, "sst",
           "(WriteBatch per slot, no WAL, then flush), or both");
 ABSL_FLAG(int, file_mb, 256, "sst: MiB per SST file");
 ABSL_FLAG(bool, keep, false, "keep the checkpoint directory");
+ABSL_FLAG(uint64_t, ram_rows, 0,
+          "sparse tables: a disk tier under --dir with this RAM cap (eviction.max_rows); 0: none");
 
 namespace ps {
 namespace {
@@ -64,6 +74,7 @@ struct BenchOptions {
   std::vector<CheckpointWriteOptions::Method> methods;
   uint64_t file_bytes = 0;
   bool keep = false;
+  uint64_t ram_rows = 0;  // with a disk tier (sparse)
 };
 
 absl::StatusOr<BenchOptions> OptionsFromFlags() {
@@ -81,6 +92,10 @@ absl::StatusOr<BenchOptions> OptionsFromFlags() {
     return absl::InvalidArgumentError("--kind must be dense or sparse");
   }
   o.kind = kind == "dense" ? v1::DENSE : v1::SPARSE;
+  o.ram_rows = absl::GetFlag(FLAGS_ram_rows);
+  if (o.ram_rows != 0 && o.kind != v1::SPARSE) {
+    return absl::InvalidArgumentError("--ram_rows needs --kind=sparse");
+  }
   std::string optimizer = absl::AsciiStrToUpper(absl::GetFlag(FLAGS_optimizer));
   if (!v1::OptimizerSpec::Kind_Parse(optimizer, &o.optimizer)) {
     return absl::InvalidArgumentError(
@@ -117,11 +132,37 @@ v1::TableSpec Spec(const BenchOptions& o) {
   spec.mutable_initializer()->set_low(-0.1f);
   spec.mutable_initializer()->set_high(0.1f);
   spec.mutable_optimizer()->set_kind(o.optimizer);
+  if (o.ram_rows != 0) {
+    spec.mutable_eviction()->set_max_rows(o.ram_rows);
+    spec.mutable_tier()->set_disk(true);
+  }
   return spec;
 }
 
-std::unique_ptr<TableStore> NewStore(const BenchOptions& o) {
+// `name`'s figure in /proc/self/status ("VmRSS", "VmHWM"), bytes; 0 if it cannot be read.
+uint64_t ProcStatusBytes(const std::string& name) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    unsigned long long kib = 0;
+    if (line.rfind(name + ":", 0) == 0 &&
+        std::sscanf(line.c_str() + name.size() + 1, "%llu", &kib) == 1) {
+      return kib << 10;
+    }
+  }
+  return 0;
+}
+
+// Starts the peak resident memory (VmHWM) over from the RSS now (Linux: clear_refs 5).
+void ResetPeakRss() { std::ofstream("/proc/self/clear_refs") << "5"; }
+
+// `tier`: the directory of its disk tier (tables with --ram_rows).
+std::unique_ptr<TableStore> NewStore(const BenchOptions& o, const std::string& tier) {
   TableStoreOptions options;
+  if (o.ram_rows != 0) {
+    options.tier.dir = absl::StrCat(o.dir, "/", tier);
+    options.tier.min_free_bytes = 0;
+  }
   options.max_dense_table_bytes = uint64_t{1} << 40;
   auto store = std::make_unique<TableStore>(options);
   const absl::Status s = store->CreateTable(Spec(o));
@@ -186,12 +227,14 @@ absl::Status Run(const BenchOptions& o) {
       "checkpoints under %s\n",
       o.kind == v1::DENSE ? "dense" : "sparse", o.rows, o.dim,
       v1::OptimizerSpec::Kind_Name(o.optimizer), o.updates, o.dir);
-  std::unique_ptr<TableStore> source = NewStore(o);
+  std::unique_ptr<TableStore> source = NewStore(o, "tier-source");
   PS_RETURN_IF_ERROR(Fill(o, *source));
   const uint64_t digest = Digest(*source);
 
   for (CheckpointWriteOptions::Method method : o.methods) {
     const std::string path = absl::StrCat(o.dir, "/ckpt-", MethodName(method), "/server-0");
+    const uint64_t rss_before = ProcStatusBytes("VmRSS");
+    ResetPeakRss();
     absl::Time start = absl::Now();
     auto snapshot = std::make_unique<JobSnapshot>(source->Snapshot(kJob));
     const double snapshot_s = absl::ToDoubleSeconds(absl::Now() - start);
@@ -206,16 +249,26 @@ absl::Status Run(const BenchOptions& o) {
     PS_ASSIGN_OR_RETURN(const CheckpointWriteStats stats,
                         WriteCheckpoint(*snapshot, path, meta, write));
     snapshot.reset();
+    const uint64_t peak = ProcStatusBytes("VmHWM");
     Report(absl::StrCat("write (", MethodName(method), ")").c_str(), bytes, stats.seconds);
     Report("snapshot + write", bytes, snapshot_s + stats.seconds);
     absl::PrintF("%-22s: %9.1f MB (%.3f x the row bytes)\n", "on disk", stats.disk_bytes / 1e6,
                  static_cast<double>(stats.disk_bytes) / bytes);
+    if (o.ram_rows != 0) {
+      const v1::TableStats table = *source->Stats(kTable);
+      absl::PrintF("%-22s: %d in RAM, %d on disk\n", "rows", table.rows(), table.disk_rows());
+    }
+    absl::PrintF("%-22s: %9.1f MB peak (RSS before: %.1f MB; peak - before: %.1f MB)\n",
+                 "RSS, snapshot + write", peak / 1e6, rss_before / 1e6,
+                 (static_cast<double>(peak) - static_cast<double>(rss_before)) / 1e6);
 
     // Restore into a fresh store: read everything (verified), then load.
-    std::unique_ptr<TableStore> target = NewStore(o);
+    std::unique_ptr<TableStore> target = NewStore(o, absl::StrCat("tier-", MethodName(method)));
     v1::CheckpointShard shard;
     shard.set_path(path);
     shard.set_slots(EncodeSlotBitmap(std::vector<bool>(kNumSlots, true)));
+    const uint64_t rss_before_restore = ProcStatusBytes("VmRSS");
+    ResetPeakRss();
     start = absl::Now();
     PS_ASSIGN_OR_RETURN(
         CheckpointRows rows,
@@ -228,6 +281,11 @@ absl::Status Run(const BenchOptions& o) {
     Report("load", rows.bytes, load_s);
     Report("restore (read + load)", rows.bytes, read_s + load_s);
     rows = CheckpointRows();  // freed before the digest pass
+    const uint64_t restore_peak = ProcStatusBytes("VmHWM");
+    absl::PrintF(
+        "%-22s: %9.1f MB peak (RSS before: %.1f MB; peak - before: %.1f MB)\n", "RSS, restore",
+        restore_peak / 1e6, rss_before_restore / 1e6,
+        (static_cast<double>(restore_peak) - static_cast<double>(rss_before_restore)) / 1e6);
     const bool same = Digest(*target) == digest;
     absl::PrintF("%-22s: %s\n", "restored rows", same ? "bit-identical" : "DIFFERENT");
     if (!same) return absl::DataLossError("the restored rows differ from the source's");

@@ -151,8 +151,10 @@ Commands:
                          table's codec and the compression it achieved on that server (float32
                          bytes / bytes on the wire: "topk 24.60x"; "int8+delta 40.1x": delta
                          pulls; "none": no codec), and for a table with a disk tier (tier.disk)
-                         its rows and bytes on disk, the % of keys found in RAM and the rows
-                         read back from disk ("-" without a tier); asks the servers directly
+                         its rows and bytes on disk, the % of keys found in RAM, the rows
+                         read back from disk, the rows prefetches pin in RAM now and the keys
+                         prefetches skipped (over the pin bound or the cap) ("-" without a
+                         tier); asks the servers directly
   help                   this text
 
 The scheduler is --scheduler, else $PS_SCHEDULER, else localhost:7000.

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <functional>
 #include <iostream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <string>
@@ -84,15 +85,23 @@ std::string JsonLine(const std::string& server, const v1::TableSpec& table,
       R"(,"stats":)", stats, "}");
 }
 
-// A table with a disk tier: its rows and bytes there, the share of keys found in RAM, and the
-// rows read back from disk; "-" each for a table without one.
+// The disk tier's columns (TierColumns' values, in order).
+constexpr const char* kTierHeader[] = {"DISK-ROWS",  "DISK-BYTES", "RAM-HIT%",
+                                       "DISK-READS", "PINNED",     "PF-SKIPPED"};
+
+// A table with a disk tier: its rows and bytes there, the share of keys found in RAM, the
+// rows read back from disk, the prefetched rows pinned in RAM now, and the keys prefetches
+// did not read (over the pin bound or the cap); "-" each for a table without one.
 std::vector<std::string> TierColumns(const v1::TableSpec& spec, const v1::TableStats& st) {
-  if (!spec.tier().disk()) return {"-", "-", "-", "-"};
+  if (!spec.tier().disk()) return std::vector<std::string>(std::size(kTierHeader), "-");
   const uint64_t looked_up = st.ram_hits() + st.disk_lookups();
-  return {absl::StrCat(st.disk_rows()), absl::StrCat(st.disk_bytes()),
+  return {absl::StrCat(st.disk_rows()),
+          absl::StrCat(st.disk_bytes()),
           looked_up == 0 ? std::string("-")
                          : absl::StrFormat("%.1f", 100.0 * st.ram_hits() / looked_up),
-          absl::StrCat(st.disk_reads())};
+          absl::StrCat(st.disk_reads()),
+          absl::StrCat(st.prefetch_pinned()),
+          absl::StrCat(st.prefetch_skipped())};
 }
 
 }  // namespace
@@ -176,7 +185,7 @@ int Commands::Tables(const std::string& job_id) {
                                   [](const v1::TableSpec& t) { return t.tier().disk(); });
   std::vector<std::string> header({"TABLE", "SERVER", "STORAGE", "ROWS", "BYTES", "BYTES/ROW",
                                    "ADMITTED", "REJECTED", "EVICTED", "EXPIRED", "PUSH", "PULL"});
-  if (tiered) header.insert(header.end(), {"DISK-ROWS", "DISK-BYTES", "RAM-HIT%", "DISK-READS"});
+  if (tiered) header.insert(header.end(), std::begin(kTierHeader), std::end(kTierHeader));
   Table table;
   table.AddRow(header);
   std::vector<std::string> json;
