@@ -45,6 +45,7 @@ namespace ps {
 //   scheduler_placement.cc    takes placement's snapshot and applies the answer;
 //   scheduler_checkpoints.cc  checkpoint RPCs over the catalog, restores, server-loss recovery;
 //   scheduler_drain.cc        psctl drain;
+//   scheduler_failover.cc     a dead server's slots taken over by their backups (replicas);
 //   scheduler_data.cc         dynamic data leases; scheduler_resources.cc bounds and cleanup.
 //
 // Thread-safe: one mutex serializes every operation; each operation writes its changes to the
@@ -210,6 +211,14 @@ class Scheduler {
   void RecoverFromServerLoss(Job* job, uint64_t node_id, const std::string& why, absl::Time now,
                              Changes* changes, bool drained = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Failover (scheduler_failover.cc): a server of a running sync job with replicas died, and
+  // every slot it owned has its backup on a live server of the job: the backups become the
+  // owners under a new shard epoch, with no restore order (no checkpoint is read, no worker
+  // clock goes back), and the job's backups end (a second death recovers from a checkpoint).
+  // False, with nothing changed, where that cannot be (RecoverFromServerLoss then does);
+  // `*why_not` says why for a job that has replicas.
+  bool PromoteBackups(Job* job, uint64_t node_id, const std::string& why, absl::Time now,
+                      Changes* changes, std::string* why_not) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A checkpoint of `job` answering request `request_seq` is complete: moves the job off its
   // draining servers if a drain waits for it.
   // Whether the job's servers can write its checkpoint root and, on several hosts, share it
