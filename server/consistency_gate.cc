@@ -399,22 +399,28 @@ void ConsistencyGate::ApplyFinishedClocks(Job* job) {
   }
 }
 
-void ConsistencyGate::BeginCatchUp(const std::string& job_id, int64_t clock,
-                                   std::vector<bool> slots) {
+absl::Status ConsistencyGate::BeginCatchUp(const std::string& job_id, int64_t clock,
+                                           std::vector<bool> slots) {
   auto found = Find(job_id);
-  if (!found.ok() || clock < 0) return;
+  if (!found.ok() || clock < 0) return found.status();
   Job* job = found->get();
   absl::MutexLock l(&job->mu);
-  if (job->spec.mode() != ConsistencySpec::SYNC) return;
+  if (job->spec.mode() != ConsistencySpec::SYNC) return absl::OkStatus();
   std::set<uint32_t> owed;
   for (const auto& [w, c] : job->clocks) {
+    if (c > clock + 1) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("worker ", w, " is at clock ", c, ", more than one past clock ", clock,
+                       " of the copies taken over: they missed clocks no re-send brings back"));
+    }
     if (c > clock) owed.insert(w);
   }
-  if (owed.empty()) return;
+  if (owed.empty()) return absl::OkStatus();
   job->catch_up_clock = clock;
   job->owed = std::move(owed);
   job->resend_parts.clear();
   job->catch_up_slots = std::move(slots);
+  return absl::OkStatus();
 }
 
 std::vector<bool> ConsistencyGate::CatchUpSlots(const std::string& job_id) const {

@@ -108,7 +108,9 @@ class ConsistencyGate {
   // `clock` for those slots (PushRequest.resend_parts); until every one arrived, `clock` is not
   // applied and pulls past it wait. No-op if no worker owes one (or the job is not sync).
   // `slots` (kNumSlots entries) are the slots taken over: re-sent keys must be in them.
-  void BeginCatchUp(const std::string& job_id, int64_t clock, std::vector<bool> slots);
+  // FAILED_PRECONDITION, with nothing begun, where a worker is more than one clock past
+  // `clock`: the copies missed clocks that no re-send brings back (a backup left out).
+  absl::Status BeginCatchUp(const std::string& job_id, int64_t clock, std::vector<bool> slots);
   // A re-sent push of `worker_id` for `clock`, in `parts` parts: if the job catches up `clock`
   // and the worker owes it, runs `then` (which accumulates it into `clock`'s sums and says
   // whether it did: false for a repeated request) with sync applies held off, and counts it.

@@ -605,7 +605,7 @@ TEST_F(ConsistencyGateCatchUpTest, PullsPastTheClockWaitForEveryOwedResendThenIt
     Advance(1, c);
   }
   ASSERT_EQ(Applied(), AppliedClocks({0, 1, 2}));
-  gate_.BeginCatchUp(kJob, 2, std::vector<bool>(4, true));
+  ASSERT_TRUE(gate_.BeginCatchUp(kJob, 2, std::vector<bool>(4, true)).ok());
   EXPECT_EQ(gate_.CatchUpClock(kJob), 2);
   EXPECT_EQ(gate_.CatchUpSlots(kJob), std::vector<bool>(4, true));
   auto ready = gate_.TryPull(kJob, 3);
@@ -658,7 +658,7 @@ TEST_F(ConsistencyGateCatchUpTest, AClockNotAppliedYetWaitsForTheOwedResend) {
   Advance(1, 1);
   Advance(0, 2);  // worker 0 pushed clock 1 here, worker 1 not yet
   ASSERT_EQ(Applied(), AppliedClocks({0}));
-  gate_.BeginCatchUp(kJob, 1, std::vector<bool>(4, true));
+  ASSERT_TRUE(gate_.BeginCatchUp(kJob, 1, std::vector<bool>(4, true)).ok());
   Advance(1, 2);  // worker 1's push of clock 1 under the new map
   EXPECT_EQ(Applied(), AppliedClocks({0})) << "clock 1 waits for worker 0's re-send";
   EXPECT_FALSE(gate_.TryPull(kJob, 2)->has_value());
@@ -681,24 +681,31 @@ TEST_F(ConsistencyGateCatchUpTest, AClockNotAppliedYetWaitsForTheOwedResend) {
 }
 
 // A worker that leaves the job owes nothing; a rollback ends the catch-up.
-TEST_F(ConsistencyGateCatchUpTest, AWorkerThatLeavesOrARollbackEndsIt) {
+TEST_F(ConsistencyGateCatchUpTest, AWorkerThatLeavesOrARollbackEndsItAndStaleCopiesAreRefused) {
   ASSERT_TRUE(gate_.Configure(kJob, Spec(ConsistencySpec::SYNC), {0, 1}, 1).ok());
   Advance(0, 1);
   Advance(1, 1);
-  gate_.BeginCatchUp(kJob, 0, std::vector<bool>(4, true));
+  ASSERT_TRUE(gate_.BeginCatchUp(kJob, 0, std::vector<bool>(4, true)).ok());
   ASSERT_TRUE(*gate_.ResendAndRun(kJob, 0, 0, 1, 0, []() -> absl::StatusOr<bool> { return true; }));
   EXPECT_FALSE(gate_.TryPull(kJob, 1)->has_value());
   ASSERT_TRUE(gate_.Configure(kJob, Spec(ConsistencySpec::SYNC), {0}, 2).ok());  // 1 left
   EXPECT_TRUE(gate_.TryPull(kJob, 1)->has_value());
   EXPECT_EQ(gate_.CatchUpClock(kJob), -1);
 
-  gate_.BeginCatchUp(kJob, 0, std::vector<bool>(4, true));
+  ASSERT_TRUE(gate_.BeginCatchUp(kJob, 0, std::vector<bool>(4, true)).ok());
   EXPECT_EQ(gate_.CatchUpClock(kJob), 0);
   ASSERT_TRUE(gate_.ResetClocks(kJob, 0).ok());
   EXPECT_EQ(gate_.CatchUpClock(kJob), -1);
   // No worker past the clock: nothing is owed, no catch-up begins.
-  gate_.BeginCatchUp(kJob, 3, std::vector<bool>(4, true));
+  ASSERT_TRUE(gate_.BeginCatchUp(kJob, 3, std::vector<bool>(4, true)).ok());
   EXPECT_EQ(gate_.CatchUpClock(kJob), -1);
+  // Copies more than one clock behind a worker (a backup left out): refused, nothing begun.
+  Advance(0, 1);
+  Advance(0, 2);
+  EXPECT_EQ(gate_.BeginCatchUp(kJob, 0, std::vector<bool>(4, true)).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(gate_.CatchUpClock(kJob), -1);
+  EXPECT_TRUE(gate_.TryPull(kJob, 2)->has_value());
 }
 
 }  // namespace catch_up

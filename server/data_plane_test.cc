@@ -144,7 +144,7 @@ TEST_F(DataPlaneTest, AResentPushIsAppliedOnceToTheSlotsTakenOver) {
   ASSERT_NE(SlotOf(kSmall, 3), taken);
   std::vector<bool> slots(kNumSlots, false);
   slots[taken] = true;
-  gate_.BeginCatchUp(kJob, 1, slots);
+  ASSERT_TRUE(gate_.BeginCatchUp(kJob, 1, slots).ok());
   auto resend = [&](uint32_t worker, uint64_t request_id, const KeyBlock& block) {
     v1::PushRequest req = Push(block, request_id);
     req.set_worker_id(worker);

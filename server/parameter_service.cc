@@ -116,7 +116,10 @@ absl::Status ParameterService::DoConfigureJob(const v1::ConfigureJobRequest& req
       gate_.Configure(req.job_id(), req.consistency(), workers, req.membership_epoch()));
   // Before the caller's clock is raised: the workers past the clock owe its re-sent push.
   if (adoption.clock >= 0) {
-    gate_.BeginCatchUp(req.job_id(), adoption.clock, std::move(adoption.slots));
+    absl::Status caught =
+        gate_.BeginCatchUp(req.job_id(), adoption.clock, std::move(adoption.slots));
+    // The job goes on rather than waiting for re-sends that cannot come; the rows are older.
+    if (!caught.ok()) LOG(ERROR) << "job " << req.job_id() << ": no catch-up: " << caught;
   }
   if (!req.owned_slots().empty()) gate_.SetShardEpoch(req.job_id(), req.shard_epoch());
   if (req.caller_clock() >= 0) {
