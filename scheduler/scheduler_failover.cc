@@ -82,6 +82,7 @@ bool Scheduler::PromoteBackups(Job* job, uint64_t node_id, const std::string& wh
   job->recovery_clock = info.progress().clock();
   if (metrics_ != nullptr) {
     metrics_->SlotsMoved(moved);
+    metrics_->FailedOver();
     metrics_->SetJobEpochs(info.job_id(), info.shard_epoch(), info.membership_epoch());
   }
   const std::string event = absl::StrCat(
