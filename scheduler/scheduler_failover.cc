@@ -20,6 +20,19 @@
 
 namespace ps {
 
+void Scheduler::NoteReport(Job* job, const v1::WorkerProgress& progress) {
+  if (progress.shard_epoch() == job->reports_epoch) return;
+  job->reports_epoch = progress.shard_epoch();
+  job->reports_first_clock = progress.clock();
+}
+
+bool Scheduler::BackupsSeeded(const Job& job) {
+  const v1::WorkerProgress& progress = job.info.progress();
+  return job.reports_epoch == job.info.shard_epoch() &&
+         progress.shard_epoch() == job.info.shard_epoch() &&
+         progress.clock() >= job.reports_first_clock + 2;
+}
+
 bool Scheduler::PromoteBackups(Job* job, uint64_t node_id, const std::string& why, absl::Time now,
                                Changes* changes, std::string* why_not) {
   v1::JobInfo& info = job->info;
@@ -36,6 +49,12 @@ bool Scheduler::PromoteBackups(Job* job, uint64_t node_id, const std::string& wh
     *why_not = "a recovery from a checkpoint is still under way";
     return false;
   }
+  if (!info.slot_backups().empty() && !BackupsSeeded(*job)) {
+    *why_not = absl::StrCat("the backups placed for shard epoch ", info.shard_epoch(),
+                            " do not hold every slot yet (the job has not completed two clocks "
+                            "under it)");
+    return false;
+  }
   std::vector<bool> alive(info.server_nodes_size(), false);
   for (int i = 0; i < info.server_nodes_size(); ++i) {
     const v1::NodeInfo* node = membership_.Find(info.server_nodes(i));
@@ -45,9 +64,7 @@ bool Scheduler::PromoteBackups(Job* job, uint64_t node_id, const std::string& wh
   const std::vector<uint32_t> backups(info.slot_backups().begin(), info.slot_backups().end());
   std::optional<std::vector<int>> promoted = PromotedOwners(owners, backups, dead, alive, why_not);
   if (!promoted.has_value()) {
-    if (backups.empty()) {
-      *why_not = "the job's slots have no backups (they were promoted at an earlier failover)";
-    }
+    if (backups.empty()) *why_not = "the job's slots have no backups (one server was left)";
     return false;
   }
   // Where the dead server's slots go, for the event: "node 3 (addr): 171 slots, ...".
@@ -72,9 +89,9 @@ bool Scheduler::PromoteBackups(Job* job, uint64_t node_id, const std::string& wh
   info.mutable_server_addresses()->erase(info.mutable_server_addresses()->begin() + dead);
   info.clear_slot_owners();
   for (int owner : *promoted) info.add_slot_owners(static_cast<uint32_t>(owner));
-  // The promoted slots have no backup now; the others lose theirs too: the job forwards nothing
-  // from here on, and a second death recovers from the latest checkpoint.
-  info.clear_slot_backups();
+  // New backups for the new map (none with one server left): each primary's next forwarded
+  // clock seeds them; until two clocks completed under it, a death recovers from a checkpoint.
+  scheduler_internal::PlaceBackups(&info);
   info.set_shard_epoch(info.shard_epoch() + 1);
   changes->jobs.insert(job->number);
   changes->sync = true;
@@ -90,8 +107,13 @@ bool Scheduler::PromoteBackups(Job* job, uint64_t node_id, const std::string& wh
       " slots are promoted to their backups (", absl::StrJoin(to, ", "), " slots), shard epoch ",
       info.shard_epoch(),
       "; no checkpoint is read and no clock goes back (the workers re-send the clock in flight "
-      "for those slots). The job's slots have no backups from now on: another server death "
-      "recovers from the latest checkpoint");
+      "for those slots). ",
+      info.slot_backups().empty()
+          ? std::string("One server is left, so no backups: another server death recovers from "
+                        "the latest checkpoint")
+          : std::string("New backups are placed for every slot, seeded by the next clocks; a "
+                        "server death before two clocks completed recovers from the latest "
+                        "checkpoint"));
   AddEvent(job, event, now, changes);
   LOG(INFO) << "job " << info.job_id() << ": " << event;
   return true;

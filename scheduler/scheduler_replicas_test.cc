@@ -26,6 +26,22 @@ class SchedulerReplicasTest : public SchedulerFixture {
     return id.ok() ? *id : "";
   }
 
+  // Rank 0 (worker node `w`) reports clock `clock` under shard epoch `epoch`.
+  void Report(uint64_t w, const std::string& job_id, uint64_t epoch, int64_t clock) {
+    v1::WorkerProgress progress;
+    progress.set_job_id(job_id);
+    progress.set_membership_epoch(1);
+    progress.set_shard_epoch(epoch);
+    progress.set_clock(clock);
+    progress.set_total_clocks(1000);
+    Heartbeat(w, &progress);
+  }
+  // Reports that show the backups of `epoch` seeded: two clocks done under it.
+  void Seed(uint64_t w, const std::string& job_id, uint64_t epoch, int64_t clock) {
+    Report(w, job_id, epoch, clock);
+    Report(w, job_id, epoch, clock + 2);
+  }
+
   // Every slot's backup is a server of the job other than the slot's owner.
   static void ExpectBackupsBesideOwners(const v1::JobInfo& job) {
     ASSERT_EQ(job.slot_backups_size(), static_cast<int>(kNumSlots));
@@ -52,13 +68,15 @@ TEST_F(SchedulerReplicasTest, BackupsArePlacedAtStartAndAfterASlotMove) {
   ASSERT_TRUE(orders.has_assignment());
   EXPECT_EQ(orders.assignment().spec().replication().replicas(), 1);
 
-  KillNode(s2, {s1, s3, w0});  // its backups take its slots; the job has no backups since
+  // No clock reported yet: the backups may hold nothing, and the slots move through the
+  // checkpoint path, which places backups again.
+  KillNode(s2, {s1, s3, w0});
   job = Job(job_id);
   ASSERT_EQ(job.state(), v1::RUNNING) << job.reason();
   ASSERT_EQ(job.server_addresses_size(), 2);
-  EXPECT_EQ(job.slot_backups_size(), 0);
+  ExpectBackupsBesideOwners(job);
 
-  KillNode(s3, {s1, w0});  // the checkpoint path: one server left, no backup is possible
+  KillNode(s3, {s1, w0});  // one server left: no backup is possible
   job = Job(job_id);
   ASSERT_EQ(job.state(), v1::RUNNING) << job.reason();
   EXPECT_EQ(job.slot_backups_size(), 0);
@@ -90,6 +108,7 @@ TEST_F(SchedulerReplicasTest, ADeadServersSlotsArePromotedToTheirBackupsWithoutA
   ASSERT_EQ(before.state(), v1::RUNNING) << before.reason();
   const SlotPlaces was = PlacesOf(before);
   const std::string dead_address = before.server_addresses(1);
+  Seed(w0, job_id, 1, 10);
 
   KillNode(s2, {s1, s3, w0});
   const v1::JobInfo after = Job(job_id);
@@ -117,11 +136,14 @@ TEST_F(SchedulerReplicasTest, ADeadServersSlotsArePromotedToTheirBackupsWithoutA
   ASSERT_TRUE(orders.has_assignment());
   EXPECT_EQ(orders.assignment().shard_epoch(), after.shard_epoch());
   EXPECT_FALSE(orders.assignment().has_restore());
-  EXPECT_EQ(orders.assignment().slot_backups_size(), 0);
   EXPECT_EQ(orders.assignment().servers_size(), 2);
+  // New backups for the new map, on the other survivor.
+  ExpectBackupsBesideOwners(after);
+  EXPECT_EQ(orders.assignment().slot_backups_size(), static_cast<int>(kNumSlots));
 
-  // A second death: no backups are left, so the latest checkpoint (here: none, initial values)
-  // is restored, and the events say why.
+  // A second death before the new backups were seeded (no clock done under the new map): the
+  // latest checkpoint (here: none, initial values) is restored, and the events say why.
+  Report(w0, job_id, after.shard_epoch(), 12);
   KillNode(s3, {s1, w0});
   const v1::JobInfo second = Job(job_id);
   ASSERT_EQ(second.state(), v1::RUNNING) << second.reason();
@@ -129,7 +151,39 @@ TEST_F(SchedulerReplicasTest, ADeadServersSlotsArePromotedToTheirBackupsWithoutA
   EXPECT_EQ(second.restore().shard_epoch(), second.shard_epoch());
   EXPECT_TRUE(HasEventStartingWith(
       second, absl::StrCat("no failover onto backups for the death of server node ", s3,
-                           ": the job's slots have no backups")));
+                           ": the backups placed for shard epoch ", after.shard_epoch(),
+                           " do not hold every slot yet")));
+}
+
+TEST_F(SchedulerReplicasTest, ASecondDeathAfterTheNewBackupsAreSeededFailsOverAgain) {
+  const uint64_t s1 = Register(v1::SERVER);
+  const uint64_t s2 = Register(v1::SERVER);
+  const uint64_t s3 = Register(v1::SERVER);
+  const uint64_t w0 = Register(v1::WORKER);
+  const std::string job_id = Submit(3, 1);
+  Seed(w0, job_id, 1, 10);
+  KillNode(s2, {s1, s3, w0});
+  v1::JobInfo job = Job(job_id);
+  ASSERT_EQ(job.shard_epoch(), 2u);
+  ASSERT_FALSE(job.has_restore());
+  Seed(w0, job_id, 2, 12);
+
+  KillNode(s3, {s1, w0});
+  job = Job(job_id);
+  ASSERT_EQ(job.state(), v1::RUNNING) << job.reason();
+  EXPECT_EQ(job.shard_epoch(), 3u);
+  EXPECT_FALSE(job.has_restore());
+  ASSERT_EQ(job.server_addresses_size(), 1);
+  EXPECT_EQ(job.slot_backups_size(), 0);  // one server left
+  EXPECT_TRUE(HasEventStartingWith(job, absl::StrCat("server node ", s3, " (")));
+  const SlotPlaces now = PlacesOf(job);
+  for (uint32_t s = 0; s < kNumSlots; ++s) EXPECT_EQ(now.owners[s], job.server_addresses(0)) << s;
+  bool one_left = false;
+  for (const v1::JobEvent& e : job.events()) {
+    one_left = one_left || e.message().find("One server is left") != std::string::npos;
+    EXPECT_EQ(e.message().find("restoring"), std::string::npos) << e.message();
+  }
+  EXPECT_TRUE(one_left);
 }
 
 TEST_F(SchedulerReplicasTest, AJobWithoutReplicasRecoversFromACheckpointAsBefore) {
@@ -159,6 +213,7 @@ TEST_F(SchedulerReplicasTest, AnSspJobWithReplicasRecoversFromACheckpoint) {
   spec.mutable_consistency()->set_staleness(1);
   auto id = scheduler_->SubmitJob(spec);
   ASSERT_TRUE(id.ok()) << id.status();
+  Seed(w0, *id, 1, 10);
   KillNode(s2, {s1, s3, w0});
   const v1::JobInfo job = Job(*id);
   ASSERT_EQ(job.state(), v1::RUNNING) << job.reason();

@@ -513,7 +513,7 @@ std::vector<std::pair<std::string, std::string>> CheckpointStatusRows(const JobI
                                    " backup per slot, placed on another server (",
                                    job.slot_backups_size() > 0
                                        ? "placed; a sync job's dead server fails over to them)"
-                                       : "none now: 1 server left, or promoted at a failover)"));
+                                       : "none placed: 1 server)"));
   }
   const auto& from = job.spec().from_checkpoint();
   if (!from.job_id().empty()) {
