@@ -155,10 +155,11 @@ ParameterService::Adoption ParameterService::Adopted(const std::string& job_id, 
   }
   if (taken == 0) return adoption;
   if (newest != oldest) {
-    // One primary forwards all its slots at each clock: copies of different clocks cannot be
-    // caught up as one (the job goes on with the older ones behind).
-    LOG(ERROR) << "job " << job_id << ": the " << taken << " slots taken over hold clocks "
-               << oldest << " to " << newest << "; catching up clock " << oldest + 1 << " only";
+    // One primary forwards all its slots at each clock: copies of different clocks (a backup
+    // left out) cannot be caught up as one. The job goes on; the older ones miss clocks.
+    LOG(ERROR) << "job " << job_id << ": no catch-up: the " << taken
+               << " slots taken over hold clocks " << oldest << " to " << newest;
+    return Adoption();
   }
   adoption.clock = oldest + 1;
   LOG(INFO) << "job " << job_id << ": shard epoch " << epoch << ": took over " << taken
