@@ -142,6 +142,7 @@ void PutPushHeader(const RequestHeader& h, std::string* out) {
   PutVarintField(PushRequest::kRequestIdFieldNumber, h.request_id, out);
   PutVarintField(PushRequest::kClockFieldNumber, static_cast<uint64_t>(h.clock), out);
   PutVarintField(PushRequest::kShardEpochFieldNumber, h.shard_epoch, out);
+  if (h.resend_parts > 0) PutVarintField(PushRequest::kResendPartsFieldNumber, h.resend_parts, out);
 }
 
 }  // namespace

@@ -46,8 +46,9 @@ struct RequestHeader {
   uint64_t request_id = 0;  // pushes
   int64_t clock = 0;
   uint64_t shard_epoch = 0;
-  float lr_scale = 1.0f;  // pushes
-  bool prefetch = false;  // pulls: PullRequest.prefetch (rows read from disk, no values)
+  float lr_scale = 1.0f;      // pushes
+  bool prefetch = false;      // pulls: PullRequest.prefetch (rows read from disk, no values)
+  uint32_t resend_parts = 0;  // pushes: PushRequest.resend_parts (0: an ordinary push)
 };
 
 // PullRequest: keys only.

@@ -127,6 +127,18 @@ absl::StatusOr<RunStart> StartRun(const v1::WorkerAssignment& assignment,
     PS_RETURN_IF_ERROR(client->CreateTable(t));
   }
   PS_ASSIGN_OR_RETURN(clock, RestoreOrdered(*client, a, options, clock));
+  if (options.resend != nullptr && !rollback &&
+      a.spec().consistency().mode() == v1::ConsistencySpec::SYNC) {
+    const absl::Time start = absl::Now();
+    absl::Status resent = ResendMovedSlots(*client, *options.resend);
+    if (!resent.ok()) {
+      return WithPrefix(resent, absl::StrCat("re-sending the push of clock ", options.resend->clock,
+                                             " for the slots that moved"));
+    }
+    log(absl::StrCat(a.job_id(), ": re-sent the push of clock ", options.resend->clock,
+                     " for the slots that moved (shard epoch ", a.shard_epoch(), ") in ",
+                     absl::FormatDuration(absl::Now() - start)));
+  }
   client->SetClock(std::max<int64_t>(clock, 0));  // -1 cannot happen: this worker is in the set
   RunStart start;
   start.clock = client->clock();

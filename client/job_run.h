@@ -14,8 +14,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "ps/v1/scheduler.pb.h"
+#include "client/push_resend.h"
 #include "client/rpc_client.h"
+#include "ps/v1/scheduler.pb.h"
 
 namespace ps {
 
@@ -32,6 +33,10 @@ struct RunStartOptions {
   // Told when the restore order could not be carried out because its checkpoint is unusable
   // (DATA_LOSS, NOT_FOUND, INVALID_ARGUMENT): the scheduler then orders another restore.
   std::function<void(const v1::WorkerAssignment&, const absl::Status&)> report_restore_failure;
+  // Failover: the push of the clock that was in flight when the previous run failed (null:
+  // none). A sync job without a rollback sends it again for the slots whose server changed
+  // (client/push_resend.h) before it trains on.
+  const InFlightPush* resend = nullptr;
   // Progress lines ("restored ... in 0.4s"); may be empty.
   std::function<void(const std::string&)> log;
 };

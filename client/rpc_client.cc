@@ -732,7 +732,7 @@ RpcHandle RpcClient::StartPrefetch(std::vector<TableOp> ops) {
                       /*caller_waits=*/false);
 }
 
-RpcHandle RpcClient::StartPush(std::vector<TableOp> ops, bool caller_waits) {
+RpcHandle RpcClient::StartPush(std::vector<TableOp> ops, bool caller_waits, bool resend) {
   std::vector<int> dims;
   std::vector<TableWire> tables;
   absl::Status s = ResolveDims(ops, &dims, &tables);
@@ -754,16 +754,23 @@ RpcHandle RpcClient::StartPush(std::vector<TableOp> ops, bool caller_waits) {
   state->observer = observer_.load();
   RequestHeader header = Header(clock_.load());
   int borrowed = 0;
+  const std::vector<Segment> none;
   for (int server = 0; server < static_cast<int>(parts.size()); ++server) {
-    for (size_t p = 0; p < parts[server].size(); ++p) {
+    // A re-send reaches every server (an empty part where it has no keys there): each one that
+    // took slots over waits for every owing worker's.
+    const size_t n = resend ? std::max<size_t>(parts[server].size(), 1) : parts[server].size();
+    header.resend_parts = resend ? static_cast<uint32_t>(n) : 0;
+    for (size_t p = 0; p < n; ++p) {
+      const std::vector<Segment>& segments =
+          p < parts[server].size() ? parts[server][p].segments : none;
       auto call =
           std::make_shared<Call>(this, Call::kPush, server, p, state, std::vector<TableOp>(), dims);
       header.request_id = next_request_id_++;
       wire::MessageBuilder b(ReleaseUnit(state));
-      EncodePushRequest(header, ops, dims, parts[server][p].segments, &b);
+      EncodePushRequest(header, ops, dims, segments, &b);
       borrowed += b.borrowed() ? 1 : 0;
       call->request = b.Finish();
-      call->set_num_keys(NumKeys(parts[server][p].segments), 0);
+      call->set_num_keys(NumKeys(segments), 0);
       calls.push_back(std::move(call));
     }
   }
@@ -815,10 +822,26 @@ RpcHandle RpcClient::StartPushPull(std::vector<TableOp> push_ops, std::vector<Ta
     }
   }
   clock_.fetch_add(1);
+  {
+    absl::MutexLock l(&last_mu_);
+    last_push_.ops = push_ops;
+    last_push_.dims = push_dims;
+    last_push_.clock = clock;
+    last_push_.lr_scale = header.lr_scale;
+    last_push_state_ = state;
+  }
   // All parts at once: a PushPull part's pull may wait for the clock to advance, which needs
   // every part of this worker to have arrived.
   const size_t all = calls.size();
   return StartRequest(std::move(calls), std::move(state), all, borrowed, caller_waits);
+}
+
+std::optional<RpcClient::FailedPush> RpcClient::FailedPushPull() const {
+  absl::MutexLock l(&last_mu_);
+  if (last_push_state_ == nullptr) return std::nullopt;
+  const RpcHandle handle(last_push_state_);
+  if (!handle.Done() || handle.Wait().ok()) return std::nullopt;
+  return last_push_;
 }
 
 absl::Status RpcClient::Clock() {

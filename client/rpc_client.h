@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -140,7 +141,9 @@ class RpcClient {
   // from its disk tier into RAM and pins them until a pull reads them; no values come back
   // (the ops' `out` is not used). The keys are copied before this returns.
   RpcHandle StartPrefetch(std::vector<TableOp> ops);
-  RpcHandle StartPush(std::vector<TableOp> ops, bool caller_waits);
+  // `resend`: a failover's re-sent push (PushRequest.resend_parts, client/push_resend.h): every
+  // server gets at least one part, each saying how many its server gets.
+  RpcHandle StartPush(std::vector<TableOp> ops, bool caller_waits, bool resend = false);
   RpcHandle StartPushPull(std::vector<TableOp> push_ops, std::vector<TableOp> pull_ops,
                           bool caller_waits);
 
@@ -171,6 +174,18 @@ class RpcClient {
   // are gone.
   void CancelInFlight();
   bool cancelled() const { return cancelled_.load(); }
+
+  // The push of the last PushPull started, if it failed (or was cancelled): its ops (borrowed
+  // from the caller, as when it was sent: read them before the buffers are reused), their
+  // tables' dims, its clock and learning-rate factor. nullopt if it succeeded, is still in
+  // flight, or there was none.
+  struct FailedPush {
+    std::vector<TableOp> ops;
+    std::vector<int> dims;
+    int64_t clock = 0;
+    float lr_scale = 1.0f;
+  };
+  std::optional<FailedPush> FailedPushPull() const;
 
   int64_t clock() const { return clock_.load(); }
   const RpcClientOptions& options() const { return options_; }
@@ -243,6 +258,10 @@ class RpcClient {
   std::atomic<bool> cancelled_{false};
   std::atomic<ClientObserver*> observer_{nullptr};
   std::atomic<uint64_t> next_request_id_;
+  // The last PushPull started (FailedPushPull).
+  mutable absl::Mutex last_mu_;
+  FailedPush last_push_ ABSL_GUARDED_BY(last_mu_);
+  std::shared_ptr<RpcHandle::State> last_push_state_ ABSL_GUARDED_BY(last_mu_);
   absl::Mutex dims_mu_;
   absl::flat_hash_map<uint32_t, TableWire> dims_ ABSL_GUARDED_BY(dims_mu_);
   PushEncoder encoder_;

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
+
 namespace ps {
 
 std::vector<uint64_t> AvailableServers(const std::vector<PlacementNode>& nodes) {
@@ -112,6 +114,31 @@ std::vector<uint32_t> BackupOwners(const std::vector<int>& owners, int num_serve
     backups[s] = static_cast<uint32_t>((primary + step) % num_servers);
   }
   return backups;
+}
+
+std::optional<std::vector<int>> PromotedOwners(const std::vector<int>& owners,
+                                               const std::vector<uint32_t>& backups, int dead,
+                                               const std::vector<bool>& alive,
+                                               std::string* why_not) {
+  if (backups.empty() || backups.size() != owners.size()) {
+    *why_not = "the job's slots have no backups";
+    return std::nullopt;
+  }
+  std::vector<int> promoted(owners.size());
+  for (size_t s = 0; s < owners.size(); ++s) {
+    int owner = owners[s];
+    if (owner == dead) {
+      const int backup = static_cast<int>(backups[s]);
+      if (backup == dead || backup < 0 || backup >= static_cast<int>(alive.size()) ||
+          !alive[backup]) {
+        *why_not = absl::StrCat("the backup of slot ", s, " is not on a live server");
+        return std::nullopt;
+      }
+      owner = backup;
+    }
+    promoted[s] = owner > dead ? owner - 1 : owner;
+  }
+  return promoted;
 }
 
 }  // namespace ps

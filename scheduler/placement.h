@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <optional>
+#include <string>
 #include <vector>
 
 namespace ps {
@@ -68,6 +70,17 @@ uint64_t ChooseSpare(const std::vector<PlacementNode>& nodes, const std::vector<
 // the primary, and the slots of one primary have their backups on each other server in turn, so
 // that a dead server's slots fall back on all the others, evenly.
 std::vector<uint32_t> BackupOwners(const std::vector<int>& owners, int num_servers);
+
+// Failover of a replicated job: server `dead` (an index among the job's servers) died. Each
+// slot it owned goes to its backup (`backups[s]`, an index, kNumSlots entries with `owners`);
+// `alive[i]` says whether the job's server i is alive. The answer is the new owner of every
+// slot, as an index into the job's servers without `dead` (those after it move down by one),
+// or nullopt, with `*why_not` set, where a slot of `dead` has no backup alive on another
+// server (no backups at all, a backup on `dead` itself or on a server that died too).
+std::optional<std::vector<int>> PromotedOwners(const std::vector<int>& owners,
+                                               const std::vector<uint32_t>& backups, int dead,
+                                               const std::vector<bool>& alive,
+                                               std::string* why_not);
 
 }  // namespace ps
 

@@ -45,6 +45,7 @@ namespace ps {
 //   scheduler_placement.cc    takes placement's snapshot and applies the answer;
 //   scheduler_checkpoints.cc  checkpoint RPCs over the catalog, restores, server-loss recovery;
 //   scheduler_drain.cc        psctl drain;
+//   scheduler_failover.cc     a dead server's slots taken over by their backups (replicas);
 //   scheduler_data.cc         dynamic data leases; scheduler_resources.cc bounds and cleanup.
 //
 // Thread-safe: one mutex serializes every operation; each operation writes its changes to the
@@ -172,6 +173,13 @@ class Scheduler {
     // Servers whose checkpoint-root problem was reported in the job's events (once each). In
     // memory only.
     std::set<uint64_t> root_warned;
+    // Replicas: the shard epoch of rank 0's first report under the current map, and its clock
+    // then. The backups placed for that map hold every slot once rank 0 reported two clocks
+    // more under it (a clock completed on every server under it: each primary forwarded it);
+    // only then may they be promoted (BackupsSeeded). In memory only: a restarted scheduler
+    // waits for two more clocks.
+    uint64_t reports_epoch = 0;
+    int64_t reports_first_clock = 0;
   };
   // What one operation changed; written in one batch by Commit().
   struct Changes {
@@ -210,6 +218,18 @@ class Scheduler {
   void RecoverFromServerLoss(Job* job, uint64_t node_id, const std::string& why, absl::Time now,
                              Changes* changes, bool drained = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Failover (scheduler_failover.cc): a server of a running sync job with replicas died, and
+  // every slot it owned has its backup on a live server of the job: the backups become the
+  // owners under a new shard epoch, with no restore order (no checkpoint is read, no worker
+  // clock goes back), and new backups are placed for the new map (seeded by the next clocks).
+  // False, with nothing changed, where that cannot be (RecoverFromServerLoss then does);
+  // `*why_not` says why for a job that has replicas.
+  bool PromoteBackups(Job* job, uint64_t node_id, const std::string& why, absl::Time now,
+                      Changes* changes, std::string* why_not) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether the job's backups hold its slots (Job::reports_epoch); NoteReport records rank 0's
+  // report of `progress`.
+  static bool BackupsSeeded(const Job& job);
+  static void NoteReport(Job* job, const v1::WorkerProgress& progress);
   // A checkpoint of `job` answering request `request_seq` is complete: moves the job off its
   // draining servers if a drain waits for it.
   // Whether the job's servers can write its checkpoint root and, on several hosts, share it

@@ -246,6 +246,16 @@ void Scheduler::RecoverFromServerLoss(Job* job, uint64_t node_id, const std::str
   const int dead = static_cast<int>(at - info.server_nodes().begin());
   const std::string dead_name =
       absl::StrCat("server node ", node_id, " (", info.server_addresses(dead), ")");
+  if (!drained) {
+    std::string why_not;
+    if (PromoteBackups(job, node_id, why, now, changes, &why_not)) return;
+    if (!why_not.empty()) {
+      AddEvent(job,
+               absl::StrCat("no failover onto backups for the death of server node ", node_id, ": ",
+                            why_not, "; recovering from the latest checkpoint"),
+               now, changes);
+    }
+  }
   std::vector<bool> lost = SlotsOf(info, dead);
   const int64_t lost_count = std::count(lost.begin(), lost.end(), true);
   // A spare: an alive server outside the job, the least loaded (then the lowest id).

@@ -151,6 +151,7 @@ void Scheduler::HandleProgress(v1::NodeInfo* node, const v1::WorkerProgress& pro
     return;
   }
   if (index == 0) {  // rank 0 (the lowest remaining one) speaks for the job
+    NoteReport(job, progress);
     *job->info.mutable_progress() = progress;
     job->info.mutable_progress()->clear_log();  // kept apart, in memory
     SanitizeMetrics(job->info.mutable_progress());

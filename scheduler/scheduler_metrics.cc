@@ -76,6 +76,12 @@ SchedulerMetrics::SchedulerMetrics(prometheus::Registry& registry)
                       .Help("Shard-map slots moved from one server to another")
                       .Register(registry)
                       .Add({})),
+      failovers_(BuildCounter()
+                     .Name("ps_scheduler_failovers_total")
+                     .Help("Server deaths whose slots were promoted to their backups (replicas), "
+                           "no checkpoint read")
+                     .Register(registry)
+                     .Add({})),
       recoveries_(BuildCounter()
                       .Name("ps_scheduler_recoveries_total")
                       .Help("Dead workers of running jobs replaced by joining ones")

@@ -45,6 +45,8 @@ class SchedulerMetrics {
   void NodeDied(v1::NodeRole role);
   void MembershipChanged() { membership_changes_.Increment(); }
   void SlotsMoved(int64_t slots) { slot_moves_.Increment(static_cast<double>(slots)); }
+  // A dead server's slots were promoted to their backups (replicas), no checkpoint read.
+  void FailedOver() { failovers_.Increment(); }
   // A dead worker of a running job was replaced by one that joined, `took` after the death.
   void Recovered(absl::Duration took);
   // A checkpoint ended: "complete", "failed" or "corrupt" (found so at a restore).
@@ -77,6 +79,7 @@ class SchedulerMetrics {
   prometheus::Family<prometheus::Gauge>& membership_epoch_;
   prometheus::Counter& membership_changes_;
   prometheus::Counter& slot_moves_;
+  prometheus::Counter& failovers_;
   prometheus::Counter& recoveries_;
   prometheus::Histogram& recovery_seconds_;
   prometheus::Family<prometheus::Counter>& checkpoints_;

@@ -123,6 +123,7 @@ TEST_F(SchedulerMetricsTest, EverySeriesExistsAtZero) {
   EXPECT_EQ(Jobs("cancelled"), 0);
   EXPECT_EQ(Sample(registry_, "ps_scheduler_dead_nodes_total", {{"role", "worker"}}), 0);
   EXPECT_EQ(Sample(registry_, "ps_scheduler_slot_moves_total"), 0);
+  EXPECT_EQ(Sample(registry_, "ps_scheduler_failovers_total"), 0);
   EXPECT_EQ(Sample(registry_, "ps_scheduler_recoveries_total"), 0);
   EXPECT_EQ(Sample(registry_, "ps_scheduler_recovery_seconds"), 0);
   EXPECT_EQ(Sample(registry_, "ps_scheduler_heartbeat_lag_seconds"), 0);

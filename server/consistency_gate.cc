@@ -32,6 +32,12 @@ struct ConsistencyGate::Job {
   uint64_t shard_epoch ABSL_GUARDED_BY(mu) = 0;
   // DropJob forgot the job: requests that still hold it fail.
   bool dropped ABSL_GUARDED_BY(mu) = false;
+  // Failover (BeginCatchUp): the clock whose re-sent pushes the workers in `owed` still owe,
+  // with the parts of each seen so far; -1: none.
+  int64_t catch_up_clock ABSL_GUARDED_BY(mu) = -1;
+  std::set<uint32_t> owed ABSL_GUARDED_BY(mu);
+  std::map<uint32_t, uint32_t> resend_parts ABSL_GUARDED_BY(mu);
+  std::vector<bool> catch_up_slots ABSL_GUARDED_BY(mu);
 
   absl::Status CheckNotDropped() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     if (!dropped) return absl::OkStatus();
@@ -57,7 +63,7 @@ struct ConsistencyGate::Job {
   bool ReadyFor(int64_t clock) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     switch (spec.mode()) {
       case ConsistencySpec::SYNC:
-        return applied_clock >= clock;
+        return applied_clock >= clock && (catch_up_clock < 0 || clock <= catch_up_clock);
       case ConsistencySpec::SSP:
         return MinClock() >= clock - spec.staleness();
       default:
@@ -160,8 +166,13 @@ absl::Status ConsistencyGate::Configure(const std::string& job_id, const Consist
     job->spec = spec;
     job->membership_epoch = membership_epoch;
     job->clocks = std::move(wanted);
+    // A worker that left owes no re-send any more.
+    for (auto it = job->owed.begin(); it != job->owed.end();) {
+      it = job->clocks.count(*it) == 0 ? job->owed.erase(it) : std::next(it);
+    }
     job->cv.SignalAll();
   }
+  MaybeEndCatchUp(job);
   ApplyFinishedClocks(job);
   return absl::OkStatus();
 }
@@ -340,6 +351,9 @@ absl::StatusOr<std::map<uint32_t, int64_t>> ConsistencyGate::ResetClocks(
   for (auto& [w, c] : job->clocks) c = clock;
   job->applied_clock = clock;
   job->parts.clear();
+  job->catch_up_clock = -1;  // a rollback loads every slot: nothing is owed
+  job->owed.clear();
+  job->resend_parts.clear();
   job->cv.SignalAll();
   return job->clocks;
 }
@@ -371,15 +385,110 @@ void ConsistencyGate::ApplyFinishedClocks(Job* job) {
     {
       absl::MutexLock l(&job->mu);
       if (job->spec.mode() != ConsistencySpec::SYNC || job->dropped) return;
-      if (job->clocks.empty() || job->applied_clock >= job->MinClock()) return;
+      if (job->clocks.empty()) return;
       from = job->applied_clock;
       to = job->MinClock();
+      // A clock being caught up waits for its re-sent pushes (MaybeEndCatchUp).
+      if (job->catch_up_clock >= 0) to = std::min(to, job->catch_up_clock);
+      if (from >= to) return;
     }
     apply_clock_(job->id, from, to);
     absl::MutexLock l(&job->mu);
     job->applied_clock = to;
     job->cv.SignalAll();
   }
+}
+
+absl::Status ConsistencyGate::BeginCatchUp(const std::string& job_id, int64_t clock,
+                                           std::vector<bool> slots) {
+  auto found = Find(job_id);
+  if (!found.ok() || clock < 0) return found.status();
+  Job* job = found->get();
+  absl::MutexLock l(&job->mu);
+  if (job->spec.mode() != ConsistencySpec::SYNC) return absl::OkStatus();
+  std::set<uint32_t> owed;
+  for (const auto& [w, c] : job->clocks) {
+    if (c > clock + 1) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("worker ", w, " is at clock ", c, ", more than one past clock ", clock,
+                       " of the copies taken over: they missed clocks no re-send brings back"));
+    }
+    if (c > clock) owed.insert(w);
+  }
+  if (owed.empty()) return absl::OkStatus();
+  job->catch_up_clock = clock;
+  job->owed = std::move(owed);
+  job->resend_parts.clear();
+  job->catch_up_slots = std::move(slots);
+  return absl::OkStatus();
+}
+
+std::vector<bool> ConsistencyGate::CatchUpSlots(const std::string& job_id) const {
+  auto found = Find(job_id);
+  if (!found.ok()) return {};
+  Job* job = found->get();
+  absl::MutexLock l(&job->mu);
+  return job->catch_up_clock < 0 ? std::vector<bool>() : job->catch_up_slots;
+}
+
+int64_t ConsistencyGate::CatchUpClock(const std::string& job_id) const {
+  auto found = Find(job_id);
+  if (!found.ok()) return -1;
+  Job* job = found->get();
+  absl::MutexLock l(&job->mu);
+  return job->catch_up_clock;
+}
+
+absl::StatusOr<bool> ConsistencyGate::ResendAndRun(const std::string& job_id, uint32_t worker_id,
+                                                   int64_t clock, uint32_t parts,
+                                                   uint64_t shard_epoch,
+                                                   absl::FunctionRef<absl::StatusOr<bool>()> then) {
+  PS_RETURN_IF_ERROR(CheckClockRange("push clock", clock));
+  auto found = Find(job_id);
+  if (!found.ok()) return found.status();
+  Job* job = found->get();
+  {
+    absl::ReaderMutexLock hold_applies(&job->apply_mu);
+    {
+      absl::MutexLock l(&job->mu);
+      PS_RETURN_IF_ERROR(job->CheckNotDropped());
+      PS_RETURN_IF_ERROR(job->CheckEpoch(shard_epoch));
+      if (job->catch_up_clock != clock || job->owed.count(worker_id) == 0) return false;
+    }
+    PS_ASSIGN_OR_RETURN(const bool applied, then());
+    if (!applied) return true;  // a repeated request: counted when it was applied
+    absl::MutexLock l(&job->mu);
+    if (job->owed.count(worker_id) > 0 && ++job->resend_parts[worker_id] >= std::max(1u, parts)) {
+      job->owed.erase(worker_id);
+      job->resend_parts.erase(worker_id);
+    }
+  }
+  MaybeEndCatchUp(job);
+  return true;
+}
+
+void ConsistencyGate::MaybeEndCatchUp(Job* job) {
+  int64_t clock;
+  {
+    absl::MutexLock l(&job->mu);
+    if (job->catch_up_clock < 0 || !job->owed.empty()) return;
+    clock = job->catch_up_clock;
+  }
+  {
+    absl::MutexLock apply_lock(&job->apply_mu);
+    bool applied_already;
+    {
+      absl::MutexLock l(&job->mu);
+      if (job->catch_up_clock != clock || job->dropped) return;
+      applied_already = job->applied_clock > clock;
+    }
+    // This server applied `clock` before it took the slots over: only their sums are left.
+    if (applied_already) apply_clock_(job->id, clock, clock + 1);
+    absl::MutexLock l(&job->mu);
+    job->catch_up_clock = -1;
+    job->cv.SignalAll();
+  }
+  ApplyFinishedClocks(job);
 }
 
 void ConsistencyGate::Shutdown() {

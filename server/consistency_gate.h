@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -101,6 +102,28 @@ class ConsistencyGate {
       const std::string& job_id, int64_t clock,
       const std::function<absl::Status()>& reset_state = nullptr);
 
+  // Failover catch-up (sync jobs with replicas): this server just took over slots it backed up,
+  // which hold every clock before `clock` but not `clock` itself, whose pushes reached only
+  // their dead primary. Each live worker already past `clock` here owes a re-send of its push of
+  // `clock` for those slots (PushRequest.resend_parts); until every one arrived, `clock` is not
+  // applied and pulls past it wait. No-op if no worker owes one (or the job is not sync).
+  // `slots` (kNumSlots entries) are the slots taken over: re-sent keys must be in them.
+  // FAILED_PRECONDITION, with nothing begun, where a worker is more than one clock past
+  // `clock`: the copies missed clocks that no re-send brings back (a backup left out).
+  absl::Status BeginCatchUp(const std::string& job_id, int64_t clock, std::vector<bool> slots);
+  // A re-sent push of `worker_id` for `clock`, in `parts` parts: if the job catches up `clock`
+  // and the worker owes it, runs `then` (which accumulates it into `clock`'s sums and says
+  // whether it did: false for a repeated request) with sync applies held off, and counts it.
+  // Once every owed worker's parts arrived, the sums of `clock` are applied (if this server
+  // applied `clock` already, for the taken-over slots only: the only ones holding sums of it)
+  // and pulls go on. Returns whether `then` ran (false: nothing owed, the push is ignored).
+  absl::StatusOr<bool> ResendAndRun(const std::string& job_id, uint32_t worker_id, int64_t clock,
+                                    uint32_t parts, uint64_t shard_epoch,
+                                    absl::FunctionRef<absl::StatusOr<bool>()> then);
+  // The clock being caught up (-1: none) and the slots taken over (empty: none).
+  int64_t CatchUpClock(const std::string& job_id) const;
+  std::vector<bool> CatchUpSlots(const std::string& job_id) const;
+
   // Counts one part of a multi-part PushPull for (worker, clock); true once `parts` were seen.
   absl::StatusOr<bool> CountClockPart(const std::string& job_id, uint32_t worker_id, int64_t clock,
                                       uint32_t parts);
@@ -136,6 +159,8 @@ class ConsistencyGate {
   absl::Status CheckPushOf(Job* job, uint32_t worker_id, int64_t clock, uint64_t shard_epoch) const;
   // Applies every finished sync clock. Called with no lock held.
   void ApplyFinishedClocks(Job* job);
+  // Ends the job's catch-up once no worker owes a re-send. Called with no lock held.
+  void MaybeEndCatchUp(Job* job);
 
   const ApplyClockFn apply_clock_;
   std::atomic<bool> shutdown_{false};

@@ -347,9 +347,6 @@ TEST_F(ConsistencyGateTest, ModeOfAndClockParts) {
   EXPECT_TRUE(*gate_.CountClockPart(kJob, 1, 1, 2));
 }
 
-}  // namespace
-}  // namespace ps::consistency_gate_test
-
 namespace ps::consistency_gate_test {
 namespace {
 
@@ -590,6 +587,128 @@ TEST(ConsistencyGateDropTest, WaitsForAPushInProgressAndRefusesLaterOnes) {
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
   EXPECT_FALSE(ran);
 }
+
+}  // namespace
+}  // namespace ps::consistency_gate_test
+
+// Failover catch-up: this server applied clock 2 before it took slots over whose copies hold
+// clock 1; both workers owe a re-send of clock 2, pulls past it wait for both, and once both
+// arrived clock 2 is applied again (for the taken-over slots' sums) exactly once.
+namespace catch_up {
+
+using ConsistencyGateCatchUpTest = ConsistencyGateTest;
+
+TEST_F(ConsistencyGateCatchUpTest, PullsPastTheClockWaitForEveryOwedResendThenItIsAppliedOnce) {
+  ASSERT_TRUE(gate_.Configure(kJob, Spec(ConsistencySpec::SYNC), {0, 1}, 1).ok());
+  for (int64_t c = 1; c <= 3; ++c) {
+    Advance(0, c);
+    Advance(1, c);
+  }
+  ASSERT_EQ(Applied(), AppliedClocks({0, 1, 2}));
+  ASSERT_TRUE(gate_.BeginCatchUp(kJob, 2, std::vector<bool>(4, true)).ok());
+  EXPECT_EQ(gate_.CatchUpClock(kJob), 2);
+  EXPECT_EQ(gate_.CatchUpSlots(kJob), std::vector<bool>(4, true));
+  auto ready = gate_.TryPull(kJob, 3);
+  ASSERT_TRUE(ready.ok());
+  EXPECT_FALSE(ready->has_value()) << "a pull past the clock being caught up must wait";
+  EXPECT_TRUE(gate_.TryPull(kJob, 2)->has_value());
+
+  int calls = 0;
+  auto ran = gate_.ResendAndRun(kJob, 0, 2, 1, 0, [&]() -> absl::StatusOr<bool> {
+    ++calls;
+    return true;
+  });
+  ASSERT_TRUE(ran.ok()) << ran.status();
+  EXPECT_TRUE(*ran);
+  // The same worker again (another request id): it owes nothing any more, nothing runs.
+  ran = gate_.ResendAndRun(kJob, 0, 2, 1, 0, [&]() -> absl::StatusOr<bool> {
+    ++calls;
+    return true;
+  });
+  ASSERT_TRUE(ran.ok());
+  EXPECT_FALSE(*ran);
+  // Another clock than the one caught up: ignored.
+  ran = gate_.ResendAndRun(kJob, 1, 1, 1, 0, [&]() -> absl::StatusOr<bool> {
+    ++calls;
+    return true;
+  });
+  ASSERT_TRUE(ran.ok());
+  EXPECT_FALSE(*ran);
+  EXPECT_EQ(calls, 1);
+  EXPECT_FALSE(gate_.TryPull(kJob, 3)->has_value());
+  EXPECT_EQ(Applied(), AppliedClocks({0, 1, 2}));
+
+  ran = gate_.ResendAndRun(kJob, 1, 2, 1, 0, [&]() -> absl::StatusOr<bool> {
+    ++calls;
+    return true;
+  });
+  ASSERT_TRUE(ran.ok());
+  EXPECT_TRUE(*ran);
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(Applied(), AppliedClocks({0, 1, 2, 2}));  // the caught-up sums, once
+  EXPECT_TRUE(gate_.TryPull(kJob, 3)->has_value());
+  EXPECT_EQ(gate_.CatchUpClock(kJob), -1);
+}
+
+// A worker that had not pushed the clock here yet owes no re-send (it pushes the clock under
+// the new map); the clock is not applied before the owed re-send arrived, then once.
+TEST_F(ConsistencyGateCatchUpTest, AClockNotAppliedYetWaitsForTheOwedResend) {
+  ASSERT_TRUE(gate_.Configure(kJob, Spec(ConsistencySpec::SYNC), {0, 1}, 1).ok());
+  Advance(0, 1);
+  Advance(1, 1);
+  Advance(0, 2);  // worker 0 pushed clock 1 here, worker 1 not yet
+  ASSERT_EQ(Applied(), AppliedClocks({0}));
+  ASSERT_TRUE(gate_.BeginCatchUp(kJob, 1, std::vector<bool>(4, true)).ok());
+  Advance(1, 2);  // worker 1's push of clock 1 under the new map
+  EXPECT_EQ(Applied(), AppliedClocks({0})) << "clock 1 waits for worker 0's re-send";
+  EXPECT_FALSE(gate_.TryPull(kJob, 2)->has_value());
+  // A part of two: not done yet.
+  int calls = 0;
+  auto part = [&]() -> absl::StatusOr<bool> {
+    ++calls;
+    return true;
+  };
+  ASSERT_TRUE(*gate_.ResendAndRun(kJob, 0, 1, 2, 0, part));
+  EXPECT_EQ(Applied(), AppliedClocks({0}));
+  // A repeated request (the deduper says so): not counted.
+  ASSERT_TRUE(
+      *gate_.ResendAndRun(kJob, 0, 1, 2, 0, []() -> absl::StatusOr<bool> { return false; }));
+  EXPECT_EQ(Applied(), AppliedClocks({0}));
+  ASSERT_TRUE(*gate_.ResendAndRun(kJob, 0, 1, 2, 0, part));
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(Applied(), AppliedClocks({0, 1}));
+  EXPECT_TRUE(gate_.TryPull(kJob, 2)->has_value());
+}
+
+// A worker that leaves the job owes nothing; a rollback ends the catch-up.
+TEST_F(ConsistencyGateCatchUpTest, AWorkerThatLeavesOrARollbackEndsItAndStaleCopiesAreRefused) {
+  ASSERT_TRUE(gate_.Configure(kJob, Spec(ConsistencySpec::SYNC), {0, 1}, 1).ok());
+  Advance(0, 1);
+  Advance(1, 1);
+  ASSERT_TRUE(gate_.BeginCatchUp(kJob, 0, std::vector<bool>(4, true)).ok());
+  ASSERT_TRUE(*gate_.ResendAndRun(kJob, 0, 0, 1, 0, []() -> absl::StatusOr<bool> { return true; }));
+  EXPECT_FALSE(gate_.TryPull(kJob, 1)->has_value());
+  ASSERT_TRUE(gate_.Configure(kJob, Spec(ConsistencySpec::SYNC), {0}, 2).ok());  // 1 left
+  EXPECT_TRUE(gate_.TryPull(kJob, 1)->has_value());
+  EXPECT_EQ(gate_.CatchUpClock(kJob), -1);
+
+  ASSERT_TRUE(gate_.BeginCatchUp(kJob, 0, std::vector<bool>(4, true)).ok());
+  EXPECT_EQ(gate_.CatchUpClock(kJob), 0);
+  ASSERT_TRUE(gate_.ResetClocks(kJob, 0).ok());
+  EXPECT_EQ(gate_.CatchUpClock(kJob), -1);
+  // No worker past the clock: nothing is owed, no catch-up begins.
+  ASSERT_TRUE(gate_.BeginCatchUp(kJob, 3, std::vector<bool>(4, true)).ok());
+  EXPECT_EQ(gate_.CatchUpClock(kJob), -1);
+  // Copies more than one clock behind a worker (a backup left out): refused, nothing begun.
+  Advance(0, 1);
+  Advance(0, 2);
+  EXPECT_EQ(gate_.BeginCatchUp(kJob, 0, std::vector<bool>(4, true)).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(gate_.CatchUpClock(kJob), -1);
+  EXPECT_TRUE(gate_.TryPull(kJob, 2)->has_value());
+}
+
+}  // namespace catch_up
 
 }  // namespace
 }  // namespace ps::consistency_gate_test

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/node_identity.h"
 #include "common/printable.h"
+#include "common/shard_map.h"
 #include "common/status_macros.h"
 #include "common/value_codec.h"
 #include "server/reject_reason.h"
@@ -104,7 +105,36 @@ absl::StatusOr<bool> DataPlane::Push(const std::string& job_scope, const v1::Pus
   // have advanced since (a PushPull whose answer was lost), which would make it look late.
   if (Repeated(req, job.get())) return true;
   PS_RETURN_IF_ERROR(store_->CheckShardEpoch(req.job_id(), req.shard_epoch()));
+  if (req.resend_parts() > 0) return Resend(req, values, job.get());
   return ResolveAndApply(req, values, job.get());
+}
+
+absl::StatusOr<bool> DataPlane::Resend(const v1::PushRequest& req,
+                                       const std::deque<ScatteredValues>& values,
+                                       ServerMetrics::Job* job) {
+  PS_ASSIGN_OR_RETURN(
+      const bool ran,
+      gate_->ResendAndRun(req.job_id(), req.worker_id(), req.clock(), req.resend_parts(),
+                          req.shard_epoch(), [&]() -> absl::StatusOr<bool> {
+                            ResolvedPush push;
+                            PS_RETURN_IF_ERROR(ResolvePush(req, values, &push));
+                            // Only the slots taken over: the others have this clock already.
+                            const std::vector<bool> slots = gate_->CatchUpSlots(req.job_id());
+                            for (const TableStore::BlockView& view : push.views) {
+                              for (uint64_t key : view.keys) {
+                                const uint32_t slot = SlotOf(view.table->spec.table_id(), key);
+                                if (slot < slots.size() && slots[slot]) continue;
+                                return absl::InvalidArgumentError(absl::StrCat(
+                                    "a re-sent push of clock ", req.clock(), " holds key ", key,
+                                    " of table ", view.table->spec.table_id(), ", in slot ", slot,
+                                    ", which this server did not take over; nothing was applied"));
+                              }
+                            }
+                            bool duplicate = false;
+                            PS_RETURN_IF_ERROR(Apply(push, job, &duplicate));
+                            return !duplicate;
+                          }));
+  return !ran;  // nothing owed here: ignored, answered as a duplicate
 }
 
 absl::StatusOr<PendingPull> DataPlane::PushPull(const std::string& job_scope,
@@ -116,6 +146,10 @@ absl::StatusOr<PendingPull> DataPlane::PushPull(const std::string& job_scope,
   // Before anything else: a retried (duplicate) push skips the clock checks, and the pull's
   // clock is push.clock + 1.
   PS_RETURN_IF_ERROR(ConsistencyGate::CheckClockRange("push clock", push.clock()));
+  if (push.resend_parts() > 0) {
+    return absl::InvalidArgumentError(
+        "a re-sent push (resend_parts) is sent as a Push, not a PushPull; nothing was applied");
+  }
   // Also for a retried (duplicate) push: the pull part must not be served from a stale map.
   PS_RETURN_IF_ERROR(store_->CheckShardEpoch(push.job_id(), push.shard_epoch()));
   PendingPull pull;

@@ -155,6 +155,11 @@ class DataPlane {
   absl::StatusOr<bool> ResolveAndApply(const v1::PushRequest& req,
                                        const std::deque<ScatteredValues>& values,
                                        ServerMetrics::Job* job);
+  // A re-sent push after a failover (PushRequest.resend_parts): accumulated into its clock's sums
+  // for the slots this server took over, if its worker owes it (ConsistencyGate::ResendAndRun);
+  // true (a duplicate) where it is ignored. INVALID_ARGUMENT for a key of another slot.
+  absl::StatusOr<bool> Resend(const v1::PushRequest& req, const std::deque<ScatteredValues>& values,
+                              ServerMetrics::Job* job);
   // Applies a resolved push that passed the gate, unless its request id was applied meanwhile.
   absl::Status Apply(const ResolvedPush& push, ServerMetrics::Job* job, bool* duplicate);
   std::shared_ptr<ServerMetrics::Job> JobMetrics(const std::string& job_id) const;

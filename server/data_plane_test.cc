@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/shard_map.h"
 #include "common/testing/key_blocks.h"
 #include "common/value_codec.h"
 #include "gtest/gtest.h"
@@ -128,6 +129,48 @@ TEST_F(DataPlaneTest, APushIsServedWhereItWasReadAndAppliedOnce) {
     EXPECT_EQ(Parse<v1::PushResponse>(answer_).duplicate(), duplicate);
   }
   EXPECT_EQ(Values(kSmall, {2}), (std::vector<float>{-0.5f, -1.5f, -2.5f, -3.5f}));
+}
+
+// Failover: a server that took slots over applies each owing worker's re-sent push of the clock
+// being caught up once (a retry, or another re-send of the same worker, changes nothing), and
+// only to those slots.
+TEST_F(DataPlaneTest, AResentPushIsAppliedOnceToTheSlotsTakenOver) {
+  Configure(ConsistencySpec::SYNC);
+  for (int64_t c : {1, 2}) {
+    ASSERT_TRUE(gate_.AdvanceClock(kJob, 1, c).ok());
+    ASSERT_TRUE(gate_.AdvanceClock(kJob, 2, c).ok());
+  }
+  const uint32_t taken = SlotOf(kSmall, 2);
+  ASSERT_NE(SlotOf(kSmall, 3), taken);
+  std::vector<bool> slots(kNumSlots, false);
+  slots[taken] = true;
+  ASSERT_TRUE(gate_.BeginCatchUp(kJob, 1, slots).ok());
+  auto resend = [&](uint32_t worker, uint64_t request_id, const KeyBlock& block) {
+    v1::PushRequest req = Push(block, request_id);
+    req.set_worker_id(worker);
+    req.set_clock(1);
+    req.set_resend_parts(1);
+    auto call = Call(ServerMethod::kPush, req);
+    EXPECT_TRUE(call->Serve(/*may_block=*/true));
+    return call->status().ok() ? absl::StatusOr<bool>(Parse<v1::PushResponse>(answer_).duplicate())
+                               : absl::StatusOr<bool>(call->status());
+  };
+  EXPECT_EQ(*resend(1, 10, Block(kSmall, {2}, {1, 2, 3, 4})), false);
+  EXPECT_EQ(*resend(1, 10, Block(kSmall, {2}, {1, 2, 3, 4})), true);  // a retry
+  EXPECT_EQ(*resend(1, 11, Block(kSmall, {2}, {1, 2, 3, 4})), true);  // owes nothing now
+  // A key of a slot not taken over: refused, nothing applied, worker 2 still owes its re-send.
+  EXPECT_EQ(resend(2, 20, Block(kSmall, {2, 3}, {1, 1, 1, 1, 9, 9, 9, 9})).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(gate_.CatchUpClock(kJob), 1);
+  EXPECT_EQ(Values(kSmall, {2, 3}), std::vector<float>(8, 0.5f));
+  EXPECT_EQ(*resend(2, 21, Block(kSmall, {2}, {1, 1, 1, 1})), false);
+  EXPECT_EQ(gate_.CatchUpClock(kJob), -1);
+  // Applied once, summed: 0.5 - (g1 + g2) (SGD, learning rate 1).
+  EXPECT_EQ(Values(kSmall, {2, 3}),
+            (std::vector<float>{-1.5f, -2.5f, -3.5f, -4.5f, 0.5f, 0.5f, 0.5f, 0.5f}));
+  // Nothing owed any more: a late re-send is ignored.
+  EXPECT_EQ(*resend(2, 22, Block(kSmall, {2}, {1, 1, 1, 1})), true);
+  EXPECT_EQ(Values(kSmall, {2})[0], -1.5f);
 }
 
 TEST_F(DataPlaneTest, APullThatMustWaitStopsThenGoesOnWhereItMayBlock) {

@@ -100,8 +100,13 @@ absl::Status ParameterService::DoConfigureJob(const v1::ConfigureJobRequest& req
     PS_ASSIGN_OR_RETURN(replicas, ResolveReplicaMap(req.replicas()));
     PS_RETURN_IF_ERROR(CheckReplicable(store_->JobTables(req.job_id())));
   }
+  // One ConfigureJob at a time: the first of a new map takes slots over (Adopted) and sets up
+  // their catch-up before another worker, configured under the same map, can pull from them.
+  absl::MutexLock configure(&configure_mu_);
+  Adoption adoption;
   if (!req.owned_slots().empty()) {
     PS_ASSIGN_OR_RETURN(auto owned, DecodeSlotBitmap(req.owned_slots()));
+    adoption = Adopted(req.job_id(), req.shard_epoch(), owned);
     PS_RETURN_IF_ERROR(store_->SetJobShards(req.job_id(), std::move(owned), req.shard_epoch()));
   }
   // Before the gate: a clock that Configure completes goes to the new map's backups.
@@ -109,6 +114,13 @@ absl::Status ParameterService::DoConfigureJob(const v1::ConfigureJobRequest& req
   std::vector<uint32_t> workers(req.worker_ids().begin(), req.worker_ids().end());
   PS_RETURN_IF_ERROR(
       gate_.Configure(req.job_id(), req.consistency(), workers, req.membership_epoch()));
+  // Before the caller's clock is raised: the workers past the clock owe its re-sent push.
+  if (adoption.clock >= 0) {
+    absl::Status caught =
+        gate_.BeginCatchUp(req.job_id(), adoption.clock, std::move(adoption.slots));
+    // The job goes on rather than waiting for re-sends that cannot come; the rows are older.
+    if (!caught.ok()) LOG(ERROR) << "job " << req.job_id() << ": no catch-up: " << caught;
+  }
   if (!req.owned_slots().empty()) gate_.SetShardEpoch(req.job_id(), req.shard_epoch());
   if (req.caller_clock() >= 0) {
     PS_RETURN_IF_ERROR(gate_.RaiseClock(req.job_id(), req.caller_worker_id(), req.caller_clock()));
@@ -122,6 +134,38 @@ absl::Status ParameterService::DoConfigureJob(const v1::ConfigureJobRequest& req
     }
   }
   return absl::OkStatus();
+}
+
+ParameterService::Adoption ParameterService::Adopted(const std::string& job_id, uint64_t epoch,
+                                                     const std::vector<bool>& owned) const {
+  Adoption adoption;
+  if (epoch <= store_->ShardEpoch(job_id)) return adoption;
+  const std::vector<bool> before = store_->OwnedSlots(job_id);
+  int64_t newest = -1, oldest = -1;
+  int taken = 0;
+  for (uint32_t s = 0; s < kNumSlots; ++s) {
+    if (!owned[s] || before[s]) continue;
+    const ReplicationBackup::SlotProgress progress = backup_.Progress(job_id, s);
+    if (progress.seq == 0) continue;  // not backed up here: nothing to take over
+    if (adoption.slots.empty()) adoption.slots.assign(kNumSlots, false);
+    adoption.slots[s] = true;
+    ++taken;
+    newest = std::max(newest, progress.clock);
+    oldest = oldest < 0 ? progress.clock : std::min(oldest, progress.clock);
+  }
+  if (taken == 0) return adoption;
+  if (newest != oldest) {
+    // One primary forwards all its slots at each clock: copies of different clocks (a backup
+    // left out) cannot be caught up as one. The job goes on; the older ones miss clocks.
+    LOG(ERROR) << "job " << job_id << ": no catch-up: the " << taken
+               << " slots taken over hold clocks " << oldest << " to " << newest;
+    return Adoption();
+  }
+  adoption.clock = oldest + 1;
+  LOG(INFO) << "job " << job_id << ": shard epoch " << epoch << ": took over " << taken
+            << " slots backed up here (their clock " << oldest << "); the workers re-send clock "
+            << adoption.clock << " for them";
+  return adoption;
 }
 
 absl::Status ParameterService::SetReplicas(const v1::ConfigureJobRequest& req,

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
@@ -100,6 +101,14 @@ class ParameterService final : public v1::ParameterServer::Service {
   // rows of slots no longer backed up here are dropped.
   absl::Status SetReplicas(const v1::ConfigureJobRequest& req,
                            std::optional<ReplicaRoles> replicas);
+  // Failover: the slots a map of `epoch` gives this server that it did not own and holds a
+  // backup copy of (ReplicationBackup), and the clock to catch up for them (the one after
+  // their copies' clock; -1: none taken over).
+  struct Adoption {
+    int64_t clock = -1;
+    std::vector<bool> slots;  // kNumSlots entries, or empty
+  };
+  Adoption Adopted(const std::string& job_id, uint64_t epoch, const std::vector<bool>& owned) const;
   // Pull, Push and PushPull are registered as raw callback methods (a client sees plain unary
   // calls and the same bytes). A call is served on the gRPC thread that read it, with no thread
   // hop, unless it would block there (DataCall::Serve): then it goes on from where it stands on
@@ -126,6 +135,8 @@ class ParameterService final : public v1::ParameterServer::Service {
   // Held shared by ConfigureJob, exclusively by DropJob: a job's consistency state, shards and
   // metrics are not created again while (or after) it is dropped.
   absl::Mutex lifecycle_mu_;
+  // Serializes ConfigureJob (rare): slots are taken over by the first call of a map.
+  absl::Mutex configure_mu_;
   ConsistencyGate gate_;
   RequestDeduper deduper_;
   DataPlane data_plane_;            // uses store_, gate_, deduper_

@@ -295,6 +295,99 @@ class BarrierBackup : public v1::ParameterServer::Service {
   absl::Mutex* const mu_;
 };
 
+// Failover: server 1 "dies" with clock 2 pushed to it but not applied; server 0, its slots'
+// backup, takes them over under shard epoch 2 and catches clock 2 up from the worker's re-sent
+// push: its rows of those slots end bit for bit as server 1's own would have been (values,
+// optimizer state, update counts), and a second re-send changes nothing.
+TEST_F(ReplicationForwardTest, APromotedBackupCatchesUpTheClockInFlightOnce) {
+  ASSERT_NO_FATAL_FAILURE(ConfigureJob(/*replicas=*/true));
+  ASSERT_NO_FATAL_FAILURE(Step(0));
+  ASSERT_NO_FATAL_FAILURE(Step(1));
+  // Clock 2: worker 0's push reaches both servers, its clock only server 0 (which applies
+  // clock 2 for its own slots); server 1 holds clock 2's sums unapplied.
+  auto push_of = [](int server, int64_t clock, uint64_t request_id) {
+    std::vector<uint64_t> keys;
+    std::vector<float> grads;
+    for (uint64_t k = 0; k < kRows; ++k) {
+      if (static_cast<int>(SlotOf(kTable, k) % 2) != server) continue;
+      keys.push_back(k);
+      for (int d = 0; d < 4; ++d) grads.push_back(0.01f * (k % 7) - 0.02f * d + 0.1f * clock);
+    }
+    v1::PushRequest push;
+    push.set_job_id(kJob);
+    push.set_worker_id(0);
+    push.set_request_id(request_id);
+    push.set_clock(clock);
+    *push.add_blocks() = testing::Block(kTable, keys, grads);
+    return push;
+  };
+  auto call_push = [&](int server, v1::PushRequest push, uint64_t epoch) {
+    push.set_shard_epoch(epoch);
+    v1::PushResponse resp;
+    testing::CallContext c;
+    grpc::Status st = stubs_[server]->Push(&c.ctx, push, &resp);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    return resp.duplicate();
+  };
+  auto advance = [&](int server, int64_t clock) {
+    v1::ClockRequest req;
+    req.set_job_id(kJob);
+    req.set_worker_id(0);
+    req.set_clock(clock);
+    v1::ClockResponse resp;
+    testing::CallContext c;
+    grpc::Status st = stubs_[server]->Clock(&c.ctx, req, &resp);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+  };
+  for (int i = 0; i < 2; ++i) EXPECT_FALSE(call_push(i, push_of(i, 2, 100 + i), 1));
+  ASSERT_NO_FATAL_FAILURE(advance(0, 3));
+
+  // The failover: server 0 owns every slot under epoch 2, without replicas.
+  v1::ConfigureJobRequest req;
+  req.set_job_id(kJob);
+  req.mutable_consistency()->set_mode(v1::ConsistencySpec::SYNC);
+  req.add_worker_ids(0);
+  req.set_membership_epoch(1);
+  req.set_owned_slots(EncodeSlotBitmap(std::vector<bool>(kNumSlots, true)));
+  req.set_shard_epoch(2);
+  req.set_caller_worker_id(0);
+  req.set_caller_clock(3);
+  v1::ConfigureJobResponse configured;
+  testing::CallContext c;
+  grpc::Status st = stubs_[0]->ConfigureJob(&c.ctx, req, &configured);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  // A pull past clock 2 waits for the re-send (here: until its deadline).
+  v1::PullRequest pull;
+  pull.set_job_id(kJob);
+  pull.set_worker_id(0);
+  pull.set_clock(3);
+  pull.set_shard_epoch(2);
+  *pull.add_blocks() = testing::Block(kTable, {1});
+  v1::PullResponse pulled;
+  grpc::ClientContext short_pull;
+  short_pull.set_deadline(absl::ToChronoTime(absl::Now() + absl::Milliseconds(300)));
+  EXPECT_EQ(stubs_[0]->Pull(&short_pull, pull, &pulled).error_code(),
+            grpc::StatusCode::DEADLINE_EXCEEDED);
+
+  v1::PushRequest resend = push_of(1, 2, 200);
+  resend.set_resend_parts(1);
+  EXPECT_FALSE(call_push(0, resend, 2));
+  testing::CallContext p;
+  st = stubs_[0]->Pull(&p.ctx, pull, &pulled);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  const Rows caught_up = RowsOf(0, /*owner=*/false);
+  resend.set_request_id(201);  // the worker re-sends again: nothing is owed any more
+  EXPECT_TRUE(call_push(0, resend, 2));
+  EXPECT_EQ(RowsOf(0, /*owner=*/false), caught_up);
+
+  // What server 1 would have held: it applies clock 2 now (its forward to server 0 is refused:
+  // another epoch there).
+  ASSERT_NO_FATAL_FAILURE(advance(1, 3));
+  const Rows reference = RowsOf(1, /*owner=*/true);
+  ASSERT_FALSE(reference.empty());
+  EXPECT_EQ(caught_up, reference);
+}
+
 TEST(ReplicationForwarderTest, BackupsAreSentToAtOnce) {
   absl::Mutex mu;
   int arrived = 0;

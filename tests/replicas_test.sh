@@ -3,8 +3,8 @@
 # sync fashion_mlp job without and with `--replicas=1` ends with the same loss and accuracies
 # (sync is deterministic: forwarding changes no row), and while the replicated job runs each
 # server holds every row of the job's first layer (its own slots and the other's backups).
-# Specs that cannot have backups are refused at submit. Failover is not tested here: it is not
-# built yet (a dead server is still recovered from checkpoints, tests/recovery_test.sh).
+# Specs that cannot have backups are refused at submit. Failover (a dead server's backups
+# promoted) is tested by tests/failover_test.sh.
 # Usage: replicas_test.sh BUILD_DIR
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)

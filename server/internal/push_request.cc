@@ -106,7 +106,8 @@ absl::Status ReadKeyBlock(wire::SliceReader* r, v1::KeyBlock* block, ScatteredVa
 bool IsPushVarint(uint32_t field) {
   return field == PushRequest::kWorkerIdFieldNumber ||
          field == PushRequest::kRequestIdFieldNumber || field == PushRequest::kClockFieldNumber ||
-         field == PushRequest::kShardEpochFieldNumber;
+         field == PushRequest::kShardEpochFieldNumber ||
+         field == PushRequest::kResendPartsFieldNumber;
 }
 void SetPushVarint(uint32_t field, uint64_t v, PushRequest* req) {
   switch (field) {
@@ -118,6 +119,8 @@ void SetPushVarint(uint32_t field, uint64_t v, PushRequest* req) {
       return req->set_clock(static_cast<int64_t>(v));
     case PushRequest::kShardEpochFieldNumber:
       return req->set_shard_epoch(v);
+    case PushRequest::kResendPartsFieldNumber:
+      return req->set_resend_parts(static_cast<uint32_t>(v));
   }
 }
 

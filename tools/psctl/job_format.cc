@@ -511,8 +511,9 @@ std::vector<std::pair<std::string, std::string>> CheckpointStatusRows(const JobI
     rows.emplace_back("replicas:",
                       absl::StrCat(job.spec().replication().replicas(),
                                    " backup per slot, placed on another server (",
-                                   job.slot_backups_size() > 0 ? "placed" : "none placed: 1 server",
-                                   "; failover still restores from checkpoints)"));
+                                   job.slot_backups_size() > 0
+                                       ? "placed; a sync job's dead server fails over to them)"
+                                       : "none placed: 1 server)"));
   }
   const auto& from = job.spec().from_checkpoint();
   if (!from.job_id().empty()) {

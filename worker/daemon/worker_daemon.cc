@@ -19,6 +19,7 @@
 #include "worker/daemon/data_leaser.h"
 #include "worker/daemon/job_checkpointer.h"
 #include "worker/daemon/model_zoo.h"
+#include "worker/daemon/params_digest.h"
 
 namespace ps {
 namespace {
@@ -253,9 +254,10 @@ absl::Status WorkerDaemon::RunJob(v1::WorkerAssignment a) {
   PS_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, MakeModel(a.spec(), options_.compute));
   int64_t last_clock = -1;
   uint64_t requests_done = 0;
+  std::optional<InFlightPush> resend;
   while (true) {
     bool restart = false;
-    absl::Status s = RunOnce(a, model.get(), &last_clock, &requests_done, &restart);
+    absl::Status s = RunOnce(a, model.get(), &last_clock, &requests_done, &restart, &resend);
     if (s.ok()) return s;
     if (!restart) {
       // A data-plane failure (most likely a dead server) is not the job's end: the scheduler
@@ -285,10 +287,12 @@ absl::Status WorkerDaemon::RunJob(v1::WorkerAssignment a) {
 }
 
 absl::Status WorkerDaemon::RunOnce(const v1::WorkerAssignment& assignment, Model* model,
-                                   int64_t* last_clock, uint64_t* requests_done, bool* restart) {
+                                   int64_t* last_clock, uint64_t* requests_done, bool* restart,
+                                   std::optional<InFlightPush>* resend) {
   RunStartOptions so;
   so.rpc_timeout = options_.rpc_timeout;
   so.last_clock = *last_clock;
+  so.resend = resend->has_value() ? &**resend : nullptr;
   so.tables = model->Tables(assignment.job_id(), FirstTableIdOf(assignment.job_id()));
   so.latest = [this, &assignment]() { return LatestOrder(assignment); };
   so.report_restore_failure = [this](const v1::WorkerAssignment& a, const absl::Status& s) {
@@ -300,6 +304,7 @@ absl::Status WorkerDaemon::RunOnce(const v1::WorkerAssignment& assignment, Model
     if (IsNewShardMap(started.status())) *restart = true;
     return started.status();
   }
+  resend->reset();  // sent (where it had to be)
   std::unique_ptr<RpcClient> client = std::move(started->client);
   const v1::WorkerAssignment a = std::move(started->assignment);
   JobRunnerOptions ro = RunnerOptionsOf(a.spec());
@@ -338,13 +343,28 @@ absl::Status WorkerDaemon::RunOnce(const v1::WorkerAssignment& assignment, Model
                               [&](const JobProgress& p) { LOG(INFO) << ProgressLine(who, p); },
                               options_.log_every_steps);
   *last_clock = client->clock();
+  // A sync step whose PushPull failed (a server died): its push, for the next run to re-send
+  // where its slots moved. The model's buffers still hold it.
+  if (!s.ok()) *resend = CopyFailedPushPull(*client);
+  // Rank 0 reports a digest of the dense parameters it ended with (params_digest).
+  std::optional<uint64_t> digest;
+  if (s.ok() && a.rank() == 0) {
+    absl::StatusOr<uint64_t> d = ParamsDigest(client.get(), so.tables);
+    if (d.ok()) digest = *d;
+    if (!d.ok()) LOG(WARNING) << who << ": no params_digest: " << d.status();
+  }
   LOG(INFO) << who << ": " << (s.ok() ? "done" : "stopped") << ": "
             << FormatRunTotals(runner.progress());
   if (checkpointer != nullptr) {
     *requests_done = checkpointer->requests_done();
     checkpointer.reset();  // reports a write in flight; it uses the client
   }
-  return EndRun(a, runner, std::move(s), restart);
+  absl::Status ended = EndRun(a, runner, std::move(s), restart);
+  if (digest.has_value()) {
+    absl::MutexLock l(&mu_);
+    (*done_report_.mutable_metrics())["params_digest"] = static_cast<double>(*digest);
+  }
+  return ended;
 }
 
 bool WorkerDaemon::PublishRun(const v1::WorkerAssignment& a, RpcClient* client, JobRunner* runner,

@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "client/push_resend.h"
 #include "client/rpc_client.h"  // RpcClient; kDefaultRpcTimeout (ps/client.h)
 #include "common/health_server.h"
 #include "common/scheduler_link.h"
@@ -110,8 +111,10 @@ class WorkerDaemon {
   // Runs one job to its end (or cancellation), restarting on every new shard map.
   absl::Status RunJob(v1::WorkerAssignment assignment);
   // One run under one shard map. Sets *restart (and *next) when a newer map must be used.
+  // `resend`: in, the push in flight when the previous run failed (sent again for the slots
+  // that moved, client/push_resend.h); out, this run's if it fails in one.
   absl::Status RunOnce(const v1::WorkerAssignment& a, Model* model, int64_t* last_clock,
-                       uint64_t* requests_done, bool* restart);
+                       uint64_t* requests_done, bool* restart, std::optional<InFlightPush>* resend);
   // RunOnce's steps. PublishRun makes `runner` (on `client`, for `a`) the running job that
   // heartbeats' orders reach, cancelling it if an order came while it started; true if a
   // membership order taken then must be applied (without mu_). EndRun waits for an
