@@ -296,9 +296,11 @@ void Scheduler::RecoverFromServerLoss(Job* job, uint64_t node_id, const std::str
                         " slots move to ", moved_to),
            now, changes);
   const bool rollback = info.spec().recovery() != v1::RESTORE_LOST_SLOTS;
-  if (!rollback && job->recovery_start.has_value() && info.has_restore()) {
+  if (!rollback && job->recovery_start.has_value() && info.has_restore() &&
+      info.restore().shard_epoch() == info.shard_epoch()) {
     // The previous order is not carried out yet (the job has not trained on its map): this one
-    // replaces it, so its slots come along.
+    // replaces it, so its slots come along. (A failover since then changed the map without an
+    // order: the old order is done, and its slots were not lost.)
     auto pending = DecodeSlotBitmap(info.restore().slots());
     if (pending.ok()) {
       for (uint32_t s = 0; s < kNumSlots; ++s) lost[s] = lost[s] || (*pending)[s];

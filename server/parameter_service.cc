@@ -143,10 +143,14 @@ ParameterService::Adoption ParameterService::Adopted(const std::string& job_id, 
   const std::vector<bool> before = store_->OwnedSlots(job_id);
   int64_t newest = -1, oldest = -1;
   int taken = 0;
+  std::vector<uint32_t> without_copy;  // new here and never backed up here
   for (uint32_t s = 0; s < kNumSlots; ++s) {
     if (!owned[s] || before[s]) continue;
     const ReplicationBackup::SlotProgress progress = backup_.Progress(job_id, s);
-    if (progress.seq == 0) continue;  // not backed up here: nothing to take over
+    if (progress.seq == 0) {  // not backed up here: nothing to take over
+      without_copy.push_back(s);
+      continue;
+    }
     if (adoption.slots.empty()) adoption.slots.assign(kNumSlots, false);
     adoption.slots[s] = true;
     ++taken;
@@ -154,6 +158,14 @@ ParameterService::Adoption ParameterService::Adopted(const std::string& job_id, 
     oldest = oldest < 0 ? progress.clock : std::min(oldest, progress.clock);
   }
   if (taken == 0) return adoption;
+  if (!without_copy.empty()) {
+    // A failover (copies were taken over) that also moved slots here whose copy never arrived
+    // (a backup left out of forwarding): they start from their initial values unless a restore
+    // loads them. Said loudly: the scheduler cannot see it.
+    LOG(ERROR) << "job " << job_id << ": shard epoch " << epoch << ": " << without_copy.size()
+               << " slots taken over have no copy here (first: slot " << without_copy.front()
+               << "); unless a restore loads them their rows start from initial values";
+  }
   if (newest != oldest) {
     // One primary forwards all its slots at each clock: copies of different clocks (a backup
     // left out) cannot be caught up as one. The job goes on; the older ones miss clocks.

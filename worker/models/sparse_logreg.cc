@@ -153,7 +153,7 @@ absl::StatusOr<StepStats> SparseLogReg::TrainStep(RpcClient* client,
   PS_RETURN_IF_ERROR(PullWeights(client, keys_, &weights_, &bias));
 
   StepStats stats;
-  float bias_grad_f = 0;
+  bias_grad_ = 0;
   if (backend_step_ != nullptr) {
     batch_.Clear();
     for (int64_t i : examples) {
@@ -167,7 +167,7 @@ absl::StatusOr<StepStats> SparseLogReg::TrainStep(RpcClient* client,
       batch_.labels.push_back(e.label);
     }
     PS_ASSIGN_OR_RETURN(
-        stats, backend_step_->Run(batch_, weights_, bias, grad_scale, &grads_, &bias_grad_f));
+        stats, backend_step_->Run(batch_, weights_, bias, grad_scale, &grads_, &bias_grad_));
   } else {
     grads_.assign(keys_.size(), 0.0f);
     double bias_grad = 0;
@@ -183,11 +183,11 @@ absl::StatusOr<StepStats> SparseLogReg::TrainStep(RpcClient* client,
         grads_[it - keys_.begin()] += static_cast<float>(g);
       }
     }
-    bias_grad_f = static_cast<float>(bias_grad);
+    bias_grad_ = static_cast<float>(bias_grad);
   }
   std::vector<TableOp> push;
   if (!keys_.empty()) push.push_back({weights_table_id(), keys_, grads_.data(), nullptr});
-  push.push_back({bias_table_id(), absl::MakeConstSpan(&kBiasKey, 1), &bias_grad_f, nullptr});
+  push.push_back({bias_table_id(), absl::MakeConstSpan(&kBiasKey, 1), &bias_grad_, nullptr});
   PS_RETURN_IF_ERROR(client->PushPull(std::move(push), {}));
   return stats;
 }

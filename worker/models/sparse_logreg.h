@@ -76,6 +76,10 @@ class SparseLogReg : public Model {
   // Scratch of TrainStep, kept to avoid reallocating every step.
   std::vector<uint64_t> keys_;
   std::vector<float> weights_, grads_;
+  // The step's bias gradient: a member, not a local, because the client keeps the pushed ops
+  // (borrowed) for a re-send after a failover (RpcClient::FailedPushPull), read after TrainStep
+  // returned.
+  float bias_grad_ = 0;
   std::vector<double> margins_;
   std::unique_ptr<ComputeBackend> backend_;
   std::unique_ptr<SpamBackendStep> backend_step_;
