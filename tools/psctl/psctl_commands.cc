@@ -21,26 +21,19 @@ namespace psctl {
 namespace {
 
 // Reconnects within a second of a restarted scheduler coming back (status --watch), instead of
-// gRPC's default backoff of up to two minutes. Waits up to `connect` for the first connection:
-// a call on a channel whose first attempt failed (a TLS handshake cut off on a loaded host)
-// fails at once, and a second attempt 100 ms later usually succeeds. Where none does, the call
-// then fails with the reason of the last attempt.
-std::shared_ptr<grpc::Channel> NewChannel(const std::string& address, absl::Duration connect) {
+// gRPC's default backoff of up to two minutes.
+std::shared_ptr<grpc::Channel> NewChannel(const std::string& address) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  std::shared_ptr<grpc::Channel> channel = DialChannel(address, args);
-  channel->WaitForConnected(absl::ToChronoTime(absl::Now() + connect));
-  return channel;
+  return DialChannel(address, args);
 }
 
 }  // namespace
 
 Commands::Commands(Options options)
-    : options_(std::move(options)),
-      stub_(v1::Scheduler::NewStub(
-          NewChannel(options_.address, std::min(options_.timeout, absl::Milliseconds(500))))) {}
+    : options_(std::move(options)), stub_(v1::Scheduler::NewStub(NewChannel(options_.address))) {}
 
 int Commands::Nodes() {
   grpc::ClientContext context;
