@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/shard_map.h"
 #include "common/testing/key_blocks.h"
+#include "common/testing/scratch_dir.h"
 #include "gtest/gtest.h"
 #include "server/consistency_gate.h"
 #include "server/data_plane.h"
@@ -24,20 +25,10 @@ namespace fs = std::filesystem;
 using testing::Block;
 using v1::TableSpec;
 
-class TempDir {
+// A fresh directory under the test temp dir, removed with the object.
+class TempDir : public testing::ScratchDir {
  public:
-  TempDir() {
-    std::string templ = (fs::path(::testing::TempDir()) / "lost-sums-XXXXXX").string();
-    path_ = mkdtemp(templ.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
+  TempDir() : ScratchDir("lost-sums") {}
 };
 
 TableSpec Table(const std::string& job, uint32_t id, uint64_t max_rows, bool disk) {

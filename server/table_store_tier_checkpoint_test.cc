@@ -23,6 +23,7 @@
 #include "absl/time/time.h"
 #include "common/shard_map.h"
 #include "common/testing/key_blocks.h"
+#include "common/testing/scratch_dir.h"
 #include "gtest/gtest.h"
 #include "server/checkpoint_io.h"
 #include "server/checkpointer.h"
@@ -39,20 +40,10 @@ using v1::TableSpec;
 constexpr char kJob[] = "job";
 namespace fs = std::filesystem;
 
-class TempDir {
+// A fresh directory under the test temp dir, removed with the object.
+class TempDir : public testing::ScratchDir {
  public:
-  TempDir() {
-    std::string templ = (fs::path(::testing::TempDir()) / "tier-ckpt-test-XXXXXX").string();
-    path_ = mkdtemp(templ.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
+  TempDir() : ScratchDir("tier-ckpt-test") {}
 };
 
 // A sparse table of dim 4 with Adam (two floats of state per value); tiered with a RAM cap

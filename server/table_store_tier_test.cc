@@ -18,6 +18,7 @@
 #include "common/shard_map.h"
 #include "common/table_features.h"
 #include "common/testing/key_blocks.h"
+#include "common/testing/scratch_dir.h"
 #include "gtest/gtest.h"
 #include "server/checkpoint_io.h"
 #include "server/disk_tier.h"
@@ -35,20 +36,9 @@ constexpr char kJob[] = "job";
 namespace fs = std::filesystem;
 
 // A fresh directory under the test temp dir, removed with the object.
-class TempDir {
+class TempDir : public testing::ScratchDir {
  public:
-  TempDir() {
-    std::string templ = (fs::path(::testing::TempDir()) / "tier-test-XXXXXX").string();
-    path_ = mkdtemp(templ.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
+  TempDir() : ScratchDir("tier-test") {}
 };
 
 TableSpec Sparse(uint32_t id, uint32_t dim, uint64_t max_rows, bool disk,
