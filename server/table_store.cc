@@ -68,6 +68,7 @@ absl::Status TableStore::CheckNotDropped(const std::string& job_id) const {
 }
 
 absl::Status TableStore::CheckNotLost(const std::string& job_id) const {
+  if (!any_lost_.load(std::memory_order_acquire)) return absl::OkStatus();
   absl::MutexLock l(&lost_mu_);
   auto lost = lost_.find(job_id);
   if (lost == lost_.end()) return absl::OkStatus();
@@ -81,6 +82,7 @@ void TableStore::MarkLost(const std::string& job_id, uint32_t slot, int64_t cloc
                           const absl::Status& why) {
   absl::MutexLock l(&lost_mu_);
   LostSums& lost = lost_[job_id];
+  any_lost_.store(true, std::memory_order_release);
   if (lost.why.empty()) {
     lost.why = absl::StrCat("clock ", clock, ", slot ", slot, ": ", why.message());
     LOG(ERROR) << "job " << job_id << ": sync sums not applied, the job is refused here until "
@@ -116,6 +118,7 @@ TableStore::DroppedJob TableStore::DropJob(const std::string& job_id) {
   {
     absl::MutexLock l(&lost_mu_);
     lost_.erase(job_id);
+    any_lost_.store(!lost_.empty(), std::memory_order_release);
   }
   if (tables.empty()) return dropped;
   absl::flat_hash_set<uint32_t> ids;

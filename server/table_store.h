@@ -612,6 +612,9 @@ class TableStore {
   void MarkLost(const std::string& job_id, uint32_t slot, int64_t clock, const absl::Status& why);
   mutable absl::Mutex lost_mu_;  // a leaf lock
   absl::flat_hash_map<std::string, LostSums> lost_ ABSL_GUARDED_BY(lost_mu_);
+  // !lost_.empty(), set under lost_mu_: CheckNotLost, on every data call, takes no lock when
+  // no job lost sums (the usual case).
+  std::atomic<bool> any_lost_{false};
   absl::Mutex scale_mu_;  // a leaf lock
   // sync: the learning-rate factor of each pending (job, clock).
   absl::flat_hash_map<std::pair<std::string, int64_t>, float> pending_scale_

@@ -145,6 +145,7 @@ absl::Status TableStore::LoadSlots(const std::string& job_id, const std::vector<
         if (slots[s]) lost->second.slots.erase(s);
       }
       if (lost->second.slots.empty()) lost_.erase(lost);
+      any_lost_.store(!lost_.empty(), std::memory_order_release);
     }
   }
   return absl::OkStatus();
