@@ -28,8 +28,8 @@ worker_bin=$build/worker/ps_worker psctl_bin=$build/tools/psctl
 /usr/bin/python3 -c "import numpy, torch" 2>/dev/null ||
   { echo "SKIP: /usr/bin/python3 lacks numpy or torch"; exit 77; }
 source "$(dirname "$0")/lib/daemons.sh" ps_tier_job
-# The tier's memory flags out of range: refused at start-up (exit 2), naming the flag.
-for bad in --tier_block_cache_mb=0 --tier_write_buffer_mb=4097; do
+# The tier's memory and reserve flags out of range: refused at start-up (exit 2), naming the flag.
+for bad in --tier_block_cache_mb=0 --tier_write_buffer_mb=4097 --tier_min_free_mb=-1; do
   rc=0
   out=$("$server_bin" --listen=127.0.0.1:0 "$bad" 2>&1) || rc=$?
   [ "$rc" = 2 ] && grep -q -- "${bad%%=*} must be in" <<<"$out" ||
